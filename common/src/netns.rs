@@ -1,0 +1,231 @@
+//! Network namespaces: open one by path and run code inside it on a throwaway thread.
+//!
+//! `setns(2)` switches only the calling thread, and a thread that fails to switch back would
+//! leave the rest of the plugin in the wrong namespace. So nothing here ever switches back:
+//! [`NetNs::run`] spawns a scoped thread, enters the namespace there, runs the closure and lets
+//! the thread exit. Sockets and `/proc/sys/net` files opened by the closure stay bound to the
+//! namespace after the thread is gone, so the usual pattern is "open inside, use outside".
+
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::sched::{CloneFlags, setns};
+use nix::sys::statfs::{NSFS_MAGIC, PROC_SUPER_MAGIC, fstatfs};
+
+/// Path of the calling thread's own network namespace (`/proc/self` would name the main thread's).
+pub const THREAD_NETNS: &str = "/proc/thread-self/ns/net";
+
+/// Errors from opening or entering a network namespace.
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    /// The path could not be opened.
+    #[error("failed to open netns {path:?}: {source}")]
+    Open {
+        /// The netns path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The path exists but is not a network namespace.
+    #[error("failed to open netns {path:?}: not a network namespace")]
+    NotNetns {
+        /// The netns path.
+        path: PathBuf,
+    },
+    /// `setns` failed.
+    #[error("failed to enter netns {path:?}: {source}")]
+    Enter {
+        /// The netns path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The worker thread could not be started.
+    #[error("failed to start a thread for netns {path:?}: {source}")]
+    Thread {
+        /// The netns path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl NetnsError {
+    /// True when the namespace does not exist (any more): the path is missing.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, NetnsError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
+/// An open network namespace, held by file descriptor so it cannot vanish while in use.
+#[derive(Debug)]
+pub struct NetNs {
+    file: File,
+    path: PathBuf,
+}
+
+impl NetNs {
+    /// Opens the network namespace at `path` (a bind mount such as `/run/netns/x`, or
+    /// `/proc/<pid>/ns/net`) and checks that it is one.
+    ///
+    /// # Errors
+    /// [`NetnsError::Open`] when the path cannot be opened, [`NetnsError::NotNetns`] when it is
+    /// not a namespace file.
+    pub fn open(path: impl AsRef<Path>) -> Result<NetNs, NetnsError> {
+        let path = path.as_ref().to_path_buf();
+        let file = File::open(&path).map_err(|source| NetnsError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        let fs = fstatfs(file.as_fd()).map_err(|e| NetnsError::Open {
+            path: path.clone(),
+            source: e.into(),
+        })?;
+        let fs_type = fs.filesystem_type();
+        if fs_type != NSFS_MAGIC && fs_type != PROC_SUPER_MAGIC {
+            return Err(NetnsError::NotNetns { path });
+        }
+        Ok(NetNs { file, path })
+    }
+
+    /// Opens the calling thread's current network namespace.
+    ///
+    /// # Errors
+    /// As [`NetNs::open`].
+    pub fn current() -> Result<NetNs, NetnsError> {
+        NetNs::open(THREAD_NETNS)
+    }
+
+    /// The path this namespace was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// True when both handles name the same namespace (same nsfs device and inode).
+    pub fn is_same(&self, other: &NetNs) -> bool {
+        match (self.file.metadata(), other.file.metadata()) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+
+    /// Runs `f` on a new thread that has entered this namespace, and returns its result.
+    ///
+    /// The calling thread never changes namespace. Anything the closure opens (netlink
+    /// sockets, `/proc/sys/net/...` files, listening sockets, child processes it spawns) is bound
+    /// to this namespace. A panic in `f` is propagated to the caller.
+    ///
+    /// # Errors
+    /// [`NetnsError::Enter`] when `setns` fails (an fd that is some other kind of namespace gives
+    /// [`NetnsError::NotNetns`]), [`NetnsError::Thread`] when no thread could be started.
+    pub fn run<T, F>(&self, f: F) -> Result<T, NetnsError>
+    where
+        F: FnOnce() -> T + Send,
+        T: Send,
+    {
+        std::thread::scope(|scope| {
+            let handle = std::thread::Builder::new()
+                .name("netns".into())
+                .spawn_scoped(scope, || {
+                    setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|errno| {
+                        if errno == nix::errno::Errno::EINVAL {
+                            NetnsError::NotNetns {
+                                path: self.path.clone(),
+                            }
+                        } else {
+                            NetnsError::Enter {
+                                path: self.path.clone(),
+                                source: errno.into(),
+                            }
+                        }
+                    })?;
+                    Ok(f())
+                })
+                .map_err(|source| NetnsError::Thread {
+                    path: self.path.clone(),
+                    source,
+                })?;
+            match handle.join() {
+                Ok(result) => result,
+                Err(payload) => std::panic::resume_unwind(payload),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn open_rejects_a_regular_file_as_not_a_netns() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(b"x").unwrap();
+        let err = NetNs::open(f.path()).unwrap_err();
+        assert!(matches!(err, NetnsError::NotNetns { .. }), "{err}");
+        assert!(err.to_string().contains("not a network namespace"), "{err}");
+    }
+
+    #[test]
+    fn open_reports_a_missing_path_as_not_found() {
+        let err = NetNs::open("/run/netns/does-not-exist-cni-test").unwrap_err();
+        assert!(err.is_not_found(), "{err}");
+        assert!(err.to_string().contains("does-not-exist-cni-test"));
+    }
+
+    #[test]
+    fn current_is_same_as_itself_and_not_as_a_new_namespace() {
+        let here = NetNs::current().unwrap();
+        assert!(here.is_same(&NetNs::current().unwrap()));
+        // Make a fresh namespace on a thread of our own and keep a handle to it.
+        let other = std::thread::spawn(|| {
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET) needs root");
+            NetNs::current().unwrap()
+        })
+        .join()
+        .unwrap();
+        assert!(!here.is_same(&other));
+    }
+
+    #[test]
+    fn run_enters_the_namespace_and_leaves_the_caller_where_it_was() {
+        let before = NetNs::current().unwrap();
+        let other = std::thread::spawn(|| {
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET) needs root");
+            NetNs::current().unwrap()
+        })
+        .join()
+        .unwrap();
+        let inside = other.run(|| NetNs::current().unwrap()).unwrap();
+        assert!(inside.is_same(&other));
+        assert!(NetNs::current().unwrap().is_same(&before));
+        // A fresh namespace has only loopback: its sysctl tree says so from inside.
+        let ifaces = other
+            .run(|| std::fs::read_dir("/proc/sys/net/ipv4/conf").unwrap().count())
+            .unwrap();
+        // all, default, lo
+        assert_eq!(ifaces, 3);
+    }
+
+    #[test]
+    fn run_propagates_a_panic_of_the_closure() {
+        let here = NetNs::current().unwrap();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            here.run(|| panic!("boom")).unwrap();
+        }));
+        assert!(caught.is_err());
+    }
+
+    #[test]
+    fn run_refuses_a_namespace_fd_of_another_kind() {
+        let uts = NetNs::open("/proc/thread-self/ns/uts").unwrap();
+        let err = uts.run(|| ()).unwrap_err();
+        assert!(matches!(err, NetnsError::NotNetns { .. }), "{err}");
+    }
+}
