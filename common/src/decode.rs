@@ -167,7 +167,7 @@ impl<'de> Deserializer<'de> for ValueDeserializer {
             }
             other => other
                 .deserialize_any(visitor)
-                .map_err(|e| <DecodeError as de::Error>::custom(e)),
+                .map_err(<DecodeError as de::Error>::custom),
         }
         .map_err(|e| e.at(&path))
     }
@@ -279,10 +279,7 @@ impl<'de> Deserializer<'de> for ValueDeserializer {
             })
     }
 
-    fn deserialize_ignored_any<V: Visitor<'de>>(
-        self,
-        visitor: V,
-    ) -> Result<V::Value, DecodeError> {
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
         visitor.visit_unit()
     }
 }

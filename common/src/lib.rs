@@ -1,6 +1,12 @@
 //! Shared machinery for the CNI meta plugins.
 #![warn(missing_docs)]
 
+pub mod args;
 pub mod decode;
+pub mod error;
+pub mod lock;
+pub mod logging;
 pub mod netns;
+pub mod store;
+pub mod sysctl;
 pub mod version;

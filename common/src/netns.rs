@@ -158,6 +158,12 @@ impl NetNs {
     }
 }
 
+impl AsFd for NetNs {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,7 +191,8 @@ mod tests {
         assert!(here.is_same(&NetNs::current().unwrap()));
         // Make a fresh namespace on a thread of our own and keep a handle to it.
         let other = std::thread::spawn(|| {
-            nix::sched::unshare(CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET) needs root");
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET)
+                .expect("unshare(CLONE_NEWNET) needs root");
             NetNs::current().unwrap()
         })
         .join()
@@ -197,7 +204,8 @@ mod tests {
     fn run_enters_the_namespace_and_leaves_the_caller_where_it_was() {
         let before = NetNs::current().unwrap();
         let other = std::thread::spawn(|| {
-            nix::sched::unshare(CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET) needs root");
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET)
+                .expect("unshare(CLONE_NEWNET) needs root");
             NetNs::current().unwrap()
         })
         .join()
@@ -207,7 +215,11 @@ mod tests {
         assert!(NetNs::current().unwrap().is_same(&before));
         // A fresh namespace has only loopback: its sysctl tree says so from inside.
         let ifaces = other
-            .run(|| std::fs::read_dir("/proc/sys/net/ipv4/conf").unwrap().count())
+            .run(|| {
+                std::fs::read_dir("/proc/sys/net/ipv4/conf")
+                    .unwrap()
+                    .count()
+            })
             .unwrap();
         // all, default, lo
         assert_eq!(ifaces, 3);

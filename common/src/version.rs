@@ -4,7 +4,9 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Every spec version a plugin can speak, oldest first (the reference's `version.All`).
-pub const ALL: &[&str] = &["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+pub const ALL: &[&str] = &[
+    "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",
+];
 
 /// The newest spec version, used where the caller gave none (error objects, VERSION replies).
 pub const LATEST: &str = "1.1.0";
@@ -107,8 +109,14 @@ mod tests {
     #[test]
     fn parses_one_to_three_parts_with_missing_parts_zero() {
         assert_eq!("1".parse::<CniVersion>().unwrap(), CniVersion::new(1, 0, 0));
-        assert_eq!("0.4".parse::<CniVersion>().unwrap(), CniVersion::new(0, 4, 0));
-        assert_eq!("0.3.1".parse::<CniVersion>().unwrap(), CniVersion::new(0, 3, 1));
+        assert_eq!(
+            "0.4".parse::<CniVersion>().unwrap(),
+            CniVersion::new(0, 4, 0)
+        );
+        assert_eq!(
+            "0.3.1".parse::<CniVersion>().unwrap(),
+            CniVersion::new(0, 3, 1)
+        );
         for bad in ["", "1.2.3.4", "a.b", "1..2", "1.-2", "v1.0.0", " 1.0"] {
             assert!(bad.parse::<CniVersion>().is_err(), "{bad:?}");
         }
@@ -124,7 +132,10 @@ mod tests {
 
     #[test]
     fn starting_from_matches_the_reference_lists() {
-        assert_eq!(starting_from("0.3.0"), &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]);
+        assert_eq!(
+            starting_from("0.3.0"),
+            &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+        );
         assert_eq!(starting_from("0.4.0"), &["0.4.0", "1.0.0", "1.1.0"]);
         assert_eq!(starting_from("0.1.0"), ALL);
     }

@@ -1,0 +1,212 @@
+//! The CNI error object (`{cniVersion, code, msg, details}`) and its well-known codes.
+
+use std::fmt;
+
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+
+/// The error codes of the CNI spec (SPEC.md "Error"), plus the plugin-specific range (100+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// 1: incompatible CNI version.
+    IncompatibleVersion,
+    /// 2: unsupported field in the network configuration.
+    UnsupportedField,
+    /// 3: container unknown or does not exist.
+    UnknownContainer,
+    /// 4: invalid necessary environment variables.
+    InvalidEnv,
+    /// 5: I/O failure (reading stdin, for example).
+    Io,
+    /// 6: failed to decode content.
+    Decode,
+    /// 7: invalid network configuration.
+    InvalidConfig,
+    /// 8: invalid network namespace.
+    InvalidNetns,
+    /// 11: try again later (a transient condition such as a held lock).
+    TryAgainLater,
+    /// 50: the plugin is not available (STATUS).
+    PluginNotAvailable,
+    /// 51: the plugin is available but with limited connectivity (STATUS).
+    LimitedConnectivity,
+    /// 999: internal error.
+    Internal,
+    /// A plugin-specific code (100 and up).
+    Plugin(u32),
+}
+
+impl ErrorCode {
+    /// The numeric code printed in the error object.
+    pub fn as_u32(self) -> u32 {
+        match self {
+            ErrorCode::IncompatibleVersion => 1,
+            ErrorCode::UnsupportedField => 2,
+            ErrorCode::UnknownContainer => 3,
+            ErrorCode::InvalidEnv => 4,
+            ErrorCode::Io => 5,
+            ErrorCode::Decode => 6,
+            ErrorCode::InvalidConfig => 7,
+            ErrorCode::InvalidNetns => 8,
+            ErrorCode::TryAgainLater => 11,
+            ErrorCode::PluginNotAvailable => 50,
+            ErrorCode::LimitedConnectivity => 51,
+            ErrorCode::Internal => 999,
+            ErrorCode::Plugin(n) => n,
+        }
+    }
+}
+
+/// An error as a CNI plugin reports it: a code, a short message and optional details.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct CniError {
+    /// The spec code.
+    pub code: ErrorCode,
+    /// A short message naming what failed.
+    pub msg: String,
+    /// Longer details (the cause chain); empty when there are none.
+    pub details: String,
+}
+
+impl CniError {
+    /// An error with a code and a message.
+    pub fn new(code: ErrorCode, msg: impl Into<String>) -> Self {
+        CniError {
+            code,
+            msg: msg.into(),
+            details: String::new(),
+        }
+    }
+
+    /// Adds details to the error.
+    #[must_use]
+    pub fn with_details(mut self, details: impl Into<String>) -> Self {
+        self.details = details.into();
+        self
+    }
+
+    /// An error whose message is `err`'s text and whose details are the chain of its causes.
+    pub fn from_error(code: ErrorCode, err: &dyn std::error::Error) -> Self {
+        let mut causes = Vec::new();
+        let mut source = err.source();
+        while let Some(cause) = source {
+            causes.push(cause.to_string());
+            source = cause.source();
+        }
+        CniError::new(code, err.to_string()).with_details(causes.join(": "))
+    }
+
+    /// Shorthand for an invalid-configuration (7) error.
+    pub fn invalid_config(msg: impl Into<String>) -> Self {
+        CniError::new(ErrorCode::InvalidConfig, msg)
+    }
+
+    /// Shorthand for an internal (999) error.
+    pub fn internal(msg: impl Into<String>) -> Self {
+        CniError::new(ErrorCode::Internal, msg)
+    }
+
+    /// The error object in the spec's shape, for `cni_version`, as Go prints it (4-space indent).
+    pub fn to_json(&self, cni_version: &str) -> String {
+        let wire = ErrorObject {
+            cni_version,
+            error: self,
+        };
+        let mut out = Vec::new();
+        let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+        let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+        // Serialising strings and integers into a Vec cannot fail.
+        if wire.serialize(&mut ser).is_err() {
+            return format!("{{\"code\": {}}}", self.code.as_u32());
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+impl fmt::Display for CniError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.msg)?;
+        if !self.details.is_empty() {
+            write!(f, ": {}", self.details)?;
+        }
+        Ok(())
+    }
+}
+
+struct ErrorObject<'a> {
+    cni_version: &'a str,
+    error: &'a CniError,
+}
+
+impl Serialize for ErrorObject<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("cniVersion", self.cni_version)?;
+        map.serialize_entry("code", &self.error.code.as_u32())?;
+        map.serialize_entry("msg", &self.error.msg)?;
+        if !self.error.details.is_empty() {
+            map.serialize_entry("details", &self.error.details)?;
+        }
+        map.end()
+    }
+}
+
+impl From<crate::netns::NetnsError> for CniError {
+    fn from(err: crate::netns::NetnsError) -> Self {
+        let code = match err {
+            crate::netns::NetnsError::Thread { .. } => ErrorCode::Internal,
+            _ => ErrorCode::InvalidNetns,
+        };
+        CniError::from_error(code, &err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_object_has_the_spec_keys_in_order_and_omits_empty_details() {
+        let e = CniError::new(
+            ErrorCode::InvalidEnv,
+            "required env variables [CNI_NETNS] missing",
+        );
+        assert_eq!(
+            e.to_json("1.1.0"),
+            "{\n    \"cniVersion\": \"1.1.0\",\n    \"code\": 4,\n    \"msg\": \"required env variables [CNI_NETNS] missing\"\n}"
+        );
+        let e = e.with_details("more");
+        assert!(e.to_json("0.4.0").ends_with("\"details\": \"more\"\n}"));
+    }
+
+    #[test]
+    fn codes_match_the_spec_numbers() {
+        let table = [
+            (ErrorCode::IncompatibleVersion, 1),
+            (ErrorCode::UnsupportedField, 2),
+            (ErrorCode::UnknownContainer, 3),
+            (ErrorCode::InvalidEnv, 4),
+            (ErrorCode::Io, 5),
+            (ErrorCode::Decode, 6),
+            (ErrorCode::InvalidConfig, 7),
+            (ErrorCode::InvalidNetns, 8),
+            (ErrorCode::TryAgainLater, 11),
+            (ErrorCode::PluginNotAvailable, 50),
+            (ErrorCode::LimitedConnectivity, 51),
+            (ErrorCode::Internal, 999),
+            (ErrorCode::Plugin(120), 120),
+        ];
+        for (code, n) in table {
+            assert_eq!(code.as_u32(), n);
+        }
+    }
+
+    #[test]
+    fn from_error_keeps_the_cause_chain_in_details() {
+        let err = crate::netns::NetNs::open("/nonexistent/netns").unwrap_err();
+        let cni: CniError = err.into();
+        assert_eq!(cni.code, ErrorCode::InvalidNetns);
+        assert!(cni.msg.contains("/nonexistent/netns"), "{}", cni.msg);
+        assert!(cni.details.contains("No such file"), "{}", cni.details);
+    }
+}

@@ -1,0 +1,165 @@
+//! File locks with a bounded wait, held for exactly as long as a [`FileLock`] value lives.
+//!
+//! The lock is `flock(2)` through `std::fs::File::lock`, the same mechanism the Go plugins use on
+//! their state files. A lock that stays contended past the wait becomes code 11 ("try again
+//! later"), so the runtime retries instead of the plugin hanging forever.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::error::{CniError, ErrorCode};
+
+/// How long plugins wait for a contended lock by default.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+
+/// A failure to take a lock.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// The lock file could not be opened or created.
+    #[error("failed to open lock file {path:?}: {source}")]
+    Open {
+        /// The lock file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another holder kept the lock for the whole wait.
+    #[error("lock {path:?} is held by another process; gave up after {waited:?}")]
+    Timeout {
+        /// The lock file.
+        path: PathBuf,
+        /// How long we waited.
+        waited: Duration,
+    },
+    /// flock failed for another reason.
+    #[error("failed to lock {path:?}: {source}")]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<LockError> for CniError {
+    fn from(err: LockError) -> Self {
+        let code = match err {
+            LockError::Timeout { .. } => ErrorCode::TryAgainLater,
+            _ => ErrorCode::Io,
+        };
+        CniError::from_error(code, &err)
+    }
+}
+
+/// An exclusive lock on a file; released when dropped.
+#[derive(Debug)]
+pub struct FileLock {
+    file: File,
+    path: PathBuf,
+}
+
+impl FileLock {
+    /// Locks `path` (creating it and its directory if needed), waiting at most `wait`.
+    ///
+    /// # Errors
+    /// [`LockError::Timeout`] when still contended after `wait`; other variants for I/O errors.
+    pub fn acquire(path: impl AsRef<Path>, wait: Duration) -> Result<FileLock, LockError> {
+        let path = path.as_ref().to_path_buf();
+        let open_err = |source| LockError::Open {
+            path: path.clone(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(open_err)?;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(open_err)?;
+        FileLock::acquire_file(file, path, wait)
+    }
+
+    /// Locks an already open file (for example a directory), waiting at most `wait`.
+    ///
+    /// # Errors
+    /// As [`FileLock::acquire`].
+    pub fn acquire_file(file: File, path: PathBuf, wait: Duration) -> Result<FileLock, LockError> {
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(FileLock { file, path }),
+                Err(TryLockError::WouldBlock) => {
+                    let waited = start.elapsed();
+                    if waited >= wait {
+                        return Err(LockError::Timeout { path, waited });
+                    }
+                    std::thread::sleep(pause.min(wait - waited));
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Err(TryLockError::Error(source)) => return Err(LockError::Lock { path, source }),
+            }
+        }
+    }
+
+    /// The locked path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        // Closing the file would release it too; unlocking first makes the order explicit.
+        let _ = self.file.unlock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_holder_times_out_with_code_11_and_succeeds_after_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/state.lock");
+        let first = FileLock::acquire(&path, Duration::from_secs(1)).unwrap();
+        let started = Instant::now();
+        let err = FileLock::acquire(&path, Duration::from_millis(100)).unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        assert!(matches!(err, LockError::Timeout { .. }), "{err}");
+        let cni: CniError = err.into();
+        assert_eq!(cni.code, ErrorCode::TryAgainLater);
+        assert!(cni.msg.contains("state.lock"), "{}", cni.msg);
+        drop(first);
+        FileLock::acquire(&path, Duration::from_millis(100)).unwrap();
+    }
+
+    #[test]
+    fn a_waiter_gets_the_lock_when_the_holder_lets_go_within_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l");
+        let first = FileLock::acquire(&path, Duration::from_secs(1)).unwrap();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(first);
+        });
+        let second = FileLock::acquire(&path, Duration::from_secs(5)).unwrap();
+        assert_eq!(second.path(), path);
+        releaser.join().unwrap();
+    }
+
+    #[test]
+    fn an_unopenable_path_is_an_io_error() {
+        let err =
+            FileLock::acquire("/proc/no-such-dir/x.lock", Duration::from_millis(10)).unwrap_err();
+        assert!(matches!(err, LockError::Open { .. }));
+        assert_eq!(CniError::from(err).code, ErrorCode::Io);
+    }
+}
