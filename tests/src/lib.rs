@@ -1,1 +1,28 @@
-//! placeholder
+//! End-to-end harness for the CNI meta plugins.
+//!
+//! - [`netns`]: named network namespaces at `/run/netns/<name>` removed on drop, veth links, and
+//!   the usual host/container/client [`netns::Topology`].
+//! - [`bins`]: where our plugin binaries (cargo's target dir) and the Go reference plugins
+//!   (`/usr/lib/cni`) are.
+//! - [`runtime`]: a libcni-like runtime running plugin chains inside a host namespace
+//!   (capabilities → `runtimeConfig`, `prevResult` chaining, DEL in reverse, a result cache,
+//!   CHECK/STATUS/GC) plus raw execution for conformance tests.
+//! - [`traffic`]: TCP/UDP/HTTP servers and clients in namespaces, and `iperf3` runs.
+//! - [`process`]: child processes spawned inside a namespace and waited for with a deadline.
+//!
+//! Everything needs root and fails (never skips) without it. Nothing here touches the machine's
+//! own network namespace: namespaces are created on throwaway threads, commands and plugins are
+//! spawned from threads inside test namespaces, and the runtime refuses pid 1's namespace.
+//! Our plugin binaries must be built first: `cargo build --workspace --bins`.
+
+pub mod bins;
+pub mod netns;
+pub mod process;
+pub mod runtime;
+pub mod traffic;
+
+pub use netns::{TestNetns, Topology, veth_pair};
+pub use runtime::{
+    Attachment, CniErrorObject, NetworkConfigList, PluginFailure, PluginOutput, Runtime,
+    RuntimeConf, RuntimeError,
+};
