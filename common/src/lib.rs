@@ -6,6 +6,7 @@ pub mod decode;
 pub mod error;
 pub mod lock;
 pub mod logging;
+pub mod netlink;
 pub mod netns;
 pub mod store;
 pub mod sysctl;
