@@ -10,4 +10,5 @@ pub mod netlink;
 pub mod netns;
 pub mod store;
 pub mod sysctl;
+pub mod types;
 pub mod version;
