@@ -4,7 +4,8 @@
 //! `capabilities`, `runtimeConfig`, `prevResult`, `args`, `cni.dev/valid-attachments`) and the
 //! plugin's own keys decoded into `T` from the same object, as if flattened in. Decoding follows
 //! Go's rules (see [`crate::decode`]): keys match case-insensitively, unknown keys are ignored,
-//! empty strings for optional keys mean unset.
+//! empty strings for optional keys mean unset. A plugin without keys of its own uses
+//! `NetConf<serde::de::IgnoredAny>`.
 
 use std::collections::BTreeMap;
 
@@ -124,7 +125,10 @@ impl<T> NetConf<T> {
             };
             CniError::new(
                 ErrorCode::Decode,
-                format!("failed to decode network configuration: {path}: {}", e.message()),
+                format!(
+                    "failed to decode network configuration: {path}: {}",
+                    e.message()
+                ),
             )
         })
     }
@@ -140,9 +144,7 @@ impl<T> NetConf<T> {
         };
         CniResult::from_prev_result(&Value::Object(raw.clone()), &self.cni_version)
             .map(Some)
-            .map_err(|e| {
-                CniError::new(ErrorCode::Decode, format!("could not parse prevResult: {e}"))
-            })
+            .map_err(|e| CniError::new(ErrorCode::Decode, e.to_string()))
     }
 
     /// True when the conflist declared capability `key` (e.g. `portMappings`).
@@ -268,7 +270,10 @@ mod tests {
             (json!({"name": "n", "snat": "yes"}), "snat"),
             (json!({"name": "n", "markMasqBit": 1.5}), "markMasqBit"),
             (json!({"name": 1}), "name"),
-            (json!({"name": "n", "capabilities": {"portMappings": 1}}), "capabilities.portMappings"),
+            (
+                json!({"name": "n", "capabilities": {"portMappings": 1}}),
+                "capabilities.portMappings",
+            ),
         ];
         for (input, key) in cases {
             let err = NetConf::<PortmapKeys>::from_value(input.clone()).unwrap_err();
@@ -319,6 +324,10 @@ mod tests {
         .unwrap();
         let err = conf.prev_result().unwrap_err();
         assert_eq!(err.code, ErrorCode::Decode);
-        assert!(err.msg.starts_with("could not parse prevResult"), "{}", err.msg);
+        assert!(
+            err.msg.starts_with("could not parse prevResult"),
+            "{}",
+            err.msg
+        );
     }
 }

@@ -2,12 +2,14 @@
 #![warn(missing_docs)]
 
 pub mod args;
+pub mod conf;
 pub mod decode;
 pub mod error;
 pub mod lock;
 pub mod logging;
 pub mod netlink;
 pub mod netns;
+pub mod skel;
 pub mod store;
 pub mod sysctl;
 pub mod types;

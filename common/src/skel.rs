@@ -153,7 +153,10 @@ impl Call {
     pub fn open_netns(&self) -> Result<NetNs, CniError> {
         match &self.netns {
             Some(path) => Ok(NetNs::open(path)?),
-            None => Err(CniError::new(ErrorCode::InvalidNetns, "CNI_NETNS is not set")),
+            None => Err(CniError::new(
+                ErrorCode::InvalidNetns,
+                "CNI_NETNS is not set",
+            )),
         }
     }
 }
@@ -249,7 +252,10 @@ pub fn run_with(
             (error.to_json(&version), 1)
         }
     };
-    if let Err(e) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         let _ = writeln!(stderr, "{}: failed to write to stdout: {e}", plugin.name());
         return 1;
     }
@@ -314,10 +320,11 @@ fn dispatch(
     if let Err(e) = gate_version(command, &call.cni_version, plugin.supported_versions()) {
         return fail(&reply_version, e);
     }
-    if command.is_attachment_verb() && !is_truthy(&var("CNI_NETNS_OVERRIDE")) {
-        if let Err(e) = refuse_own_netns(&call) {
-            return fail(&reply_version, e);
-        }
+    if command.is_attachment_verb()
+        && !is_truthy(&var("CNI_NETNS_OVERRIDE"))
+        && let Err(e) = refuse_own_netns(&call)
+    {
+        return fail(&reply_version, e);
     }
     log::debug!(
         "{} {} container={} ifname={} netns={:?}",
@@ -350,7 +357,10 @@ fn unreachable_version() -> Result<String, CniError> {
 
 /// The variables in the order the reference reads them, with the verbs that require them.
 const VARS: &[(&str, &[Command])] = &[
-    ("CNI_CONTAINERID", &[Command::Add, Command::Check, Command::Del]),
+    (
+        "CNI_CONTAINERID",
+        &[Command::Add, Command::Check, Command::Del],
+    ),
     ("CNI_NETNS", &[Command::Add, Command::Check]),
     ("CNI_IFNAME", &[Command::Add, Command::Check, Command::Del]),
     ("CNI_ARGS", &[]),
@@ -410,7 +420,10 @@ fn validate_container_id(id: &str) -> Result<(), CniError> {
     if is_valid_name(id) {
         Ok(())
     } else {
-        Err(CniError::new(ErrorCode::InvalidEnv, "invalid characters in containerID").with_details(id))
+        Err(
+            CniError::new(ErrorCode::InvalidEnv, "invalid characters in containerID")
+                .with_details(id),
+        )
     }
 }
 
@@ -430,8 +443,13 @@ pub fn validate_ifname(name: &str) -> Result<(), CniError> {
     if name == "." || name == ".." {
         return Err(err("interface name is . or .."));
     }
-    if name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
-        return Err(err("interface name contains / or : or whitespace characters"));
+    if name
+        .chars()
+        .any(|c| c == '/' || c == ':' || c.is_whitespace())
+    {
+        return Err(err(
+            "interface name contains / or : or whitespace characters",
+        ));
     }
     Ok(())
 }
@@ -450,15 +468,20 @@ fn validate_config(stdin: &[u8]) -> Result<String, CniError> {
         return Err(CniError::invalid_config("missing network name"));
     }
     if !is_valid_name(&head.plugin.name) {
-        return Err(CniError::invalid_config("invalid characters found in network name")
-            .with_details(head.plugin.name));
+        return Err(
+            CniError::invalid_config("invalid characters found in network name")
+                .with_details(head.plugin.name),
+        );
     }
     Ok(head.plugin.cni_version)
 }
 
 fn gate_version(command: Command, config: &str, supported: &[&str]) -> Result<(), CniError> {
     let parsed: CniVersion = config.parse().map_err(|e: version::VersionError| {
-        CniError::new(ErrorCode::Decode, format!("invalid cniVersion in config: {e}"))
+        CniError::new(
+            ErrorCode::Decode,
+            format!("invalid cniVersion in config: {e}"),
+        )
     })?;
     if let Some(min) = command.min_version() {
         if parsed < min {
@@ -466,7 +489,9 @@ fn gate_version(command: Command, config: &str, supported: &[&str]) -> Result<()
                 ErrorCode::IncompatibleVersion,
                 format!("config version does not allow {command}"),
             )
-            .with_details(format!("config is {config:?}, {command} needs {min} or later")));
+            .with_details(format!(
+                "config is {config:?}, {command} needs {min} or later"
+            )));
         }
         let plugin_allows = supported
             .iter()
@@ -480,8 +505,13 @@ fn gate_version(command: Command, config: &str, supported: &[&str]) -> Result<()
     }
     if !supported.contains(&config) {
         let list: Vec<String> = supported.iter().map(|v| format!("{v:?}")).collect();
-        return Err(CniError::new(ErrorCode::IncompatibleVersion, "incompatible CNI versions")
-            .with_details(format!("config is {config:?}, plugin supports [{}]", list.join(" "))));
+        return Err(
+            CniError::new(ErrorCode::IncompatibleVersion, "incompatible CNI versions")
+                .with_details(format!(
+                    "config is {config:?}, plugin supports [{}]",
+                    list.join(" ")
+                )),
+        );
     }
     Ok(())
 }
@@ -510,7 +540,9 @@ fn is_truthy(s: &str) -> bool {
 
 fn print_result(result: &CniResult, version: &str) -> Result<String, CniError> {
     result.to_json(version).map_err(|e| {
-        CniError::internal(format!("failed to print the result in version {version}: {e}"))
+        CniError::internal(format!(
+            "failed to print the result in version {version}: {e}"
+        ))
     })
 }
 
@@ -518,7 +550,10 @@ fn version_reply(plugin: &dyn Plugin, stdin: &[u8]) -> Result<String, CniError> 
     let mut reply_version = version::LATEST.to_string();
     if !stdin.iter().all(u8::is_ascii_whitespace) {
         let input: Value = serde_json::from_slice(stdin).map_err(|e| {
-            CniError::new(ErrorCode::Decode, format!("failed to decode VERSION input: {e}"))
+            CniError::new(
+                ErrorCode::Decode,
+                format!("failed to decode VERSION input: {e}"),
+            )
         })?;
         let given = input
             .as_object()
@@ -563,23 +598,31 @@ mod tests {
             if let Some(e) = &self.fail_with {
                 return Err(e.clone());
             }
-            let conf: NetConf<()> = call.conf()?;
+            let conf: NetConf<serde::de::IgnoredAny> = call.conf()?;
             Ok(conf.prev_result()?.unwrap_or_default())
         }
         fn check(&self, call: &Call) -> Result<(), CniError> {
-            self.calls.borrow_mut().push((call.command, call.cni_version.clone()));
+            self.calls
+                .borrow_mut()
+                .push((call.command, call.cni_version.clone()));
             Ok(())
         }
         fn del(&self, call: &Call) -> Result<(), CniError> {
-            self.calls.borrow_mut().push((call.command, call.cni_version.clone()));
+            self.calls
+                .borrow_mut()
+                .push((call.command, call.cni_version.clone()));
             self.fail_with.clone().map_or(Ok(()), Err)
         }
         fn gc(&self, call: &Call) -> Result<(), CniError> {
-            self.calls.borrow_mut().push((call.command, call.cni_version.clone()));
+            self.calls
+                .borrow_mut()
+                .push((call.command, call.cni_version.clone()));
             Ok(())
         }
         fn status(&self, call: &Call) -> Result<(), CniError> {
-            self.calls.borrow_mut().push((call.command, call.cni_version.clone()));
+            self.calls
+                .borrow_mut()
+                .push((call.command, call.cni_version.clone()));
             Ok(())
         }
     }
@@ -611,7 +654,11 @@ mod tests {
 
     impl Run {
         fn error(&self) -> Value {
-            assert_eq!(self.status, 1, "expected a failure, stdout: {}", self.stdout);
+            assert_eq!(
+                self.status, 1,
+                "expected a failure, stdout: {}",
+                self.stdout
+            );
             serde_json::from_str(&self.stdout).expect("stdout is one JSON document")
         }
         fn code(&self) -> u64 {
@@ -670,8 +717,15 @@ mod tests {
         let run = invoke(&Recorder::default(), &env_of(&[]), "");
         assert_eq!(run.status, 0);
         assert_eq!(run.stdout, "");
-        assert!(run.stderr.starts_with("CNI recorder plugin"), "{}", run.stderr);
-        assert!(run.stderr.contains("0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0"));
+        assert!(
+            run.stderr.starts_with("CNI recorder plugin"),
+            "{}",
+            run.stderr
+        );
+        assert!(
+            run.stderr
+                .contains("0.1.0, 0.2.0, 0.3.0, 0.3.1, 0.4.0, 1.0.0, 1.1.0")
+        );
     }
 
     #[test]
@@ -693,7 +747,11 @@ mod tests {
 
     #[test]
     fn unknown_command_is_code_4() {
-        let run = invoke(&Recorder::default(), &env_of(&[("CNI_COMMAND", "FROB")]), CONF);
+        let run = invoke(
+            &Recorder::default(),
+            &env_of(&[("CNI_COMMAND", "FROB")]),
+            CONF,
+        );
         assert_eq!(run.code(), 4);
         assert_eq!(run.msg(), "unknown CNI_COMMAND: FROB");
     }
@@ -701,9 +759,18 @@ mod tests {
     #[test]
     fn missing_variables_are_listed_by_name_per_verb() {
         let cases = [
-            ("ADD", "required env variables [CNI_CONTAINERID,CNI_NETNS,CNI_IFNAME] missing"),
-            ("CHECK", "required env variables [CNI_CONTAINERID,CNI_NETNS,CNI_IFNAME] missing"),
-            ("DEL", "required env variables [CNI_CONTAINERID,CNI_IFNAME] missing"),
+            (
+                "ADD",
+                "required env variables [CNI_CONTAINERID,CNI_NETNS,CNI_IFNAME] missing",
+            ),
+            (
+                "CHECK",
+                "required env variables [CNI_CONTAINERID,CNI_NETNS,CNI_IFNAME] missing",
+            ),
+            (
+                "DEL",
+                "required env variables [CNI_CONTAINERID,CNI_IFNAME] missing",
+            ),
         ];
         for (cmd, msg) in cases {
             let run = invoke(&Recorder::default(), &env_of(&[("CNI_COMMAND", cmd)]), CONF);
@@ -722,12 +789,32 @@ mod tests {
     #[test]
     fn container_id_and_ifname_are_validated_before_missing_variables() {
         let cases = [
-            ("CNI_CONTAINERID", "-bad", "invalid characters in containerID"),
-            ("CNI_CONTAINERID", "a/b", "invalid characters in containerID"),
-            ("CNI_IFNAME", "abcdefghijklmnop", "interface name is too long (at most 15 bytes)"),
+            (
+                "CNI_CONTAINERID",
+                "-bad",
+                "invalid characters in containerID",
+            ),
+            (
+                "CNI_CONTAINERID",
+                "a/b",
+                "invalid characters in containerID",
+            ),
+            (
+                "CNI_IFNAME",
+                "abcdefghijklmnop",
+                "interface name is too long (at most 15 bytes)",
+            ),
             ("CNI_IFNAME", "..", "interface name is . or .."),
-            ("CNI_IFNAME", "eth 0", "interface name contains / or : or whitespace characters"),
-            ("CNI_IFNAME", "eth:0", "interface name contains / or : or whitespace characters"),
+            (
+                "CNI_IFNAME",
+                "eth 0",
+                "interface name contains / or : or whitespace characters",
+            ),
+            (
+                "CNI_IFNAME",
+                "eth:0",
+                "interface name contains / or : or whitespace characters",
+            ),
         ];
         for (key, value, msg) in cases {
             let env = env_of(&[("CNI_COMMAND", "DEL"), (key, value)]);
@@ -740,13 +827,20 @@ mod tests {
 
     #[test]
     fn bad_json_is_code_6_and_bad_names_are_code_7() {
-        let env = env_of(&[("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "c"), ("CNI_IFNAME", "eth0")]);
+        let env = env_of(&[
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", "c"),
+            ("CNI_IFNAME", "eth0"),
+        ]);
         let p = Recorder::default();
         assert_eq!(invoke(&p, &env, "{").code(), 6);
         assert_eq!(invoke(&p, &env, "[1]").code(), 6);
         assert_eq!(invoke(&p, &env, r#"{"name": 3}"#).code(), 6);
         let run = invoke(&p, &env, r#"{"cniVersion": "1.0.0"}"#);
-        assert_eq!((run.code(), run.msg()), (7, "missing network name".to_string()));
+        assert_eq!(
+            (run.code(), run.msg()),
+            (7, "missing network name".to_string())
+        );
         let run = invoke(&p, &env, r#"{"cniVersion": "1.0.0", "name": "-x"}"#);
         assert_eq!(run.code(), 7);
         assert_eq!(run.msg(), "invalid characters found in network name");
@@ -756,8 +850,16 @@ mod tests {
 
     #[test]
     fn unsupported_versions_are_code_1_with_the_supported_list() {
-        let env = env_of(&[("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "c"), ("CNI_IFNAME", "eth0")]);
-        let run = invoke(&Bandwidthish, &env, r#"{"cniVersion": "0.2.0", "name": "n"}"#);
+        let env = env_of(&[
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", "c"),
+            ("CNI_IFNAME", "eth0"),
+        ]);
+        let run = invoke(
+            &Bandwidthish,
+            &env,
+            r#"{"cniVersion": "0.2.0", "name": "n"}"#,
+        );
         assert_eq!(run.code(), 1);
         assert_eq!(run.msg(), "incompatible CNI versions");
         assert_eq!(
@@ -769,10 +871,19 @@ mod tests {
         // No cniVersion means 0.1.0.
         let run = invoke(&Bandwidthish, &env, r#"{"name": "n"}"#);
         assert_eq!(run.code(), 1);
-        assert!(run.error()["details"].as_str().unwrap().starts_with("config is \"0.1.0\""));
+        assert!(
+            run.error()["details"]
+                .as_str()
+                .unwrap()
+                .starts_with("config is \"0.1.0\"")
+        );
         let run = invoke(&Bandwidthish, &env, r#"{"cniVersion": "one", "name": "n"}"#);
         assert_eq!(run.code(), 6);
-        let run = invoke(&Bandwidthish, &env, r#"{"cniVersion": "0.5.0", "name": "n"}"#);
+        let run = invoke(
+            &Bandwidthish,
+            &env,
+            r#"{"cniVersion": "0.5.0", "name": "n"}"#,
+        );
         assert_eq!(run.code(), 1);
     }
 
@@ -784,12 +895,20 @@ mod tests {
             ("CNI_IFNAME", "eth0"),
             ("CNI_NETNS", "/nonexistent"),
         ]);
-        let run = invoke(&Recorder::default(), &check, r#"{"cniVersion": "0.3.1", "name": "n"}"#);
+        let run = invoke(
+            &Recorder::default(),
+            &check,
+            r#"{"cniVersion": "0.3.1", "name": "n"}"#,
+        );
         assert_eq!(run.code(), 1);
         assert_eq!(run.msg(), "config version does not allow CHECK");
         for cmd in ["STATUS", "GC"] {
             let env = env_of(&[("CNI_COMMAND", cmd)]);
-            let run = invoke(&Recorder::default(), &env, r#"{"cniVersion": "1.0.0", "name": "n"}"#);
+            let run = invoke(
+                &Recorder::default(),
+                &env,
+                r#"{"cniVersion": "1.0.0", "name": "n"}"#,
+            );
             assert_eq!(run.code(), 1, "{cmd}");
             assert_eq!(run.msg(), format!("config version does not allow {cmd}"));
         }
@@ -810,7 +929,10 @@ mod tests {
         assert_eq!(out["ips"][0]["address"], "10.1.0.5/24");
         assert_eq!(out["ips"][0]["version"], "4");
         assert!(!run.stdout.ends_with('\n'));
-        assert_eq!(p.calls.borrow().as_slice(), &[(Command::Add, "0.4.0".to_string())]);
+        assert_eq!(
+            p.calls.borrow().as_slice(),
+            &[(Command::Add, "0.4.0".to_string())]
+        );
     }
 
     #[test]
@@ -827,7 +949,10 @@ mod tests {
             assert_eq!((run.status, run.stdout.as_str()), (0, ""), "{cmd}");
         }
         let verbs: Vec<Command> = p.calls.borrow().iter().map(|c| c.0).collect();
-        assert_eq!(verbs, [Command::Check, Command::Del, Command::Gc, Command::Status]);
+        assert_eq!(
+            verbs,
+            [Command::Check, Command::Del, Command::Gc, Command::Status]
+        );
     }
 
     #[test]
@@ -836,7 +961,11 @@ mod tests {
             fail_with: Some(CniError::new(ErrorCode::TryAgainLater, "lock held").with_details("x")),
             ..Recorder::default()
         };
-        let env = env_of(&[("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "c"), ("CNI_IFNAME", "eth0")]);
+        let env = env_of(&[
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", "c"),
+            ("CNI_IFNAME", "eth0"),
+        ]);
         let run = invoke(&p, &env, r#"{"cniVersion": "0.4.0", "name": "n"}"#);
         assert_eq!(
             run.error(),
@@ -859,7 +988,11 @@ mod tests {
     #[test]
     fn del_runs_without_a_netns_and_with_a_vanished_one() {
         let p = Recorder::default();
-        let env = env_of(&[("CNI_COMMAND", "DEL"), ("CNI_CONTAINERID", "c"), ("CNI_IFNAME", "eth0")]);
+        let env = env_of(&[
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", "c"),
+            ("CNI_IFNAME", "eth0"),
+        ]);
         assert_eq!(invoke(&p, &env, CONF).status, 0);
         let run = invoke(&p, &attach_env("DEL", "/run/netns/gone-for-good"), CONF);
         assert_eq!(run.status, 0);
@@ -869,12 +1002,18 @@ mod tests {
     #[test]
     fn call_exposes_cni_args_and_path() {
         let mut env = attach_env("ADD", "/x");
-        env.insert("CNI_ARGS".into(), "IgnoreUnknown=1;MAC=02:00:00:00:00:01".into());
+        env.insert(
+            "CNI_ARGS".into(),
+            "IgnoreUnknown=1;MAC=02:00:00:00:00:01".into(),
+        );
         env.insert("CNI_PATH".into(), "/opt/cni/bin:/usr/lib/cni".into());
         let lookup = |k: &str| env.get(k).cloned().unwrap_or_default();
         let call = read_env(Command::Add, &lookup).unwrap();
         assert_eq!(call.cni_args().unwrap().mac(), Some("02:00:00:00:00:01"));
-        assert_eq!(call.path, [PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")]);
+        assert_eq!(
+            call.path,
+            [PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")]
+        );
         assert_eq!(call.netns, Some(PathBuf::from("/x")));
         let err = call.open_netns().unwrap_err();
         assert_eq!(err.code, ErrorCode::InvalidNetns);
