@@ -433,10 +433,14 @@ impl Runtime {
     /// As [`Runtime::new`] for any namespace other than the machine's own.
     ///
     /// # Errors
-    /// When `host` is the machine's own namespace (that of pid 1).
+    /// When `host` is the namespace this process started in (`/proc/self/ns/net`, the main
+    /// thread's) or pid 1's (when visible).
     pub fn in_netns(host: NetNs) -> anyhow::Result<Runtime> {
-        let root = NetNs::open("/proc/1/ns/net").context("failed to open pid 1's netns")?;
-        if host.is_same(&root) {
+        let own =
+            NetNs::open("/proc/self/ns/net").context("failed to open this process's netns")?;
+        // pid 1 may be out of reach in a sandbox (EACCES); this process's own check suffices.
+        let init = NetNs::open("/proc/1/ns/net").ok();
+        if host.is_same(&own) || init.is_some_and(|init| host.is_same(&init)) {
             bail!(
                 "refusing to run plugins in the machine's own network namespace ({:?})",
                 host.path()
@@ -461,6 +465,19 @@ impl Runtime {
     #[must_use]
     pub fn with_plugin_dirs(mut self, dirs: Vec<PathBuf>) -> Runtime {
         self.plugin_dirs = dirs;
+        self
+    }
+
+    /// Replaces our bin dir (first search dir; where our five plugins must be found).
+    #[must_use]
+    pub fn with_bin_dir(mut self, dir: impl Into<PathBuf>) -> Runtime {
+        let dir = dir.into();
+        for d in &mut self.plugin_dirs {
+            if *d == self.our_dir {
+                d.clone_from(&dir);
+            }
+        }
+        self.our_dir = dir;
         self
     }
 
