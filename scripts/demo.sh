@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The main job: build the plugins, then run a real chain (a Go main plugin from Debian's
+# containernetworking-plugins, then ours) in throwaway network namespaces, with live traffic,
+# printing what each plugin did. Leaves nothing behind.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+
+echo "==> building (cargo build --release --workspace --bins)"
+cargo build "${locked[@]}" --release --workspace --bins --quiet
+exec ./target/release/demo "$@"

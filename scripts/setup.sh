@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs what the demo and the tests need, when it is missing. Sourced by demo.sh and test.sh.
+# Needs root (network namespaces, netlink, apt-get).
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "error: run this as root: the demo and the tests create network namespaces and program them" >&2
+  exit 1
+fi
+
+# Debian package -> a file it installs, so we only touch apt when something is missing.
+declare -A want=(
+  [iproute2]=/usr/sbin/ip
+  [iptables]=/usr/sbin/iptables
+  [nftables]=/usr/sbin/nft
+  [iperf3]=/usr/bin/iperf3
+  [curl]=/usr/bin/curl
+  [util-linux]=/usr/bin/nsenter
+  [containernetworking-plugins]=/usr/lib/cni/bridge
+)
+missing=()
+for pkg in "${!want[@]}"; do
+  [ -e "${want[$pkg]}" ] || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "==> installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  for dir in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
+    [ -x "$dir/cargo" ] && export PATH="$dir:$PATH" && break
+  done
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "error: cargo not found: install Rust 1.89 or newer (https://rustup.rs), then rerun" >&2
+  exit 1
+fi
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+locked=()
+[ -n "${CI:-}" ] && locked=(--locked)

@@ -1,0 +1,519 @@
+//! CNI protocol conformance, table-driven over every plugin binary of the workspace.
+//!
+//! Each test runs every [`Subject`] through one rule of the protocol (SPEC.md and the skel rules
+//! in README.md) and reports all subjects that break it at once. Plugins run as real processes,
+//! inside a throwaway host namespace; the attachment cases chain them after Debian's Go `bridge`
+//! + `host-local` on a fresh container namespace. A plugin issue adds its binary to [`subjects`].
+
+// An integration test crate is a test module of its own.
+#![allow(clippy::tests_outside_test_module)]
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::{Value, json};
+use tests::{NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology};
+
+/// One plugin binary under test.
+struct Subject {
+    /// Binary (and CNI type) name.
+    name: &'static str,
+    /// What VERSION must list, in order.
+    versions: &'static [&'static str],
+    /// The plugin's own keys for a config that ADD accepts after `bridge`, given a scratch dir.
+    keys: fn(&Path) -> Value,
+}
+
+fn subjects() -> Vec<Subject> {
+    vec![Subject {
+        name: "passthrough",
+        versions: common::version::ALL,
+        keys: |scratch| json!({ "dataDir": scratch.join("passthrough") }),
+    }]
+}
+
+/// A host namespace to run plugins in, a runtime, and a scratch dir for state.
+struct Bench {
+    /// Kept alive for the runtime, which runs plugins inside it.
+    _host: TestNetns,
+    runtime: Runtime,
+    scratch: tempfile::TempDir,
+}
+
+impl Bench {
+    fn new() -> Result<Bench> {
+        Bench::with_host(TestNetns::new("conf")?)
+    }
+
+    fn with_host(host: TestNetns) -> Result<Bench> {
+        let runtime = Runtime::new(&host)?;
+        Ok(Bench {
+            _host: host,
+            runtime,
+            scratch: tempfile::tempdir()?,
+        })
+    }
+
+    /// A minimal config of `subject` in `version`.
+    fn conf(&self, subject: &Subject, version: &str) -> Value {
+        let mut conf = (subject.keys)(self.scratch.path());
+        conf["cniVersion"] = json!(version);
+        conf["name"] = json!("conformance");
+        conf["type"] = json!(subject.name);
+        conf
+    }
+
+    fn exec(
+        &self,
+        subject: &Subject,
+        command: Option<&str>,
+        env: &[(&str, &str)],
+        stdin: &[u8],
+    ) -> Result<PluginOutput> {
+        self.runtime.exec_plugin(subject.name, command, env, stdin)
+    }
+}
+
+/// Runs `case` for every subject and fails listing every subject that broke the rule.
+fn for_each_subject(case: impl Fn(&Subject) -> Result<()>) {
+    let failures: Vec<String> = subjects()
+        .iter()
+        .filter_map(|s| case(s).err().map(|e| format!("{}: {e:#}", s.name)))
+        .collect();
+    assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+/// Stdout must be exactly one JSON document (serde rejects trailing text).
+fn one_document(out: &PluginOutput) -> Result<Value> {
+    serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "stdout is not one JSON document: {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Asserts a failure with `code` and returns the error object.
+fn expect_error(out: &PluginOutput, code: u64) -> Result<Value> {
+    let doc = one_document(out)?;
+    ensure!(
+        !out.status.success(),
+        "exit status {} for an error",
+        out.status
+    );
+    ensure!(
+        doc["code"] == code,
+        "code {} (msg {}), want {code}",
+        doc["code"],
+        doc["msg"]
+    );
+    ensure!(
+        doc["cniVersion"].is_string(),
+        "error object has no cniVersion: {doc}"
+    );
+    ensure!(
+        doc["msg"].as_str().is_some_and(|m| !m.is_empty()),
+        "error object has no msg: {doc}"
+    );
+    Ok(doc)
+}
+
+/// A complete ADD/CHECK environment whose netns does not exist: cases using it must be refused
+/// before the plugin touches any namespace.
+const ATTACH_ENV: [(&str, &str); 4] = [
+    ("CNI_CONTAINERID", "conformance-1"),
+    ("CNI_NETNS", "/run/netns/conformance-does-not-exist"),
+    ("CNI_IFNAME", "eth0"),
+    ("CNI_PATH", "/usr/lib/cni"),
+];
+
+/// A complete DEL environment (DEL needs no netns).
+const DEL_ENV: [(&str, &str); 2] = [("CNI_CONTAINERID", "conformance-1"), ("CNI_IFNAME", "eth0")];
+
+#[test]
+fn version_lists_the_supported_versions_and_echoes_the_callers_version() {
+    for_each_subject(|s| {
+        let bench = Bench::new()?;
+        for asked in ["0.4.0", "1.1.0"] {
+            let out = bench.exec(
+                s,
+                Some("VERSION"),
+                &[],
+                json!({"cniVersion": asked}).to_string().as_bytes(),
+            )?;
+            ensure!(out.status.success(), "VERSION failed: {out:?}");
+            let doc = one_document(&out)?;
+            ensure!(
+                doc["cniVersion"] == asked,
+                "cniVersion {}, want {asked}",
+                doc["cniVersion"]
+            );
+            ensure!(
+                doc["supportedVersions"] == json!(s.versions),
+                "supportedVersions {}",
+                doc["supportedVersions"]
+            );
+        }
+        let out = bench.exec(s, Some("VERSION"), &[], b"")?;
+        ensure!(
+            one_document(&out)?["cniVersion"] == "1.1.0",
+            "empty stdin should answer 1.1.0"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn no_command_prints_what_the_plugin_is_on_stderr_only() {
+    for_each_subject(|s| {
+        let bench = Bench::new()?;
+        let out = bench.exec(s, None, &[], b"")?;
+        ensure!(out.status.success(), "exit {}", out.status);
+        ensure!(
+            out.stdout.is_empty(),
+            "stdout {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            stderr.contains(&format!("CNI {} plugin", s.name)),
+            "stderr {stderr:?}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn missing_variables_are_code_4_and_named() {
+    for_each_subject(|s| {
+        let bench = Bench::new()?;
+        let conf = bench.conf(s, "1.0.0").to_string();
+        for (command, listed) in [
+            ("ADD", "[CNI_CONTAINERID,CNI_NETNS,CNI_IFNAME]"),
+            ("CHECK", "[CNI_CONTAINERID,CNI_NETNS,CNI_IFNAME]"),
+            ("DEL", "[CNI_CONTAINERID,CNI_IFNAME]"),
+        ] {
+            let out = bench.exec(s, Some(command), &[], conf.as_bytes())?;
+            let err = expect_error(&out, 4).with_context(|| command.to_string())?;
+            ensure!(
+                err["msg"].as_str().unwrap_or("").contains(listed),
+                "{command}: {}",
+                err["msg"]
+            );
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn invalid_container_ids_and_interface_names_are_code_4() {
+    for_each_subject(|s| {
+        let bench = Bench::new()?;
+        let conf = bench.conf(s, "1.0.0").to_string();
+        for (key, value) in [
+            ("CNI_CONTAINERID", "-leading-dash"),
+            ("CNI_CONTAINERID", "has/slash"),
+            ("CNI_IFNAME", "sixteen-chars-xx"),
+            ("CNI_IFNAME", ".."),
+            ("CNI_IFNAME", "eth 0"),
+        ] {
+            let env: Vec<(&str, &str)> = ATTACH_ENV
+                .iter()
+                .map(|&(k, v)| if k == key { (k, value) } else { (k, v) })
+                .collect();
+            let out = bench.exec(s, Some("ADD"), &env, conf.as_bytes())?;
+            let err = expect_error(&out, 4).with_context(|| format!("{key}={value}"))?;
+            ensure!(
+                err["details"] == value,
+                "{key}={value}: details {}",
+                err["details"]
+            );
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn an_unknown_command_is_code_4() {
+    for_each_subject(|s| {
+        let bench = Bench::new()?;
+        let out = bench.exec(
+            s,
+            Some("FROBNICATE"),
+            &ATTACH_ENV,
+            bench.conf(s, "1.0.0").to_string().as_bytes(),
+        )?;
+        expect_error(&out, 4)?;
+        Ok(())
+    });
+}
+
+#[test]
+fn bad_json_is_code_6_and_a_bad_network_name_is_code_7() {
+    for_each_subject(|s| {
+        let bench = Bench::new()?;
+        let env = DEL_ENV;
+        for input in [&b"{\"cniVersion\": "[..], b"not json", b"[]", b""] {
+            let out = bench.exec(s, Some("DEL"), &env, input)?;
+            expect_error(&out, 6)
+                .with_context(|| format!("stdin {:?}", String::from_utf8_lossy(input)))?;
+        }
+        let mut conf = bench.conf(s, "1.0.0");
+        conf["name"] = json!("bad name!");
+        expect_error(
+            &bench.exec(s, Some("DEL"), &env, conf.to_string().as_bytes())?,
+            7,
+        )?;
+        conf.as_object_mut().map(|o| o.remove("name"));
+        expect_error(
+            &bench.exec(s, Some("DEL"), &env, conf.to_string().as_bytes())?,
+            7,
+        )?;
+        Ok(())
+    });
+}
+
+#[test]
+fn unsupported_versions_are_code_1() {
+    for_each_subject(|s| {
+        let bench = Bench::new()?;
+        let env = DEL_ENV;
+        for version in ["0.0.1", "0.5.0", "2.0.0"] {
+            let out = bench.exec(
+                s,
+                Some("DEL"),
+                &env,
+                bench.conf(s, version).to_string().as_bytes(),
+            )?;
+            let err = expect_error(&out, 1).with_context(|| version.to_string())?;
+            ensure!(
+                err["cniVersion"] == version,
+                "error not in the caller's version: {err}"
+            );
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn check_below_0_4_0_and_status_or_gc_below_1_1_0_are_code_1() {
+    for_each_subject(|s| {
+        let bench = Bench::new()?;
+        let out = bench.exec(
+            s,
+            Some("CHECK"),
+            &ATTACH_ENV,
+            bench.conf(s, "0.3.1").to_string().as_bytes(),
+        )?;
+        let err = expect_error(&out, 1).context("CHECK on 0.3.1")?;
+        ensure!(
+            err["msg"] == "config version does not allow CHECK",
+            "{}",
+            err["msg"]
+        );
+        for command in ["STATUS", "GC"] {
+            let out = bench.exec(
+                s,
+                Some(command),
+                &[],
+                bench.conf(s, "1.0.0").to_string().as_bytes(),
+            )?;
+            let err = expect_error(&out, 1).with_context(|| format!("{command} on 1.0.0"))?;
+            ensure!(
+                err["msg"] == format!("config version does not allow {command}"),
+                "{}",
+                err["msg"]
+            );
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn status_and_gc_on_1_1_0_succeed_and_print_nothing() {
+    for_each_subject(|s| {
+        let bench = Bench::new()?;
+        let mut conf = bench.conf(s, "1.1.0");
+        let out = bench.exec(s, Some("STATUS"), &[], conf.to_string().as_bytes())?;
+        ensure!(
+            out.status.success() && out.stdout.is_empty(),
+            "STATUS: {out:?}"
+        );
+        conf["cni.dev/valid-attachments"] = json!([]);
+        let out = bench.exec(s, Some("GC"), &[], conf.to_string().as_bytes())?;
+        ensure!(out.status.success() && out.stdout.is_empty(), "GC: {out:?}");
+        Ok(())
+    });
+}
+
+/// The newest version Debian's Go `bridge` and `host-local` speak (bookworm ships plugins 1.1.1).
+const MAIN_PLUGIN_VERSION: &str = "1.0.0";
+
+/// A bridge + host-local chain ending in `subject`, with host-local's state in the scratch dir.
+fn chain(bench: &Bench, subject: &Subject, version: &str) -> NetworkConfigList {
+    let mut ours = (subject.keys)(bench.scratch.path());
+    ours["type"] = json!(subject.name);
+    NetworkConfigList::new(
+        "conformance",
+        version,
+        vec![
+            json!({
+                "type": "bridge",
+                "bridge": "cni-conf0",
+                "isGateway": true,
+                "ipam": {
+                    "type": "host-local",
+                    "subnet": "10.97.0.0/24",
+                    "dataDir": bench.scratch.path().join("ipam"),
+                },
+            }),
+            ours,
+        ],
+    )
+}
+
+#[test]
+fn add_check_and_del_work_in_every_supported_version_and_print_the_config_version() {
+    for_each_subject(|s| {
+        for version in s.versions {
+            let Topology {
+                host,
+                container,
+                client: _client,
+            } = Topology::new("confv")?;
+            let bench = Bench::with_host(host)?;
+            let rt = RuntimeConf::new("conformance-v", container.path(), "eth0");
+            let main_supports = bench.runtime.version("bridge", version)?["supportedVersions"]
+                .as_array()
+                .is_some_and(|v| v.contains(&json!(version)));
+            if main_supports {
+                let list = chain(&bench, s, version);
+                let result = bench
+                    .runtime
+                    .add(&list, &rt)
+                    .with_context(|| format!("ADD in {version}"))?;
+                ensure!(
+                    result["cniVersion"] == *version,
+                    "{version}: result in {}",
+                    result["cniVersion"]
+                );
+                // 0.1.0/0.2.0 results carry `ip4.ip`, later ones `ips[].address`.
+                let ip = result["ips"][0]["address"]
+                    .as_str()
+                    .or_else(|| result["ip4"]["ip"].as_str())
+                    .unwrap_or("");
+                ensure!(
+                    ip.starts_with("10.97.0."),
+                    "{version}: no bridge IP passed on: {result}"
+                );
+                if *version >= "0.4.0" {
+                    bench
+                        .runtime
+                        .check(&list, &rt)
+                        .with_context(|| format!("CHECK in {version}"))?;
+                }
+                bench
+                    .runtime
+                    .del(&list, &rt)
+                    .with_context(|| format!("DEL in {version}"))?;
+            } else {
+                // Newer than the main plugin: attach with it in the newest version it speaks, then
+                // drive our plugin alone with that result as its prevResult, as a runtime would.
+                let list = chain(&bench, s, MAIN_PLUGIN_VERSION);
+                let main_only = NetworkConfigList::new(
+                    "conformance",
+                    MAIN_PLUGIN_VERSION,
+                    vec![list.plugins[0].clone()],
+                );
+                let prev = bench.runtime.add(&main_only, &rt)?;
+                let mut conf = bench.conf(s, version);
+                conf["prevResult"] = prev;
+                let env = [
+                    ("CNI_CONTAINERID", "conformance-v"),
+                    ("CNI_NETNS", container.path().to_str().unwrap_or_default()),
+                    ("CNI_IFNAME", "eth0"),
+                ];
+                let stdin = conf.to_string();
+                let out = bench.exec(s, Some("ADD"), &env, stdin.as_bytes())?;
+                ensure!(out.status.success(), "ADD in {version}: {out:?}");
+                let result = one_document(&out)?;
+                ensure!(
+                    result["cniVersion"] == *version,
+                    "{version}: result in {}",
+                    result["cniVersion"]
+                );
+                ensure!(
+                    result["ips"] == conf["prevResult"]["ips"],
+                    "{version}: IPs not passed on: {result}"
+                );
+                for command in ["CHECK", "DEL"] {
+                    let out = bench.exec(s, Some(command), &env, stdin.as_bytes())?;
+                    ensure!(
+                        out.status.success() && out.stdout.is_empty(),
+                        "{command} in {version}: {out:?}"
+                    );
+                }
+                bench.runtime.del(&main_only, &rt)?;
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn del_twice_succeeds() {
+    for_each_subject(|s| {
+        let Topology {
+            host,
+            container,
+            client: _client,
+        } = Topology::new("confdd")?;
+        let bench = Bench::with_host(host)?;
+        let list = chain(&bench, s, MAIN_PLUGIN_VERSION);
+        let rt = RuntimeConf::new("conformance-dd", container.path(), "eth0");
+        bench.runtime.add(&list, &rt)?;
+        bench.runtime.del(&list, &rt).context("first DEL")?;
+        bench.runtime.del(&list, &rt).context("second DEL")?;
+        // Our plugin alone, with no prevResult at all, a third time.
+        let conf = bench.conf(s, "1.1.0").to_string();
+        let out = bench.exec(
+            s,
+            Some("DEL"),
+            &[
+                ("CNI_CONTAINERID", "conformance-dd"),
+                ("CNI_IFNAME", "eth0"),
+            ],
+            conf.as_bytes(),
+        )?;
+        ensure!(
+            out.status.success() && out.stdout.is_empty(),
+            "DEL without netns or prevResult: {out:?}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn del_succeeds_after_the_netns_is_gone() {
+    for_each_subject(|s| {
+        let Topology {
+            host,
+            mut container,
+            client: _client,
+        } = Topology::new("confgone")?;
+        let bench = Bench::with_host(host)?;
+        let list = chain(&bench, s, MAIN_PLUGIN_VERSION);
+        let rt = RuntimeConf::new("conformance-gone", container.path(), "eth0");
+        bench.runtime.add(&list, &rt)?;
+        let netns_path = container.path().to_path_buf();
+        container.delete()?;
+        if netns_path.exists() {
+            bail!("the container netns {netns_path:?} still exists");
+        }
+        bench
+            .runtime
+            .del(&list, &rt)
+            .context("DEL with the netns gone")?;
+        Ok(())
+    });
+}
