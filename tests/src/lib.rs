@@ -7,6 +7,7 @@
 //! - [`runtime`]: a libcni-like runtime running plugin chains inside a host namespace
 //!   (capabilities → `runtimeConfig`, `prevResult` chaining, DEL in reverse, a result cache,
 //!   CHECK/STATUS/GC) plus raw execution for conformance tests.
+//! - [`main_plugin`]: configs of the Go `bridge`/`ptp` + `host-local` that start a chain.
 //! - [`traffic`]: TCP/UDP/HTTP servers and clients in namespaces, and `iperf3` runs.
 //! - [`process`]: child processes spawned inside a namespace and waited for with a deadline.
 //!
@@ -16,6 +17,7 @@
 //! Our plugin binaries must be built first: `cargo build --workspace --bins`.
 
 pub mod bins;
+pub mod main_plugin;
 pub mod netns;
 pub mod process;
 pub mod runtime;

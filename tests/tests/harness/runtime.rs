@@ -12,26 +12,20 @@ use common::netns::NetNs;
 use serde_json::{Value, json};
 use tests::runtime::VALID_ATTACHMENTS_KEY;
 use tests::traffic::{TcpServer, tcp_request};
-use tests::{Attachment, NetworkConfigList, Runtime, RuntimeConf, TestNetns, bins};
+use tests::{Attachment, NetworkConfigList, Runtime, RuntimeConf, TestNetns, bins, main_plugin};
 
 const TIMEOUT: Duration = Duration::from_secs(3);
 
-fn bridge_list(data_dir: &Path) -> Result<NetworkConfigList> {
-    NetworkConfigList::from_value(&json!({
-        "cniVersion": "1.0.0",
-        "name": "harness-bridge",
-        "plugins": [{
-            "type": "bridge",
-            "bridge": "cnitest0",
-            "isGateway": true,
-            "ipMasq": false,
-            "ipam": {
-                "type": "host-local",
-                "subnet": "10.99.0.0/24",
-                "dataDir": data_dir,
-            },
-        }],
-    }))
+fn bridge_list(data_dir: &Path) -> NetworkConfigList {
+    NetworkConfigList::new(
+        "harness-bridge",
+        "1.0.0",
+        vec![main_plugin::bridge(
+            "cnitest0",
+            &["10.99.0.0/24", "fd99::/64"],
+            data_dir,
+        )],
+    )
 }
 
 #[test]
@@ -39,17 +33,23 @@ fn bridge_chain_add_check_traffic_del_with_the_go_plugins() -> Result<()> {
     let host = TestNetns::new("rt-host")?;
     let ctr = TestNetns::new("rt-ctr")?;
     let data = tempfile::tempdir()?;
-    let list = bridge_list(data.path())?;
+    let list = bridge_list(data.path());
     let rt = Runtime::new(&host)?;
     let conf = RuntimeConf::new("harness-bridge-1", ctr.path(), "eth0");
 
     let result = rt.add(&list, &conf)?;
-    let cidr: ipnet::IpNet = result["ips"][0]["address"]
-        .as_str()
-        .context("no ips[0].address")?
-        .parse()?;
+    let ips: Vec<ipnet::IpNet> = result["ips"]
+        .as_array()
+        .context("no ips")?
+        .iter()
+        .map(|ip| ip["address"].as_str().unwrap_or_default().parse())
+        .collect::<Result<_, _>>()?;
+    assert_eq!(ips.len(), 2, "{result}");
+    let (cidr, cidr6) = (ips[0], ips[1]);
     let subnet: ipnet::IpNet = "10.99.0.0/24".parse()?;
     assert!(subnet.contains(&cidr.addr()), "{result}");
+    let subnet6: ipnet::IpNet = "fd99::/64".parse()?;
+    assert!(subnet6.contains(&cidr6.addr()), "{result}");
     assert_eq!(rt.cached_result(&list.name, &conf)?, Some(result.clone()));
     // host-local wrote its allocations under our tempdir, not /var/lib/cni.
     assert!(
@@ -63,10 +63,22 @@ fn bridge_chain_add_check_traffic_del_with_the_go_plugins() -> Result<()> {
 
     rt.check(&list, &conf)?;
 
-    let server = TcpServer::banner(&ctr, "0.0.0.0:8080".parse()?, "from the container")?;
+    let server = TcpServer::banner(&ctr, "[::]:8080".parse()?, "from the container")?;
     let got = tcp_request(&host, SocketAddr::new(cidr.addr(), 8080), b"", TIMEOUT)?;
     assert_eq!(got, b"from the container");
-    assert_eq!(server.peers()[0].ip(), "10.99.0.1".parse::<IpAddr>()?);
+    // The v6 wildcard listener sees v4 clients as v4-mapped addresses.
+    assert_eq!(
+        server.peers()[0].ip().to_canonical(),
+        "10.99.0.1".parse::<IpAddr>()?
+    );
+    // IPv6 too, once duplicate address detection in the container is over.
+    let v6 = SocketAddr::new(cidr6.addr(), 8080);
+    tests::traffic::wait_for_tcp(&host, v6, Duration::from_secs(5))?;
+    assert_eq!(tcp_request(&host, v6, b"", TIMEOUT)?, b"from the container");
+    assert_eq!(
+        server.peers().last().map(|p| p.ip()),
+        Some("fd99::1".parse()?)
+    );
     drop(server);
 
     rt.del(&list, &conf)?;
@@ -81,7 +93,7 @@ fn del_works_without_a_netns_path() -> Result<()> {
     let host = TestNetns::new("rt-host")?;
     let mut ctr = TestNetns::new("rt-ctr")?;
     let data = tempfile::tempdir()?;
-    let list = bridge_list(data.path())?;
+    let list = bridge_list(data.path());
     let rt = Runtime::new(&host)?;
     let conf = RuntimeConf::new("harness-bridge-2", ctr.path(), "eth0");
     rt.add(&list, &conf)?;
