@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use common::netns::{NetNs, THREAD_NETNS};
+use common::sysctl::{Sysctl, SysctlKey};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, unshare};
 
@@ -222,10 +223,9 @@ impl TestNetns {
     /// # Errors
     /// When the key does not exist.
     pub fn sysctl(&self, key: &str) -> Result<String> {
-        let path = sysctl_path(key);
-        let value = self.run(|| std::fs::read_to_string(&path))?;
-        Ok(value
-            .with_context(|| format!("failed to read {path:?}"))?
+        let key = SysctlKey::parse(key)?;
+        Ok(self
+            .run(|| Sysctl::default().read(&key))??
             .trim()
             .to_owned())
     }
@@ -236,9 +236,8 @@ impl TestNetns {
     /// # Errors
     /// When the key does not exist or the value is refused.
     pub fn set_sysctl(&self, key: &str, value: &str) -> Result<()> {
-        let path = sysctl_path(key);
-        let written = self.run(|| std::fs::write(&path, value))?;
-        written.with_context(|| format!("failed to write {value:?} to {path:?}"))
+        let key = SysctlKey::parse(key)?;
+        Ok(self.run(|| Sysctl::default().write(&key, value))??)
     }
 
     /// Removes the namespace now (its path disappears; further calls on it fail). Dropping it
@@ -274,15 +273,6 @@ fn remove(path: &Path) -> Result<()> {
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e).with_context(|| format!("failed to remove {path:?}")),
     }
-}
-
-fn sysctl_path(key: &str) -> PathBuf {
-    let rel = if key.contains('/') {
-        key.trim_start_matches('/').to_owned()
-    } else {
-        key.replace('.', "/")
-    };
-    Path::new("/proc/sys").join(rel)
 }
 
 /// Joins namespaces `a` and `b` with a veth pair `a_if`/`b_if`, gives each end the addresses
@@ -383,22 +373,5 @@ impl Topology {
         topo.host.set_sysctl("net.ipv4.ip_forward", "1")?;
         topo.host.set_sysctl("net.ipv6.conf.all.forwarding", "1")?;
         Ok(topo)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sysctl_keys_with_dots_map_to_proc_sys_paths() {
-        assert_eq!(
-            sysctl_path("net.ipv4.ip_forward"),
-            Path::new("/proc/sys/net/ipv4/ip_forward")
-        );
-        assert_eq!(
-            sysctl_path("net/ipv4/conf/eth0.100/forwarding"),
-            Path::new("/proc/sys/net/ipv4/conf/eth0.100/forwarding")
-        );
     }
 }

@@ -553,22 +553,39 @@ impl Runtime {
     /// # Errors
     /// The first plugin failure (later plugins are not run and nothing is cached).
     pub fn add(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> Result<Value, RuntimeError> {
-        let mut prev: Option<Value> = None;
+        let mut steps = self.add_steps(list, rt)?;
+        Ok(steps.pop().map(|(_, result)| result).unwrap_or_default())
+    }
+
+    /// As [`Runtime::add`], returning each plugin's type and the result it printed, in chain
+    /// order (the last one is the cached result): shows what each plugin changed.
+    ///
+    /// # Errors
+    /// The first plugin failure (later plugins are not run and nothing is cached).
+    pub fn add_steps(
+        &self,
+        list: &NetworkConfigList,
+        rt: &RuntimeConf,
+    ) -> Result<Vec<(String, Value)>, RuntimeError> {
+        let mut steps: Vec<(String, Value)> = Vec::new();
         for plugin in &list.plugins {
-            let conf = build_plugin_config(list, plugin, prev.as_ref(), &rt.capability_args)?;
+            let prev = steps.last().map(|(_, result)| result);
+            let conf = build_plugin_config(list, plugin, prev, &rt.capability_args)?;
             let stdout = self.invoke(plugin, "ADD", Some(rt), &conf)?;
+            let plugin_type = plugin_type(plugin).unwrap_or_default().to_owned();
             let result: Value = serde_json::from_slice(&stdout).with_context(|| {
                 format!(
-                    "plugin {} (ADD) printed no JSON result: {:?}",
-                    plugin_type(plugin).unwrap_or_default(),
+                    "plugin {plugin_type} (ADD) printed no JSON result: {:?}",
                     String::from_utf8_lossy(&stdout)
                 )
             })?;
-            prev = Some(result);
+            steps.push((plugin_type, result));
         }
-        let result = prev.ok_or_else(|| anyhow!("conflist {} has no plugins", list.name))?;
-        self.cache_store(list, rt, &result)?;
-        Ok(result)
+        let (_, result) = steps
+            .last()
+            .ok_or_else(|| anyhow!("conflist {} has no plugins", list.name))?;
+        self.cache_store(list, rt, result)?;
+        Ok(steps)
     }
 
     /// Runs CHECK through the list with the cached result as `prevResult`.

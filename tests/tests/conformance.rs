@@ -12,7 +12,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
-use tests::{NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology};
+use tests::{
+    NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
+};
 
 /// One plugin binary under test.
 struct Subject {
@@ -357,16 +359,11 @@ fn chain(bench: &Bench, subject: &Subject, version: &str) -> NetworkConfigList {
         "conformance",
         version,
         vec![
-            json!({
-                "type": "bridge",
-                "bridge": "cni-conf0",
-                "isGateway": true,
-                "ipam": {
-                    "type": "host-local",
-                    "subnet": "10.97.0.0/24",
-                    "dataDir": bench.scratch.path().join("ipam"),
-                },
-            }),
+            main_plugin::bridge(
+                "cni-conf0",
+                &["10.97.0.0/24"],
+                &bench.scratch.path().join("ipam"),
+            ),
             ours,
         ],
     )

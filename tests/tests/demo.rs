@@ -1,0 +1,43 @@
+//! The demo that README.md's first command runs must keep working and leave nothing behind.
+
+// An integration test crate is a test module of its own.
+#![allow(clippy::tests_outside_test_module)]
+
+use std::process::Command;
+
+#[test]
+fn the_demo_runs_a_live_chain_and_cleans_up() {
+    let out = Command::new(env!("CARGO_BIN_EXE_demo")).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "demo failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "[2] ADD",
+        "passthrough:",
+        "HTTP 200",
+        "UDP echo",
+        "[5] CHECK",
+        "[6] DEL",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "{expected:?} missing from:\n{stdout}"
+        );
+    }
+    // Every namespace it made is gone.
+    let names: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let pid_free: Vec<&String> = names.iter().filter(|n| n.starts_with("cnidemo-")).collect();
+    assert!(
+        pid_free.is_empty(),
+        "demo left namespaces behind: {pid_free:?}"
+    );
+}
