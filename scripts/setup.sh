@@ -41,4 +41,6 @@ fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 locked=()
-[ -n "${CI:-}" ] && locked=(--locked)
+if [ -n "${CI:-}" ]; then
+  locked=(--locked)
+fi
