@@ -1,0 +1,196 @@
+//! Differential tests against the Go reference binaries of Debian's `containernetworking-plugins`.
+//!
+//! The Go `tuning` with no settings is a pure pass-through of its prevResult, printed by the Go
+//! CNI library; our `passthrough` prints its prevResult through `common::types`. Fed the same
+//! stdin, both must print the same bytes in every 0.x version: that pins our result parsing,
+//! conversion and printing (key order, omitted fields, indentation, escaping) to Go's.
+//!
+//! Debian 12 ships plugins 1.1.1, built on an older CNI library than the reference we follow
+//! (cni v1.3.0): it has no route `mtu`/`advmss`/`priority`/`table`/`scope` nor interface `mtu`,
+//! and prints 1.0.0 results in struct order where v1.3.0 sorts their keys. So the inputs here
+//! avoid those fields, and 1.x outputs are compared as JSON values rather than bytes.
+
+// An integration test crate is a test module of its own.
+#![allow(clippy::tests_outside_test_module)]
+
+use anyhow::{Context, Result, ensure};
+use serde_json::{Value, json};
+use tests::{PluginOutput, Runtime, Topology};
+
+/// Debian's Go plugins (1.1.1) speak up to 1.0.0.
+const SHARED_VERSIONS: [&str; 6] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0"];
+
+/// A prevResult with everything Debian's Go library knows of, in the 1.0.0 shape.
+fn rich_result(sandbox: &str) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [
+            {"name": "cni0", "mac": "56:c1:60:b0:c5:90"},
+            {"name": "veth1234", "mac": "aa:3b:e6:b0:a0:4b"},
+            {"name": "eth0", "mac": "a6:94:68:1a:1e:89", "sandbox": sandbox}
+        ],
+        "ips": [
+            {"interface": 2, "address": "10.96.10.2/24", "gateway": "10.96.10.1"},
+            {"interface": 2, "address": "fd00:10::2/64", "gateway": "fd00:10::1"},
+            {"address": "10.96.11.7/24"}
+        ],
+        "routes": [
+            {"dst": "0.0.0.0/0"},
+            {"dst": "::/0", "gw": "fd00:10::1"},
+            {"dst": "192.0.2.0/24", "gw": "10.96.10.254"}
+        ],
+        "dns": {"nameservers": ["10.96.0.10"], "domain": "cluster.local", "search": ["ns.svc.cluster.local"], "options": ["ndots:5"]}
+    })
+}
+
+/// The prevResult as a plugin of `version` would have printed it.
+fn in_version(result: &Value, version: &str) -> Result<Value> {
+    let (_, model) = common::types::CniResult::parse(result)?;
+    Ok(serde_json::from_str(&model.to_json(version)?)?)
+}
+
+struct Pair {
+    go: PluginOutput,
+    ours: PluginOutput,
+}
+
+fn run_both(runtime: &Runtime, netns: &str, version: &str, prev: &Value) -> Result<Pair> {
+    let scratch = tempfile::tempdir()?;
+    let conf = |plugin: &str| {
+        json!({
+            "cniVersion": version,
+            "name": "differential",
+            "type": plugin,
+            "dataDir": scratch.path(),
+            "prevResult": prev,
+        })
+        .to_string()
+    };
+    let env = [
+        ("CNI_CONTAINERID", "differential-1"),
+        ("CNI_NETNS", netns),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", "/usr/lib/cni"),
+    ];
+    let go_tuning = tests::bins::reference_binary("tuning")?;
+    let go = runtime.exec_plugin(
+        go_tuning.to_str().unwrap_or_default(),
+        Some("ADD"),
+        &env,
+        conf("tuning").as_bytes(),
+    )?;
+    let ours = runtime.exec_plugin(
+        "passthrough",
+        Some("ADD"),
+        &env,
+        conf("passthrough").as_bytes(),
+    )?;
+    Ok(Pair { go, ours })
+}
+
+/// Same bytes in 0.x; the same JSON value in 1.x (see the module docs).
+fn same_output(pair: &Pair, version: &str, case: &str) -> Result<()> {
+    let show = |o: &PluginOutput| String::from_utf8_lossy(&o.stdout).into_owned();
+    ensure!(
+        pair.go.status.success(),
+        "{case}: Go failed: {} {}",
+        show(&pair.go),
+        String::from_utf8_lossy(&pair.go.stderr)
+    );
+    ensure!(
+        pair.ours.status.success(),
+        "{case}: ours failed: {}",
+        show(&pair.ours)
+    );
+    let same = if version.starts_with("0.") {
+        pair.go.stdout == pair.ours.stdout
+    } else {
+        serde_json::from_slice::<Value>(&pair.go.stdout)?
+            == serde_json::from_slice::<Value>(&pair.ours.stdout)?
+    };
+    ensure!(
+        same,
+        "{case}: outputs differ\n--- Go:\n{}\n--- ours:\n{}",
+        show(&pair.go),
+        show(&pair.ours)
+    );
+    Ok(())
+}
+
+#[test]
+fn results_are_printed_byte_for_byte_as_go_prints_them_in_every_shared_version() -> Result<()> {
+    let topo = Topology::new("diffprint")?;
+    topo.container.ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "peer0",
+    ])?;
+    let runtime = Runtime::new(&topo.host)?;
+    let netns = topo
+        .container
+        .path()
+        .to_str()
+        .context("netns path")?
+        .to_owned();
+    let rich = rich_result(&netns);
+    let mut failures = Vec::new();
+    for prev_version in SHARED_VERSIONS {
+        let prev = in_version(&rich, prev_version)?;
+        for conf_version in SHARED_VERSIONS {
+            let same_era =
+                common::version::Era::of(prev_version) == common::version::Era::of(conf_version);
+            if !same_era {
+                continue;
+            }
+            let case = format!("prevResult {prev_version}, config {conf_version}");
+            if let Err(e) = run_both(&runtime, &netns, conf_version, &prev)
+                .and_then(|p| same_output(&p, conf_version, &case))
+            {
+                failures.push(format!("{e:#}"));
+            }
+        }
+    }
+    ensure!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+#[test]
+fn prev_results_without_a_version_with_go_cased_keys_or_odd_characters_print_as_go_prints_them()
+-> Result<()> {
+    let topo = Topology::new("diffkeys")?;
+    topo.container.ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "peer0",
+    ])?;
+    let runtime = Runtime::new(&topo.host)?;
+    let netns = topo
+        .container
+        .path()
+        .to_str()
+        .context("netns path")?
+        .to_owned();
+    let mut no_version = rich_result(&netns);
+    no_version
+        .as_object_mut()
+        .context("object")?
+        .remove("cniVersion");
+    let cased = json!({
+        "CNIVersion": "0.4.0",
+        "Interfaces": [{"Name": "eth0", "MAC": "a6:94:68:1a:1e:89", "Sandbox": netns}],
+        "IPs": [{"Version": "4", "Interface": 0, "Address": "10.96.10.2/24", "Gateway": "10.96.10.1"}],
+        "Routes": [{"Dst": "0.0.0.0/0", "GW": "10.96.10.1"}],
+        "DNS": {"Nameservers": ["10.96.0.10"]}
+    });
+    let escaped = json!({
+        "cniVersion": "0.4.0",
+        "interfaces": [{"name": "eth0", "mac": "a6:94:68:1a:1e:89", "sandbox": format!("{netns}?a=<b>&c")}],
+        "ips": [{"version": "4", "address": "10.96.10.2/24"}],
+        "dns": {"domain": "caf\u{e9}.example", "search": ["a\u{2028}b", "tab\there"]}
+    });
+    let cases = [
+        ("1.0.0", &no_version, "prevResult without cniVersion"),
+        ("0.4.0", &cased, "capitalised keys"),
+        ("0.4.0", &escaped, "characters Go escapes"),
+    ];
+    for (version, prev, case) in cases {
+        same_output(&run_both(&runtime, &netns, version, prev)?, version, case)?;
+    }
+    Ok(())
+}
