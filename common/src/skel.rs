@@ -302,20 +302,23 @@ fn dispatch(
             Err(e) => fail(version::LATEST, e),
         };
     }
-    let config_version = match validate_config(&call.stdin) {
-        Ok(v) => v,
+    let head: NetConf<serde::de::IgnoredAny> = match NetConf::parse(&call.stdin) {
+        Ok(head) => head,
         Err(e) => return fail(version::LATEST, e),
     };
-    // Errors after this point are reported in the caller's version, as it asked.
-    let reply_version = if config_version.is_empty() {
-        version::LATEST.to_string()
+    // From here on errors are reported in the caller's version, when it is a version at all.
+    let reply_version = if head.cni_version.parse::<CniVersion>().is_ok() {
+        head.cni_version.clone()
     } else {
-        config_version.clone()
+        version::LATEST.to_string()
     };
-    call.cni_version = if config_version.is_empty() {
+    if let Err(e) = validate_network_name(&head.name) {
+        return fail(&reply_version, e);
+    }
+    call.cni_version = if head.cni_version.is_empty() {
         "0.1.0".to_string()
     } else {
-        config_version
+        head.cni_version
     };
     if let Err(e) = gate_version(command, &call.cni_version, plugin.supported_versions()) {
         return fail(&reply_version, e);
@@ -454,26 +457,17 @@ pub fn validate_ifname(name: &str) -> Result<(), CniError> {
     Ok(())
 }
 
-/// Checks that stdin is a JSON object with a valid network name; returns its `cniVersion`.
-fn validate_config(stdin: &[u8]) -> Result<String, CniError> {
-    #[derive(serde::Deserialize, Default)]
-    #[serde(default)]
-    struct Head {
-        #[serde(rename = "cniVersion")]
-        cni_version: String,
-        name: String,
-    }
-    let head: NetConf<Head> = NetConf::parse(stdin)?;
-    if head.plugin.name.is_empty() {
+/// Checks the network name: present, and matching the container-ID pattern (code 7).
+fn validate_network_name(name: &str) -> Result<(), CniError> {
+    if name.is_empty() {
         return Err(CniError::invalid_config("missing network name"));
     }
-    if !is_valid_name(&head.plugin.name) {
+    if !is_valid_name(name) {
         return Err(
-            CniError::invalid_config("invalid characters found in network name")
-                .with_details(head.plugin.name),
+            CniError::invalid_config("invalid characters found in network name").with_details(name),
         );
     }
-    Ok(head.plugin.cni_version)
+    Ok(())
 }
 
 fn gate_version(command: Command, config: &str, supported: &[&str]) -> Result<(), CniError> {
@@ -843,6 +837,7 @@ mod tests {
         );
         let run = invoke(&p, &env, r#"{"cniVersion": "1.0.0", "name": "-x"}"#);
         assert_eq!(run.code(), 7);
+        assert_eq!(run.error()["cniVersion"], "1.0.0");
         assert_eq!(run.msg(), "invalid characters found in network name");
         assert_eq!(run.error()["details"], "-x");
         assert!(p.calls.borrow().is_empty());

@@ -194,3 +194,99 @@ fn prev_results_without_a_version_with_go_cased_keys_or_odd_characters_print_as_
     }
     Ok(())
 }
+
+/// Bad calls get the same error code from Debian's Go `tuning` and from our skel. (An unknown
+/// `CNI_COMMAND` is left out: Debian's skel is older than the reference and answers 3 there.)
+#[test]
+fn bad_calls_get_the_same_error_codes_as_the_go_skel() -> Result<()> {
+    let host = tests::TestNetns::new("diffcodes")?;
+    let runtime = Runtime::new(&host)?;
+    let go_tuning = tests::bins::reference_binary("tuning")?;
+    let go_tuning = go_tuning.to_str().unwrap_or_default();
+    let del = [
+        ("CNI_CONTAINERID", "c1"),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", "/usr/lib/cni"),
+    ];
+    let cases: [(&str, &str, Vec<(&str, &str)>, &str, u64); 8] = [
+        ("bad JSON", "DEL", del.to_vec(), "{", 6),
+        (
+            "no network name",
+            "DEL",
+            del.to_vec(),
+            r#"{"cniVersion":"1.0.0"}"#,
+            7,
+        ),
+        (
+            "bad network name",
+            "DEL",
+            del.to_vec(),
+            r#"{"cniVersion":"1.0.0","name":"a b"}"#,
+            7,
+        ),
+        (
+            "bad container ID",
+            "DEL",
+            vec![
+                ("CNI_CONTAINERID", "-c"),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", "/x"),
+            ],
+            r#"{"cniVersion":"1.0.0","name":"a"}"#,
+            4,
+        ),
+        (
+            "interface name too long",
+            "DEL",
+            vec![
+                ("CNI_CONTAINERID", "c"),
+                ("CNI_IFNAME", "abcdefghijklmnopq"),
+                ("CNI_PATH", "/x"),
+            ],
+            r#"{"cniVersion":"1.0.0","name":"a"}"#,
+            4,
+        ),
+        (
+            "unsupported version",
+            "DEL",
+            del.to_vec(),
+            r#"{"cniVersion":"0.9.0","name":"a"}"#,
+            1,
+        ),
+        (
+            "CHECK below 0.4.0",
+            "CHECK",
+            vec![
+                ("CNI_CONTAINERID", "c"),
+                ("CNI_NETNS", "/run/netns/none"),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", "/x"),
+            ],
+            r#"{"cniVersion":"0.3.1","name":"a"}"#,
+            1,
+        ),
+        (
+            "missing variables",
+            "ADD",
+            vec![("CNI_PATH", "/x")],
+            r#"{"cniVersion":"1.0.0","name":"a"}"#,
+            4,
+        ),
+    ];
+    for (case, command, env, stdin, code) in cases {
+        for plugin in [go_tuning, "passthrough"] {
+            let out = runtime.exec_plugin(plugin, Some(command), &env, stdin.as_bytes())?;
+            let err = out
+                .error()
+                .with_context(|| format!("{case}: {plugin} printed no error object"))?;
+            ensure!(!out.status.success(), "{case}: {plugin} exited 0");
+            ensure!(
+                err.code == code,
+                "{case}: {plugin} gave code {} ({}), want {code}",
+                err.code,
+                err.msg
+            );
+        }
+    }
+    Ok(())
+}
