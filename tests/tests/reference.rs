@@ -208,7 +208,8 @@ fn bad_calls_get_the_same_error_codes_as_the_go_skel() -> Result<()> {
         ("CNI_IFNAME", "eth0"),
         ("CNI_PATH", "/usr/lib/cni"),
     ];
-    let cases: [(&str, &str, Vec<(&str, &str)>, &str, u64); 8] = [
+    type Env<'a> = Vec<(&'a str, &'a str)>;
+    let cases: [(&str, &str, Env, &str, u64); 8] = [
         ("bad JSON", "DEL", del.to_vec(), "{", 6),
         (
             "no network name",
