@@ -18,7 +18,7 @@ use crate::error::{CniError, ErrorCode};
 use crate::types::CniResult;
 
 /// One entry of `cni.dev/valid-attachments` in a GC request.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
 pub struct Attachment {
     /// The container ID of a live attachment.
     #[serde(rename = "containerID")]

@@ -26,6 +26,7 @@ use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+pub use common::conf::Attachment;
 use common::netns::NetNs;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -200,17 +201,6 @@ impl RuntimeConf {
             ifname: self.ifname.clone(),
         }
     }
-}
-
-/// One element of `cni.dev/valid-attachments`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Attachment {
-    /// The container ID.
-    #[serde(rename = "containerID")]
-    pub container_id: String,
-    /// The interface name in the container.
-    #[serde(rename = "ifname")]
-    pub ifname: String,
 }
 
 /// An attachment found in the runtime's cache.
