@@ -233,6 +233,48 @@ mod tests {
     }
 
     #[test]
+    fn bandwidth_payloads_of_containerd_and_cri_o_decode_alike() {
+        #[derive(Debug, Default, Deserialize, PartialEq)]
+        #[serde(rename_all = "camelCase", default)]
+        struct Bandwidth {
+            ingress_rate: u64,
+            ingress_burst: u64,
+            egress_rate: u64,
+            egress_burst: u64,
+        }
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(default)]
+        struct Runtime {
+            bandwidth: Option<Bandwidth>,
+        }
+        let containerd = br#"{"cniVersion": "1.0.0", "name": "k8s", "type": "bandwidth",
+            "capabilities": {"bandwidth": true},
+            "runtimeConfig": {"bandwidth": {"IngressRate": 10000000, "IngressBurst": 4294967295,
+                                            "EgressRate": 0, "EgressBurst": 0}}}"#;
+        let crio = br#"{"cniVersion": "1.0.0", "name": "k8s", "type": "bandwidth",
+            "runtimeConfig": {"bandwidth": {"ingressRate": 10000000, "ingressBurst": 34359738359,
+                                            "egressRate": 0, "egressBurst": 0}}}"#;
+        let a: Runtime = NetConf::<serde::de::IgnoredAny>::parse(containerd)
+            .unwrap()
+            .runtime_config()
+            .unwrap();
+        let b: Runtime = NetConf::<serde::de::IgnoredAny>::parse(crio)
+            .unwrap()
+            .runtime_config()
+            .unwrap();
+        let (a, b) = (a.bandwidth.unwrap(), b.bandwidth.unwrap());
+        assert_eq!(
+            (a.ingress_rate, a.ingress_burst),
+            (10_000_000, 4_294_967_295)
+        );
+        assert_eq!(
+            (b.ingress_rate, b.ingress_burst),
+            (10_000_000, 34_359_738_359)
+        );
+        assert_eq!((a.egress_rate, b.egress_burst), (0, 0));
+    }
+
+    #[test]
     fn capitalised_envelope_keys_are_accepted_as_go_does() {
         let conf: NetConf<PortmapKeys> = NetConf::parse(
             br#"{"CNIVersion": "0.4.0", "Name": "n", "Type": "portmap",
