@@ -15,7 +15,7 @@
 
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
-use tests::{PluginOutput, Runtime, Topology};
+use tests::{PluginOutput, Runtime, TestNetns};
 
 /// Debian's Go plugins (1.1.1) speak up to 1.0.0.
 const SHARED_VERSIONS: [&str; 6] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0"];
@@ -54,38 +54,64 @@ struct Pair {
     ours: PluginOutput,
 }
 
-fn run_both(runtime: &Runtime, netns: &str, version: &str, prev: &Value) -> Result<Pair> {
-    let scratch = tempfile::tempdir()?;
-    let conf = |plugin: &str| {
-        json!({
-            "cniVersion": version,
-            "name": "differential",
-            "type": plugin,
-            "dataDir": scratch.path(),
-            "prevResult": prev,
+/// A host namespace to run plugins in and a container namespace with an `eth0`.
+struct Stage {
+    _host: TestNetns,
+    _container: TestNetns,
+    runtime: Runtime,
+    netns: String,
+}
+
+impl Stage {
+    fn new(prefix: &str) -> Result<Stage> {
+        let host = TestNetns::new(&format!("{prefix}-h"))?;
+        let container = TestNetns::new(&format!("{prefix}-c"))?;
+        container.ip(&[
+            "link", "add", "eth0", "type", "veth", "peer", "name", "peer0",
+        ])?;
+        let netns = container.path().to_str().context("netns path")?.to_owned();
+        Ok(Stage {
+            runtime: Runtime::new(&host)?,
+            _host: host,
+            _container: container,
+            netns,
         })
-        .to_string()
-    };
-    let env = [
-        ("CNI_CONTAINERID", "differential-1"),
-        ("CNI_NETNS", netns),
-        ("CNI_IFNAME", "eth0"),
-        ("CNI_PATH", "/usr/lib/cni"),
-    ];
-    let go_tuning = tests::bins::reference_binary("tuning")?;
-    let go = runtime.exec_plugin(
-        go_tuning.to_str().unwrap_or_default(),
-        Some("ADD"),
-        &env,
-        conf("tuning").as_bytes(),
-    )?;
-    let ours = runtime.exec_plugin(
-        "passthrough",
-        Some("ADD"),
-        &env,
-        conf("passthrough").as_bytes(),
-    )?;
-    Ok(Pair { go, ours })
+    }
+
+    /// Runs the Go `tuning` and our `passthrough` ADD on the same config and prevResult.
+    fn run_both(&self, version: &str, prev: &Value) -> Result<Pair> {
+        let scratch = tempfile::tempdir()?;
+        let conf = |plugin: &str| {
+            json!({
+                "cniVersion": version,
+                "name": "differential",
+                "type": plugin,
+                "dataDir": scratch.path(),
+                "prevResult": prev,
+            })
+            .to_string()
+        };
+        let env = [
+            ("CNI_CONTAINERID", "differential-1"),
+            ("CNI_NETNS", &self.netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/usr/lib/cni"),
+        ];
+        let go_tuning = tests::bins::reference_binary("tuning")?;
+        let go = self.runtime.exec_plugin(
+            go_tuning.to_str().unwrap_or_default(),
+            Some("ADD"),
+            &env,
+            conf("tuning").as_bytes(),
+        )?;
+        let ours = self.runtime.exec_plugin(
+            "passthrough",
+            Some("ADD"),
+            &env,
+            conf("passthrough").as_bytes(),
+        )?;
+        Ok(Pair { go, ours })
+    }
 }
 
 /// Same bytes in 0.x; the same JSON value in 1.x (see the module docs).
@@ -119,17 +145,8 @@ fn same_output(pair: &Pair, version: &str, case: &str) -> Result<()> {
 
 #[test]
 fn results_are_printed_byte_for_byte_as_go_prints_them_in_every_shared_version() -> Result<()> {
-    let topo = Topology::new("diffprint")?;
-    topo.container.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "peer0",
-    ])?;
-    let runtime = Runtime::new(&topo.host)?;
-    let netns = topo
-        .container
-        .path()
-        .to_str()
-        .context("netns path")?
-        .to_owned();
+    let stage = Stage::new("diffprint")?;
+    let netns = stage.netns.clone();
     let rich = rich_result(&netns);
     let mut failures = Vec::new();
     for prev_version in SHARED_VERSIONS {
@@ -141,7 +158,8 @@ fn results_are_printed_byte_for_byte_as_go_prints_them_in_every_shared_version()
                 continue;
             }
             let case = format!("prevResult {prev_version}, config {conf_version}");
-            if let Err(e) = run_both(&runtime, &netns, conf_version, &prev)
+            if let Err(e) = stage
+                .run_both(conf_version, &prev)
                 .and_then(|p| same_output(&p, conf_version, &case))
             {
                 failures.push(format!("{e:#}"));
@@ -155,17 +173,8 @@ fn results_are_printed_byte_for_byte_as_go_prints_them_in_every_shared_version()
 #[test]
 fn prev_results_without_a_version_with_go_cased_keys_or_odd_characters_print_as_go_prints_them()
 -> Result<()> {
-    let topo = Topology::new("diffkeys")?;
-    topo.container.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "peer0",
-    ])?;
-    let runtime = Runtime::new(&topo.host)?;
-    let netns = topo
-        .container
-        .path()
-        .to_str()
-        .context("netns path")?
-        .to_owned();
+    let stage = Stage::new("diffkeys")?;
+    let netns = stage.netns.clone();
     let mut no_version = rich_result(&netns);
     no_version
         .as_object_mut()
@@ -190,7 +199,7 @@ fn prev_results_without_a_version_with_go_cased_keys_or_odd_characters_print_as_
         ("0.4.0", &escaped, "characters Go escapes"),
     ];
     for (version, prev, case) in cases {
-        same_output(&run_both(&runtime, &netns, version, prev)?, version, case)?;
+        same_output(&stage.run_both(version, prev)?, version, case)?;
     }
     Ok(())
 }
@@ -199,7 +208,7 @@ fn prev_results_without_a_version_with_go_cased_keys_or_odd_characters_print_as_
 /// `CNI_COMMAND` is left out: Debian's skel is older than the reference and answers 3 there.)
 #[test]
 fn bad_calls_get_the_same_error_codes_as_the_go_skel() -> Result<()> {
-    let host = tests::TestNetns::new("diffcodes")?;
+    let host = TestNetns::new("diffcodes")?;
     let runtime = Runtime::new(&host)?;
     let go_tuning = tests::bins::reference_binary("tuning")?;
     let go_tuning = go_tuning.to_str().unwrap_or_default();
