@@ -345,17 +345,13 @@ fn dispatch(
         Command::Del => plugin.del(&call).map(|()| String::new()),
         Command::Gc => plugin.gc(&call).map(|()| String::new()),
         Command::Status => plugin.status(&call).map(|()| String::new()),
-        Command::Version => unreachable_version(),
+        // Answered before the config checks above; kept here so the match stays exhaustive.
+        Command::Version => version_reply(plugin, &call.stdin),
     };
     match outcome {
         Ok(text) => Outcome::Print(text),
         Err(e) => fail(&reply_version, e),
     }
-}
-
-/// VERSION was answered above; this arm exists only to keep the match exhaustive.
-fn unreachable_version() -> Result<String, CniError> {
-    Err(CniError::internal("VERSION reached plugin dispatch"))
 }
 
 /// The variables in the order the reference reads them, with the verbs that require them.
