@@ -41,14 +41,58 @@ pub enum TcpReply {
 /// Peers seen by a server, shared with its thread.
 type Peers = Arc<Mutex<Vec<SocketAddr>>>;
 
-/// A TCP server listening inside a namespace, serving from a thread of the test; stops on drop.
+/// The serving thread of a TCP or UDP server, the peers it saw and its stop flag.
 #[derive(Debug)]
-pub struct TcpServer {
+struct ServerThread {
     local_addr: SocketAddr,
     peers: Peers,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
+
+impl ServerThread {
+    /// Runs `serve(peers, stop)` on a thread named `name`; it must return soon after `stop`.
+    fn spawn(
+        name: String,
+        local_addr: SocketAddr,
+        serve: impl FnOnce(&Peers, &AtomicBool) + Send + 'static,
+    ) -> Result<ServerThread> {
+        let peers = Peers::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (peers, stop) = (peers.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(move || serve(&peers, &stop))?
+        };
+        Ok(ServerThread {
+            local_addr,
+            peers,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    fn peers(&self) -> Vec<SocketAddr> {
+        self.peers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for ServerThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A TCP server listening inside a namespace, serving from a thread of the test; stops on drop.
+#[derive(Debug)]
+pub struct TcpServer(ServerThread);
 
 impl TcpServer {
     /// Listens on `addr` (port 0 picks one) inside `ns` and serves each connection with `reply`.
@@ -61,20 +105,14 @@ impl TcpServer {
             .with_context(|| format!("failed to listen on {addr} in netns {}", ns.name()))?;
         listener.set_nonblocking(true)?;
         let local_addr = listener.local_addr()?;
-        let peers = Peers::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (peers, stop) = (peers.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name(format!("tcp-server-{local_addr}"))
-                .spawn(move || serve_tcp(&listener, &reply, &peers, &stop))?
-        };
-        Ok(TcpServer {
+        ServerThread::spawn(
+            format!("tcp-server-{local_addr}"),
             local_addr,
-            peers,
-            stop,
-            thread: Some(thread),
-        })
+            move |peers, stop| {
+                serve_tcp(&listener, &reply, peers, stop);
+            },
+        )
+        .map(TcpServer)
     }
 
     /// A server that sends `banner` to every client.
@@ -103,24 +141,12 @@ impl TcpServer {
 
     /// The address it listens on (with the real port when bound to port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.0.local_addr
     }
 
     /// The source addresses of the connections accepted so far (to check SNAT/masquerade).
     pub fn peers(&self) -> Vec<SocketAddr> {
-        self.peers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
-impl Drop for TcpServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.0.peers()
     }
 }
 
@@ -302,12 +328,7 @@ pub enum UdpReply {
 
 /// A UDP server bound inside a namespace, answering from a thread of the test; stops on drop.
 #[derive(Debug)]
-pub struct UdpServer {
-    local_addr: SocketAddr,
-    peers: Peers,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
+pub struct UdpServer(ServerThread);
 
 impl UdpServer {
     /// Binds `addr` (port 0 picks one) inside `ns` and answers every datagram with `reply`.
@@ -320,36 +341,28 @@ impl UdpServer {
             .with_context(|| format!("failed to bind UDP {addr} in netns {}", ns.name()))?;
         socket.set_read_timeout(Some(SERVER_POLL))?;
         let local_addr = socket.local_addr()?;
-        let peers = Peers::default();
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (peers, stop) = (peers.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name(format!("udp-server-{local_addr}"))
-                .spawn(move || {
-                    let mut buf = vec![0u8; 65536];
-                    while !stop.load(Ordering::Relaxed) {
-                        let Ok((n, peer)) = socket.recv_from(&mut buf) else {
-                            continue;
-                        };
-                        peers
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .push(peer);
-                        let answer = match &reply {
-                            UdpReply::Banner(b) => b.as_slice(),
-                            UdpReply::Echo => &buf[..n],
-                        };
-                        let _ = socket.send_to(answer, peer);
-                    }
-                })?
-        };
-        Ok(UdpServer {
+        ServerThread::spawn(
+            format!("udp-server-{local_addr}"),
             local_addr,
-            peers,
-            stop,
-            thread: Some(thread),
-        })
+            move |peers, stop| {
+                let mut buf = vec![0u8; 65536];
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok((n, peer)) = socket.recv_from(&mut buf) else {
+                        continue;
+                    };
+                    peers
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(peer);
+                    let answer = match &reply {
+                        UdpReply::Banner(b) => b.as_slice(),
+                        UdpReply::Echo => &buf[..n],
+                    };
+                    let _ = socket.send_to(answer, peer);
+                }
+            },
+        )
+        .map(UdpServer)
     }
 
     /// A server that echoes every datagram.
@@ -370,24 +383,12 @@ impl UdpServer {
 
     /// The address it is bound to.
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.0.local_addr
     }
 
     /// The source addresses of the datagrams received so far.
     pub fn peers(&self) -> Vec<SocketAddr> {
-        self.peers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
-impl Drop for UdpServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.0.peers()
     }
 }
 
