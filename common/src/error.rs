@@ -106,20 +106,15 @@ impl CniError {
         CniError::new(ErrorCode::Internal, msg)
     }
 
-    /// The error object in the spec's shape, for `cni_version`, as Go prints it (4-space indent).
+    /// The error object in the spec's shape, for `cni_version`, printed as Go prints it.
     pub fn to_json(&self, cni_version: &str) -> String {
         let wire = ErrorObject {
             cni_version,
             error: self,
         };
-        let mut out = Vec::new();
-        let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-        let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
-        // Serialising strings and integers into a Vec cannot fail.
-        if wire.serialize(&mut ser).is_err() {
-            return format!("{{\"code\": {}}}", self.code.as_u32());
-        }
-        String::from_utf8_lossy(&out).into_owned()
+        // Serialising strings and integers cannot fail; keep a minimal object if it ever does.
+        crate::json::to_go_string(&wire)
+            .unwrap_or_else(|_| format!("{{\"code\": {}}}", self.code.as_u32()))
     }
 }
 
@@ -177,6 +172,12 @@ mod tests {
         );
         let e = e.with_details("more");
         assert!(e.to_json("0.4.0").ends_with("\"details\": \"more\"\n}"));
+        // Go's escaping applies to messages too.
+        let e = CniError::invalid_config("bad hostIP <x> & more");
+        assert!(
+            e.to_json("1.1.0")
+                .contains("bad hostIP \\u003cx\\u003e \\u0026 more")
+        );
     }
 
     #[test]

@@ -7,7 +7,6 @@
 //! (§1.8). Each era's wire type lives in its own module with its conversions: `v020` (`ip4`/
 //! `ip6` blocks), `v040` (`ips` with `version`), `v100` (sorted keys, optional `dns`).
 
-mod json;
 mod v020;
 mod v040;
 mod v100;
@@ -204,11 +203,15 @@ impl CniResult {
     pub fn to_json(&self, version: &str) -> Result<String, ResultError> {
         let version = if version.is_empty() { "0.1.0" } else { version };
         let text = match Era::of(version) {
-            Some(Era::V020) => json::to_go_string(&v020::Result020::from_current(self, version)?),
-            Some(Era::V040) => json::to_go_string(&v040::Result040::from_current(self, version)),
+            Some(Era::V020) => {
+                crate::json::to_go_string(&v020::Result020::from_current(self, version)?)
+            }
+            Some(Era::V040) => {
+                crate::json::to_go_string(&v040::Result040::from_current(self, version))
+            }
             Some(Era::V100) => {
                 let value = serde_json::to_value(v100::Result100::from_current(self, version))?;
-                json::to_go_string(&json::sort_keys(value))
+                crate::json::to_go_string(&crate::json::sort_keys(value))
             }
             None => {
                 return Err(ResultError::NoConverter {
@@ -234,7 +237,7 @@ fn prev_result(raw: &Value, conf_version: &str, inject: bool) -> Result<CniResul
         .ok_or_else(|| ResultError::UnsupportedVersion(conf_version.to_string()))?;
     // Go re-marshals the map, which sorts the keys; that decides which of two keys differing in
     // case wins (`CNIVersion` sorts before `cniVersion`, so the result's own version wins).
-    let (_, result) = decode(era, json::sort_keys(Value::Object(map)))?;
+    let (_, result) = decode(era, crate::json::sort_keys(Value::Object(map)))?;
     Ok(result)
 }
 
