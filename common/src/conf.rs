@@ -75,13 +75,7 @@ impl<T: DeserializeOwned> NetConf<T> {
     /// Code 6 (decode) when the bytes are not a JSON object or a key has the wrong type; the
     /// message names the key's path.
     pub fn parse(bytes: &[u8]) -> Result<NetConf<T>, CniError> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|e| {
-            CniError::new(
-                ErrorCode::Decode,
-                format!("failed to decode network configuration: {e}"),
-            )
-        })?;
-        NetConf::from_value(value)
+        NetConf::from_value(parse_json(bytes)?)
     }
 
     /// Decodes a configuration from an already parsed JSON value.
@@ -151,6 +145,19 @@ impl<T> NetConf<T> {
     pub fn has_capability(&self, key: &str) -> bool {
         self.capabilities.get(key).copied().unwrap_or(false)
     }
+}
+
+/// Parses stdin bytes as JSON (not yet checked to be a config).
+///
+/// # Errors
+/// Code 6 when the bytes are not JSON.
+pub fn parse_json(bytes: &[u8]) -> Result<Value, CniError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        CniError::new(
+            ErrorCode::Decode,
+            format!("failed to decode network configuration: {e}"),
+        )
+    })
 }
 
 fn conf_decode_error(e: DecodeError) -> CniError {

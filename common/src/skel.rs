@@ -30,7 +30,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::args::CniArgs;
-use crate::conf::NetConf;
+use crate::conf::{NetConf, parse_json};
 use crate::error::{CniError, ErrorCode};
 use crate::netns::NetNs;
 use crate::types::CniResult;
@@ -125,8 +125,8 @@ pub struct Call {
     pub path: Vec<PathBuf>,
     /// The config's `cniVersion` ("0.1.0" when it had none): results are printed in it.
     pub cni_version: String,
-    /// The raw stdin.
-    pub stdin: Vec<u8>,
+    /// The network configuration from stdin, parsed once by the skel (`Null` for VERSION).
+    pub config: Value,
 }
 
 impl Call {
@@ -135,7 +135,7 @@ impl Call {
     /// # Errors
     /// Code 6 naming the key that does not decode.
     pub fn conf<T: DeserializeOwned>(&self) -> Result<NetConf<T>, CniError> {
-        NetConf::parse(&self.stdin)
+        NetConf::from_value(self.config.clone())
     }
 
     /// Parses `CNI_ARGS`.
@@ -290,19 +290,25 @@ fn dispatch(
         Ok(call) => call,
         Err(e) => return fail(version::LATEST, e),
     };
-    if let Err(e) = stdin.read_to_end(&mut call.stdin) {
+    let mut input = Vec::new();
+    if let Err(e) = stdin.read_to_end(&mut input) {
         return fail(
             version::LATEST,
             CniError::new(ErrorCode::Io, format!("error reading from stdin: {e}")),
         );
     }
     if command == Command::Version {
-        return match version_reply(plugin, &call.stdin) {
+        return match version_input(&input).map(|asked| version_reply(plugin, asked.as_deref())) {
             Ok(text) => Outcome::Print(text),
             Err(e) => fail(version::LATEST, e),
         };
     }
-    let head: NetConf<serde::de::IgnoredAny> = match NetConf::parse(&call.stdin) {
+    // Parsed once here; plugins decode their keys from this value through `Call::conf`.
+    call.config = match parse_json(&input) {
+        Ok(value) => value,
+        Err(e) => return fail(version::LATEST, e),
+    };
+    let head: NetConf<serde::de::IgnoredAny> = match NetConf::from_value(call.config.clone()) {
         Ok(head) => head,
         Err(e) => return fail(version::LATEST, e),
     };
@@ -346,7 +352,7 @@ fn dispatch(
         Command::Gc => plugin.gc(&call).map(|()| String::new()),
         Command::Status => plugin.status(&call).map(|()| String::new()),
         // Answered before the config checks above; kept here so the match stays exhaustive.
-        Command::Version => version_reply(plugin, &call.stdin),
+        Command::Version => Ok(version_reply(plugin, Some(&call.cni_version))),
     };
     match outcome {
         Ok(text) => Outcome::Print(text),
@@ -401,7 +407,7 @@ fn read_env(command: Command, var: &dyn Fn(&str) -> String) -> Result<Call, CniE
             .filter(|p| !p.as_os_str().is_empty())
             .collect(),
         cni_version: String::new(),
-        stdin: Vec::new(),
+        config: Value::Null,
     })
 }
 
@@ -536,28 +542,32 @@ fn print_result(result: &CniResult, version: &str) -> Result<String, CniError> {
     })
 }
 
-fn version_reply(plugin: &dyn Plugin, stdin: &[u8]) -> Result<String, CniError> {
-    let mut reply_version = version::LATEST.to_string();
-    if !stdin.iter().all(u8::is_ascii_whitespace) {
-        let input: Value = serde_json::from_slice(stdin).map_err(|e| {
-            CniError::new(
-                ErrorCode::Decode,
-                format!("failed to decode VERSION input: {e}"),
-            )
-        })?;
-        let given = input
-            .as_object()
-            .and_then(|m| m.iter().find(|(k, _)| k.eq_ignore_ascii_case("cniVersion")))
-            .and_then(|(_, v)| v.as_str());
-        if let Some(v) = given.filter(|v| !v.is_empty()) {
-            reply_version = v.to_string();
-        }
+/// The `cniVersion` a VERSION caller gave on stdin, if any.
+fn version_input(stdin: &[u8]) -> Result<Option<String>, CniError> {
+    if stdin.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
     }
+    let input: Value = serde_json::from_slice(stdin).map_err(|e| {
+        CniError::new(
+            ErrorCode::Decode,
+            format!("failed to decode VERSION input: {e}"),
+        )
+    })?;
+    Ok(input
+        .as_object()
+        .and_then(|m| m.iter().find(|(k, _)| k.eq_ignore_ascii_case("cniVersion")))
+        .and_then(|(_, v)| v.as_str())
+        .filter(|v| !v.is_empty())
+        .map(str::to_string))
+}
+
+/// The VERSION reply: the caller's version (or the latest) and the plugin's list.
+fn version_reply(plugin: &dyn Plugin, asked: Option<&str>) -> String {
     let reply = serde_json::json!({
-        "cniVersion": reply_version,
+        "cniVersion": asked.unwrap_or(version::LATEST),
         "supportedVersions": plugin.supported_versions(),
     });
-    Ok(format!("{reply}\n"))
+    format!("{reply}\n")
 }
 
 #[cfg(test)]
