@@ -4,6 +4,8 @@
 //! namespace bind-mounted on it, so its path works as `CNI_NETNS`, with `nsenter --net=<path>`
 //! and with `ip netns exec` / `ip link ... netns <name>`. Commands run inside are spawned from a
 //! thread that entered the namespace (never with `ip netns exec`, which also remounts `/sys`).
+//! IPv6 duplicate address detection is off in every test namespace, so addresses are usable at
+//! once.
 //!
 //! [`Topology`] builds the usual three namespaces of a chain test: a "host" where the main
 //! plugin and the host-side plugins run, a "container" (`CNI_NETNS`) and a "client" joined to the
@@ -93,6 +95,23 @@ impl TestNetns {
         .join()
         .map_err(|_| anyhow!("namespace creation thread panicked"))??;
         ns.ip(&["link", "set", "lo", "up"])?;
+        // Without duplicate address detection, an IPv6 address is usable (and chosen as a
+        // source) as soon as it is added: tests need not race the tentative state.
+        for key in [
+            "net.ipv6.conf.all.accept_dad",
+            "net.ipv6.conf.default.accept_dad",
+        ] {
+            match ns.set_sysctl(key, "0") {
+                Ok(()) => {}
+                // A kernel without IPv6 has no such key, and no DAD either.
+                Err(e)
+                    if e.chain().any(|c| {
+                        c.downcast_ref::<common::sysctl::SysctlError>()
+                            .is_some_and(|s| s.is_not_found())
+                    }) => {}
+                Err(e) => return Err(e),
+            }
+        }
         Ok(ns)
     }
 
