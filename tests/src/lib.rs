@@ -2,6 +2,7 @@
 //!
 //! - [`netns`]: named network namespaces at `/run/netns/<name>` removed on drop, veth links, and
 //!   the usual host/container/client [`netns::Topology`].
+//! - [`bench`]: timing our plugins against the Go binaries, interleaved, for the `bench` binary.
 //! - [`bins`]: where our plugin binaries (cargo's target dir) and the Go reference plugins
 //!   (`/usr/lib/cni`) are.
 //! - [`runtime`]: a libcni-like runtime running plugin chains inside a host namespace
@@ -16,6 +17,7 @@
 //! spawned from threads inside test namespaces, and the runtime refuses pid 1's namespace.
 //! Our plugin binaries must be built first: `cargo build --workspace --bins`.
 
+pub mod bench;
 pub mod bins;
 pub mod main_plugin;
 pub mod netns;
