@@ -5,6 +5,7 @@ pub mod args;
 pub mod conf;
 pub mod decode;
 pub mod error;
+pub mod iptables;
 pub(crate) mod json;
 pub mod lock;
 pub mod logging;
