@@ -11,6 +11,7 @@ pub mod lock;
 pub mod logging;
 pub mod netlink;
 pub mod netns;
+pub mod nft;
 pub mod skel;
 pub mod store;
 pub mod sysctl;

@@ -14,7 +14,7 @@ use std::io;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 
-pub use socket::NetlinkSocket;
+pub use socket::{BatchFailure, NetlinkSocket};
 
 use crate::netns::{NetNs, NetnsError};
 

@@ -13,6 +13,9 @@ use netlink_packet_core::{
 };
 use netlink_sys::{Socket, SocketAddr};
 
+mod batch;
+pub use batch::BatchFailure;
+
 /// Receive buffer size: large enough for any single datagram a dump sends.
 const RECV_BUF: usize = 64 * 1024;
 

@@ -1,0 +1,624 @@
+//! Atomic batches: every change of one plugin call in one nfnetlink transaction.
+
+use netlink_packet_core::{NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE};
+use netlink_packet_netfilter::nftables::{
+    ChainAttribute, ChainMessage, DataAttribute, Hook, HookNumber, InetHookNumber, ListAttribute,
+    NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute, SetElementAttribute, SetElementList,
+    SetElementMessage, SetFlags, SetMessage, TableAttribute, TableFlags, TableMessage,
+};
+use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
+
+use super::expr::Verdict;
+use super::rule::{COMMENT_MAX, Rule};
+use super::set::{DataType, Element, ElementData, NFT_DATA_VERDICT, Set, SetData, Value};
+use super::{Family, Table, userdata};
+
+/// The kind of a base chain (`type filter|nat|route`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainType {
+    /// `type filter`.
+    Filter,
+    /// `type nat`.
+    Nat,
+    /// `type route`.
+    Route,
+}
+
+impl ChainType {
+    fn name(self) -> &'static str {
+        match self {
+            ChainType::Filter => "filter",
+            ChainType::Nat => "nat",
+            ChainType::Route => "route",
+        }
+    }
+}
+
+/// A netfilter hook of the `ip`, `ip6` and `inet` families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainHook {
+    /// `hook prerouting`.
+    Prerouting,
+    /// `hook input`.
+    Input,
+    /// `hook forward`.
+    Forward,
+    /// `hook output`.
+    Output,
+    /// `hook postrouting`.
+    Postrouting,
+}
+
+impl ChainHook {
+    fn number(self) -> InetHookNumber {
+        match self {
+            ChainHook::Prerouting => InetHookNumber::PreRouting,
+            ChainHook::Input => InetHookNumber::LocalIn,
+            ChainHook::Forward => InetHookNumber::Forward,
+            ChainHook::Output => InetHookNumber::LocalOut,
+            ChainHook::Postrouting => InetHookNumber::PostRouting,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ChainHook::Prerouting => "prerouting",
+            ChainHook::Input => "input",
+            ChainHook::Forward => "forward",
+            ChainHook::Output => "output",
+            ChainHook::Postrouting => "postrouting",
+        }
+    }
+}
+
+/// Well-known base chain priorities (`priority dstnat` …).
+pub mod priority {
+    /// `priority dstnat` (-100): destination NAT in prerouting and output.
+    pub const DSTNAT: i32 = -100;
+    /// `priority filter` (0).
+    pub const FILTER: i32 = 0;
+    /// `priority srcnat` (100): source NAT in postrouting.
+    pub const SRCNAT: i32 = 100;
+}
+
+/// The policy of a base chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// `policy accept`.
+    Accept,
+    /// `policy drop`.
+    Drop,
+}
+
+/// The hook settings of a base chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BaseChain {
+    /// `type …`.
+    pub kind: ChainType,
+    /// `hook …`.
+    pub hook: ChainHook,
+    /// `priority …`.
+    pub priority: i32,
+    /// `policy …`.
+    pub policy: Policy,
+}
+
+/// A chain: a regular one (only reached by `jump`/`goto`) or a base chain on a hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    /// The name.
+    pub name: String,
+    /// The hook settings of a base chain.
+    pub base: Option<BaseChain>,
+}
+
+impl Chain {
+    /// `chain NAME { }`.
+    pub fn regular(name: &str) -> Chain {
+        Chain {
+            name: name.to_string(),
+            base: None,
+        }
+    }
+
+    /// `chain NAME { type nat hook prerouting priority -100; policy accept; }`.
+    pub fn base(name: &str, kind: ChainType, hook: ChainHook, priority: i32) -> Chain {
+        Chain {
+            name: name.to_string(),
+            base: Some(BaseChain {
+                kind,
+                hook,
+                priority,
+                policy: Policy::Accept,
+            }),
+        }
+    }
+
+    /// The declaration as `nft` writes it.
+    pub fn to_nft(&self) -> String {
+        match &self.base {
+            None => self.name.clone(),
+            Some(b) => format!(
+                "{} {{ type {} hook {} priority {}; policy {}; }}",
+                self.name,
+                b.kind.name(),
+                b.hook.name(),
+                b.priority,
+                match b.policy {
+                    Policy::Accept => "accept",
+                    Policy::Drop => "drop",
+                }
+            ),
+        }
+    }
+
+    /// `policy drop` (base chains only; the default is `accept`).
+    #[must_use]
+    pub fn policy(mut self, policy: Policy) -> Chain {
+        if let Some(base) = &mut self.base {
+            base.policy = policy;
+        }
+        self
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Op {
+    AddTable(Table),
+    DeleteTable(Table),
+    AddChain(Table, Chain),
+    FlushChain(Table, String),
+    DeleteChain(Table, String),
+    AddSet(Table, Set),
+    FlushSet(Table, String),
+    DeleteSet(Table, String),
+    AddRule {
+        table: Table,
+        chain: String,
+        rule: Rule,
+        append: bool,
+    },
+    DeleteRule {
+        table: Table,
+        chain: String,
+        handle: u64,
+    },
+    AddElements(Table, String, Vec<Element>),
+    DeleteElements(Table, String, Vec<Vec<Value>>),
+}
+
+impl Op {
+    /// The operation as `nft` syntax, naming the object for error messages.
+    fn describe(&self) -> String {
+        match self {
+            Op::AddTable(t) => format!("add table {t}"),
+            Op::DeleteTable(t) => format!("delete table {t}"),
+            Op::AddChain(t, c) => format!("add chain {t} {}", c.to_nft()),
+            Op::FlushChain(t, c) => format!("flush chain {t} {c}"),
+            Op::DeleteChain(t, c) => format!("delete chain {t} {c}"),
+            Op::AddSet(t, s) => format!("add {} to table {t}", s.to_nft()),
+            Op::FlushSet(t, s) => format!("flush set {t} {s}"),
+            Op::DeleteSet(t, s) => format!("delete set {t} {s}"),
+            Op::AddRule {
+                table,
+                chain,
+                rule,
+                append,
+            } => format!(
+                "{} rule {table} {chain} {}",
+                if *append { "add" } else { "insert" },
+                rule.to_nft()
+            ),
+            Op::DeleteRule {
+                table,
+                chain,
+                handle,
+            } => format!("delete rule {table} {chain} handle {handle}"),
+            Op::AddElements(t, s, e) => format!("add {} element(s) to {t} {s}", e.len()),
+            Op::DeleteElements(t, s, k) => format!("delete {} element(s) from {t} {s}", k.len()),
+        }
+    }
+}
+
+/// A list of changes applied as one atomic transaction by [`Nft::apply`](super::Nft::apply):
+/// all of them or none.
+///
+/// Adding a table, chain or set that exists is not an error (`nft add`, not `nft create`), so
+/// a plugin can declare its skeleton on every call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    ops: Vec<Op>,
+}
+
+/// An object of a batch that cannot be encoded, with its description and the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EncodeError {
+    pub object: String,
+    pub reason: String,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Batch {
+        Batch::default()
+    }
+
+    /// True when there is nothing to apply.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// `add table ip NAME`.
+    pub fn add_table(&mut self, table: &Table) -> &mut Batch {
+        self.ops.push(Op::AddTable(table.clone()));
+        self
+    }
+
+    /// `delete table ip NAME`, with everything in it.
+    pub fn delete_table(&mut self, table: &Table) -> &mut Batch {
+        self.ops.push(Op::DeleteTable(table.clone()));
+        self
+    }
+
+    /// `add chain ip TABLE NAME { … }`.
+    pub fn add_chain(&mut self, table: &Table, chain: &Chain) -> &mut Batch {
+        self.ops.push(Op::AddChain(table.clone(), chain.clone()));
+        self
+    }
+
+    /// `flush chain ip TABLE NAME`: removes every rule of the chain.
+    pub fn flush_chain(&mut self, table: &Table, chain: &str) -> &mut Batch {
+        self.ops
+            .push(Op::FlushChain(table.clone(), chain.to_string()));
+        self
+    }
+
+    /// `delete chain ip TABLE NAME` (it must be empty and unreferenced).
+    pub fn delete_chain(&mut self, table: &Table, chain: &str) -> &mut Batch {
+        self.ops
+            .push(Op::DeleteChain(table.clone(), chain.to_string()));
+        self
+    }
+
+    /// `add map ip TABLE NAME { type … : …; }` (or `add set …`).
+    pub fn add_set(&mut self, table: &Table, set: &Set) -> &mut Batch {
+        self.ops.push(Op::AddSet(table.clone(), set.clone()));
+        self
+    }
+
+    /// `flush set ip TABLE NAME` (or `flush map …`): removes every element.
+    pub fn flush_set(&mut self, table: &Table, set: &str) -> &mut Batch {
+        self.ops.push(Op::FlushSet(table.clone(), set.to_string()));
+        self
+    }
+
+    /// `delete set ip TABLE NAME` (or `delete map …`).
+    pub fn delete_set(&mut self, table: &Table, set: &str) -> &mut Batch {
+        self.ops.push(Op::DeleteSet(table.clone(), set.to_string()));
+        self
+    }
+
+    /// `add rule ip TABLE CHAIN …`: appends the rule.
+    pub fn add_rule(&mut self, table: &Table, chain: &str, rule: &Rule) -> &mut Batch {
+        self.ops.push(Op::AddRule {
+            table: table.clone(),
+            chain: chain.to_string(),
+            rule: rule.clone(),
+            append: true,
+        });
+        self
+    }
+
+    /// `insert rule ip TABLE CHAIN …`: puts the rule first in the chain.
+    pub fn insert_rule(&mut self, table: &Table, chain: &str, rule: &Rule) -> &mut Batch {
+        self.ops.push(Op::AddRule {
+            table: table.clone(),
+            chain: chain.to_string(),
+            rule: rule.clone(),
+            append: false,
+        });
+        self
+    }
+
+    /// `delete rule ip TABLE CHAIN handle N`.
+    pub fn delete_rule(&mut self, table: &Table, chain: &str, handle: u64) -> &mut Batch {
+        self.ops.push(Op::DeleteRule {
+            table: table.clone(),
+            chain: chain.to_string(),
+            handle,
+        });
+        self
+    }
+
+    /// `add element ip TABLE SET { k comment "c" : v, … }`; re-adding an identical element is
+    /// not an error, one with the same key and other data is (EBUSY).
+    pub fn add_elements(&mut self, table: &Table, set: &str, elements: &[Element]) -> &mut Batch {
+        if !elements.is_empty() {
+            self.ops.push(Op::AddElements(
+                table.clone(),
+                set.to_string(),
+                elements.to_vec(),
+            ));
+        }
+        self
+    }
+
+    /// `delete element ip TABLE SET { k, … }`; a missing key fails the batch (ENOENT).
+    pub fn delete_elements(&mut self, table: &Table, set: &str, keys: &[Vec<Value>]) -> &mut Batch {
+        if !keys.is_empty() {
+            self.ops.push(Op::DeleteElements(
+                table.clone(),
+                set.to_string(),
+                keys.to_vec(),
+            ));
+        }
+        self
+    }
+
+    /// The nft-syntax description of operation `index`, for error messages.
+    pub(crate) fn describe(&self, index: usize) -> String {
+        self.ops
+            .get(index)
+            .map_or_else(|| format!("operation #{index}"), Op::describe)
+    }
+
+    /// The netlink messages (flags each), without the batch begin/end wrapper.
+    pub(crate) fn encode(&self) -> Result<Vec<(NetfilterMessage, u16)>, EncodeError> {
+        let mut set_id = 0u32;
+        let mut out = Vec::with_capacity(self.ops.len());
+        for op in &self.ops {
+            let fail = |reason: String| EncodeError {
+                object: op.describe(),
+                reason,
+            };
+            let (table, msg, flags) = match op {
+                Op::AddTable(t) => (
+                    t,
+                    NfTablesMessage::NewTable(TableMessage {
+                        attributes: vec![
+                            TableAttribute::Name(t.name.clone()),
+                            TableAttribute::Flags(TableFlags::empty()),
+                        ],
+                    }),
+                    NLM_F_CREATE,
+                ),
+                Op::DeleteTable(t) => (
+                    t,
+                    NfTablesMessage::DeleteTable(TableMessage {
+                        attributes: vec![TableAttribute::Name(t.name.clone())],
+                    }),
+                    0,
+                ),
+                Op::AddChain(t, c) => (t, chain_message(t, c), NLM_F_CREATE),
+                Op::FlushChain(t, c) => (
+                    t,
+                    NfTablesMessage::DeleteRule(RuleMessage {
+                        attributes: vec![
+                            RuleAttribute::Table(t.name.clone()),
+                            RuleAttribute::Chain(c.clone()),
+                        ],
+                    }),
+                    0,
+                ),
+                Op::DeleteChain(t, c) => (
+                    t,
+                    NfTablesMessage::DeleteChain(ChainMessage {
+                        attributes: vec![
+                            ChainAttribute::Table(t.name.clone()),
+                            ChainAttribute::Name(c.clone()),
+                        ],
+                    }),
+                    0,
+                ),
+                Op::AddSet(t, s) => {
+                    // The kernel wants a transaction-unique id for every new set.
+                    set_id += 1;
+                    (t, set_message(t, s, set_id).map_err(fail)?, NLM_F_CREATE)
+                }
+                Op::FlushSet(t, s) => (
+                    t,
+                    NfTablesMessage::DeleteSetElement(SetElementMessage {
+                        attributes: vec![
+                            SetElementList::Table(t.name.clone()),
+                            SetElementList::Set(s.clone()),
+                        ],
+                    }),
+                    0,
+                ),
+                Op::DeleteSet(t, s) => (
+                    t,
+                    NfTablesMessage::DeleteSet(SetMessage {
+                        attributes: vec![
+                            SetAttribute::Table(t.name.clone()),
+                            SetAttribute::Name(s.clone()),
+                        ],
+                    }),
+                    0,
+                ),
+                Op::AddRule {
+                    table,
+                    chain,
+                    rule,
+                    append,
+                } => (
+                    table,
+                    rule_message(table, chain, rule).map_err(fail)?,
+                    if *append {
+                        NLM_F_CREATE | NLM_F_APPEND
+                    } else {
+                        NLM_F_CREATE
+                    },
+                ),
+                Op::DeleteRule {
+                    table,
+                    chain,
+                    handle,
+                } => (
+                    table,
+                    NfTablesMessage::DeleteRule(RuleMessage {
+                        attributes: vec![
+                            RuleAttribute::Table(table.name.clone()),
+                            RuleAttribute::Chain(chain.clone()),
+                            RuleAttribute::Handle(*handle),
+                        ],
+                    }),
+                    0,
+                ),
+                Op::AddElements(t, s, elements) => {
+                    let mut list = Vec::with_capacity(elements.len());
+                    for e in elements {
+                        list.push(element_attributes(e).map_err(fail)?);
+                    }
+                    (
+                        t,
+                        elements_message(NfTablesMessage::NewSetElement, t, s, list),
+                        NLM_F_CREATE,
+                    )
+                }
+                Op::DeleteElements(t, s, keys) => {
+                    let list = keys
+                        .iter()
+                        .map(|k| {
+                            ListAttribute::Element(vec![SetElementAttribute::Key(
+                                DataAttribute::Value(Value::concat(k)),
+                            )])
+                        })
+                        .collect();
+                    (
+                        t,
+                        elements_message(NfTablesMessage::DeleteSetElement, t, s, list),
+                        0,
+                    )
+                }
+            };
+            out.push((nft_message(table.family, msg), flags));
+        }
+        // One ACK, on the last object: it arrives after every refusal (see `send_batch`).
+        if let Some(last) = out.last_mut() {
+            last.1 |= NLM_F_ACK;
+        }
+        Ok(out)
+    }
+}
+
+/// Wraps an nf_tables message in its nfnetlink header.
+pub(crate) fn nft_message(family: Family, msg: NfTablesMessage) -> NetfilterMessage {
+    NetfilterMessage::new(
+        NetfilterHeader::new(NetfilterProtoFamily::from(family.code()), 0, 0),
+        msg,
+    )
+}
+
+fn chain_message(t: &Table, c: &Chain) -> NfTablesMessage {
+    let mut attributes = vec![
+        ChainAttribute::Table(t.name.clone()),
+        ChainAttribute::Name(c.name.clone()),
+    ];
+    if let Some(base) = &c.base {
+        attributes.push(ChainAttribute::Type(base.kind.name().to_string()));
+        attributes.push(ChainAttribute::Policy(match base.policy {
+            Policy::Drop => 0,
+            Policy::Accept => 1,
+        }));
+        attributes.push(ChainAttribute::Hook(vec![
+            Hook::Number(HookNumber::Inet(base.hook.number())),
+            // The priority travels as a big-endian two's-complement s32.
+            Hook::Priority(u32::from_ne_bytes(base.priority.to_ne_bytes())),
+        ]));
+    }
+    NfTablesMessage::NewChain(ChainMessage { attributes })
+}
+
+fn set_message(t: &Table, s: &Set, id: u32) -> Result<NfTablesMessage, String> {
+    let len = |types: &[DataType]| u32::try_from(DataType::total_len(types)).unwrap_or(u32::MAX);
+    if s.key.is_empty() {
+        return Err("a set needs a key type".to_string());
+    }
+    let mut attributes = vec![
+        SetAttribute::Table(t.name.clone()),
+        SetAttribute::Name(s.name.clone()),
+        SetAttribute::Flags(match s.data {
+            SetData::None => SetFlags::empty(),
+            _ => SetFlags::Map,
+        }),
+        SetAttribute::KeyType(DataType::concat_id(&s.key)),
+        SetAttribute::KeyLen(len(&s.key)),
+    ];
+    match &s.data {
+        SetData::None => {}
+        SetData::Values(data) if data.is_empty() => {
+            return Err("a map needs a data type".to_string());
+        }
+        SetData::Values(data) => {
+            attributes.push(SetAttribute::DataType(DataType::concat_id(data)));
+            attributes.push(SetAttribute::DataLen(len(data)));
+        }
+        SetData::Verdict => {
+            attributes.push(SetAttribute::DataType(NFT_DATA_VERDICT));
+            attributes.push(SetAttribute::DataLen(0));
+        }
+    }
+    attributes.push(SetAttribute::Id(id));
+    Ok(NfTablesMessage::NewSet(SetMessage { attributes }))
+}
+
+fn rule_message(t: &Table, chain: &str, rule: &Rule) -> Result<NfTablesMessage, String> {
+    let exprs = rule.encode(t.family).map_err(|e| e.0)?;
+    let mut attributes = vec![
+        RuleAttribute::Table(t.name.clone()),
+        RuleAttribute::Chain(chain.to_string()),
+        RuleAttribute::Expressions(exprs.iter().map(super::expr::Expr::encode).collect()),
+    ];
+    if let Some(c) = rule.comment_text() {
+        attributes.push(RuleAttribute::UserData(userdata::comment(c)));
+    }
+    Ok(NfTablesMessage::NewRule(RuleMessage { attributes }))
+}
+
+fn element_attributes(e: &Element) -> Result<ListAttribute<SetElementAttribute>, String> {
+    if e.key.is_empty() {
+        return Err("an element needs a key".to_string());
+    }
+    let mut attrs = vec![SetElementAttribute::Key(DataAttribute::Value(
+        Value::concat(&e.key),
+    ))];
+    match &e.data {
+        None => {}
+        Some(ElementData::Values(v)) => attrs.push(SetElementAttribute::Data(
+            DataAttribute::Value(Value::concat(v)),
+        )),
+        Some(ElementData::Verdict(v)) => attrs.push(SetElementAttribute::Data(
+            DataAttribute::Verdict(Verdict::to_attributes(v)),
+        )),
+    }
+    if let Some(c) = &e.comment {
+        if c.len() > COMMENT_MAX {
+            return Err(format!(
+                "comment of {} bytes is longer than {COMMENT_MAX}",
+                c.len()
+            ));
+        }
+        attrs.push(SetElementAttribute::UserData(userdata::comment(c)));
+    }
+    Ok(ListAttribute::Element(attrs))
+}
+
+fn elements_message(
+    kind: fn(SetElementMessage) -> NfTablesMessage,
+    t: &Table,
+    set: &str,
+    list: Vec<ListAttribute<SetElementAttribute>>,
+) -> NfTablesMessage {
+    kind(SetElementMessage {
+        attributes: vec![
+            SetElementList::Table(t.name.clone()),
+            SetElementList::Set(set.to_string()),
+            SetElementList::Elements(list),
+        ],
+    })
+}
