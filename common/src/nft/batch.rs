@@ -567,7 +567,7 @@ fn set_message(t: &Table, s: &Set, id: u32) -> Result<NfTablesMessage, String> {
     Ok(NfTablesMessage::NewSet(SetMessage { attributes }))
 }
 
-fn rule_message(t: &Table, chain: &str, rule: &Rule) -> Result<NfTablesMessage, String> {
+pub(super) fn rule_message(t: &Table, chain: &str, rule: &Rule) -> Result<NfTablesMessage, String> {
     let exprs = rule.encode(t.family).map_err(|e| e.0)?;
     let mut attributes = vec![
         RuleAttribute::Table(t.name.clone()),

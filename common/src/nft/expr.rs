@@ -204,6 +204,9 @@ pub enum Expr {
         mask: Vec<u8>,
         /// XOR value.
         xor: Vec<u8>,
+        /// Whether `NFTA_BITWISE_OP` (`NFT_BITWISE_BOOL`, the default) is sent explicitly, as
+        /// nft does for a written `&` but not for flag matches.
+        explicit_op: bool,
     },
     /// `[ lookup reg 1 set NAME dreg 1 ]` (`dreg 0` for a verdict map, none for a set).
     Lookup {
@@ -262,6 +265,7 @@ const NFTA_NAT_FAMILY: u16 = 2;
 const NFTA_NAT_REG_ADDR_MIN: u16 = 3;
 const NFTA_NAT_REG_PROTO_MIN: u16 = 5;
 const NFTA_NAT_FLAGS: u16 = 7;
+const NFT_BITWISE_BOOL: u32 = 0;
 const NFTA_COUNTER_BYTES: u16 = 1;
 const NFTA_COUNTER_PACKETS: u16 = 2;
 
@@ -324,13 +328,22 @@ impl Expr {
                 dreg,
                 mask,
                 xor,
-            } => Expressions::Bitwise(vec![
-                Bitwise::SourceRegister(reg(*sreg)),
-                Bitwise::DestinationRegister(reg(*dreg)),
-                Bitwise::Length(u32::try_from(mask.len()).unwrap_or(u32::MAX)),
-                Bitwise::Mask(value(mask)),
-                Bitwise::Xor(value(xor)),
-            ]),
+                explicit_op,
+            } => {
+                let mut attrs = vec![
+                    Bitwise::SourceRegister(reg(*sreg)),
+                    Bitwise::DestinationRegister(reg(*dreg)),
+                ];
+                if *explicit_op {
+                    attrs.push(Bitwise::Op(NFT_BITWISE_BOOL));
+                }
+                attrs.extend([
+                    Bitwise::Length(u32::try_from(mask.len()).unwrap_or(u32::MAX)),
+                    Bitwise::Mask(value(mask)),
+                    Bitwise::Xor(value(xor)),
+                ]);
+                Expressions::Bitwise(attrs)
+            }
             Expr::Lookup { set, sreg, dreg } => {
                 let mut attrs = vec![Lookup::SourceRegister(reg(*sreg))];
                 if let Some(dreg) = dreg {
@@ -470,8 +483,10 @@ fn decode_data(name: &str, data: &Expressions) -> Option<Expr> {
         }
         Expressions::Bitwise(attrs) => {
             let (mut sreg, mut dreg, mut mask, mut xor) = (None, None, None, None);
+            let mut explicit_op = false;
             for a in attrs {
                 match a {
+                    Bitwise::Op(_) => explicit_op = true,
                     Bitwise::SourceRegister(r) => sreg = Some(reg(r)),
                     Bitwise::DestinationRegister(r) => dreg = Some(reg(r)),
                     Bitwise::Mask(d) => mask = data_value(d),
@@ -484,6 +499,7 @@ fn decode_data(name: &str, data: &Expressions) -> Option<Expr> {
                 dreg: dreg?,
                 mask: mask?,
                 xor: xor?,
+                explicit_op,
             }
         }
         Expressions::Lookup(attrs) => {

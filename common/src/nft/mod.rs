@@ -56,7 +56,7 @@ use netlink_packet_netfilter::{
 
 pub use batch::{BaseChain, Batch, Chain, ChainHook, ChainType, Policy, priority};
 pub use expr::{Expr, Verdict};
-pub use rule::{COMMENT_MAX, CtStateFlags, CtStatusFlags, NfProto, Rule, RuleError, Selector};
+pub use rule::{COMMENT_MAX, CtStateFlags, CtStatusFlags, IntoNet, NfProto, Rule, RuleError, Selector};
 pub use set::{DataType, Element, ElementData, L4Proto, Set, SetData, Value};
 
 use crate::netlink::NetlinkSocket;
@@ -81,6 +81,13 @@ impl Family {
             Family::Ip6 => 10,
             Family::Inet => 1,
         }
+    }
+
+    /// The family with this `NFPROTO_*` number.
+    pub fn from_code(code: u8) -> Option<Family> {
+        [Family::Ip, Family::Ip6, Family::Inet]
+            .into_iter()
+            .find(|f| f.code() == code)
     }
 
     /// The family as `nft` names it.
@@ -204,8 +211,8 @@ pub struct ListedRule {
 }
 
 impl ListedRule {
-    /// True when this is `rule` as encoded for `family` (counter values and the NAT flags the
-    /// kernel derives itself are not compared).
+    /// True when this is `rule` as encoded for `family` (counter values, the NAT flags the
+    /// kernel derives itself and whether the bitwise operator was explicit are not compared).
     pub fn is(&self, rule: &Rule, family: Family) -> bool {
         let Ok(want) = rule.encode(family) else {
             return false;
@@ -227,6 +234,19 @@ impl ListedRule {
                 addr: *addr,
                 proto: *proto,
                 flags: None,
+            },
+            Expr::Bitwise {
+                sreg,
+                dreg,
+                mask,
+                xor,
+                ..
+            } => Expr::Bitwise {
+                sreg: *sreg,
+                dreg: *dreg,
+                mask: mask.clone(),
+                xor: xor.clone(),
+                explicit_op: false,
             },
             e => e.clone(),
         };

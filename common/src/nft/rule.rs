@@ -160,6 +160,48 @@ impl Selector {
     }
 }
 
+/// An address or prefix for `ip saddr`/`ip daddr` matches (an address is a host prefix).
+pub trait IntoNet {
+    /// The prefix.
+    fn into_net(self) -> IpNet;
+}
+
+impl IntoNet for IpNet {
+    fn into_net(self) -> IpNet {
+        self
+    }
+}
+
+impl IntoNet for ipnet::Ipv4Net {
+    fn into_net(self) -> IpNet {
+        self.into()
+    }
+}
+
+impl IntoNet for ipnet::Ipv6Net {
+    fn into_net(self) -> IpNet {
+        self.into()
+    }
+}
+
+impl IntoNet for IpAddr {
+    fn into_net(self) -> IpNet {
+        self.into()
+    }
+}
+
+impl IntoNet for std::net::Ipv4Addr {
+    fn into_net(self) -> IpNet {
+        IpAddr::V4(self).into()
+    }
+}
+
+impl IntoNet for std::net::Ipv6Addr {
+    fn into_net(self) -> IpNet {
+        IpAddr::V6(self).into()
+    }
+}
+
 /// `ct state` bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CtStateFlags(pub u32);
@@ -229,6 +271,10 @@ enum Stmt {
         bits: u32,
     },
     FibDaddrLocal,
+    Dport {
+        proto: L4Proto,
+        port: u16,
+    },
     Lookup {
         keys: Vec<Selector>,
         set: String,
@@ -295,16 +341,16 @@ impl Rule {
 
     /// `ip saddr 10.0.0.0/8` (`ip6 saddr fd00::/64` for IPv6); a host route matches one address.
     #[must_use]
-    pub fn saddr(self, net: impl Into<IpNet>) -> Rule {
-        let net = net.into();
+    pub fn saddr(self, net: impl IntoNet) -> Rule {
+        let net = net.into_net();
         let sel = Selector::saddr(NfProto::of(net.addr()));
         self.push(Stmt::Prefix { sel, net })
     }
 
     /// `ip daddr 10.0.0.0/8` (`ip6 daddr fd00::/64` for IPv6).
     #[must_use]
-    pub fn daddr(self, net: impl Into<IpNet>) -> Rule {
-        let net = net.into();
+    pub fn daddr(self, net: impl IntoNet) -> Rule {
+        let net = net.into_net();
         let sel = Selector::daddr(NfProto::of(net.addr()));
         self.push(Stmt::Prefix { sel, net })
     }
@@ -322,7 +368,7 @@ impl Rule {
     /// `tcp dport 8080` (`udp dport …`, `sctp dport …`): the protocol, then the port.
     #[must_use]
     pub fn dport(self, proto: L4Proto, port: u16) -> Rule {
-        self.l4proto(proto).th_dport(port)
+        self.push(Stmt::Dport { proto, port })
     }
 
     /// `th dport 8080`.
@@ -688,6 +734,7 @@ impl Encoder {
                         dreg: REG_1,
                         xor: vec![0; mask.len()],
                         mask,
+                        explicit_op: false,
                     });
                     self.exprs.push(cmp(CmpOp::Eq, addr));
                 }
@@ -700,6 +747,7 @@ impl Encoder {
                     dreg: REG_1,
                     mask: mask.to_ne_bytes().to_vec(),
                     xor: vec![0; 4],
+                    explicit_op: true,
                 });
                 self.exprs
                     .push(cmp(CmpOp::Eq, value.to_ne_bytes().to_vec()));
@@ -711,6 +759,7 @@ impl Encoder {
                     dreg: REG_1,
                     mask: bits.to_ne_bytes().to_vec(),
                     xor: vec![0; 4],
+                    explicit_op: false,
                 });
                 self.exprs.push(cmp(CmpOp::Neq, vec![0; 4]));
             }
@@ -720,6 +769,15 @@ impl Encoder {
                 self.exprs.push(Expr::FibDaddrType { dreg: REG_1 });
                 self.exprs
                     .push(cmp(CmpOp::Eq, RTN_LOCAL.to_ne_bytes().to_vec()));
+            }
+            Stmt::Dport { proto, port } => {
+                for (sel, value) in [
+                    (Selector::MetaL4proto, vec![proto.number()]),
+                    (Selector::ThDport, port.to_be_bytes().to_vec()),
+                ] {
+                    self.exprs.push(sel.load(REG_1));
+                    self.exprs.push(cmp(CmpOp::Eq, value));
+                }
             }
             Stmt::Lookup { keys, set } => {
                 self.load_concat(keys)?;
@@ -830,12 +888,7 @@ fn stmt_to_nft(stmt: &Stmt) -> String {
                 CmpOp::Neq => "!= ",
             };
             let v = match sel {
-                Selector::MetaL4proto => match L4Proto::from_number(value[0]) {
-                    L4Proto::Tcp => "tcp".to_string(),
-                    L4Proto::Udp => "udp".to_string(),
-                    L4Proto::Sctp => "sctp".to_string(),
-                    L4Proto::Other(n) => n.to_string(),
-                },
+                Selector::MetaL4proto => proto_name(L4Proto::from_number(value[0])),
                 Selector::MetaNfproto if value[0] == NfProto::Ipv4.code() => "ipv4".to_string(),
                 Selector::MetaNfproto => "ipv6".to_string(),
                 Selector::ThDport | Selector::ThSport => {
@@ -859,8 +912,36 @@ fn stmt_to_nft(stmt: &Stmt) -> String {
         Stmt::Masked { sel, mask, value } => {
             format!("{} & 0x{mask:08x} == 0x{value:08x}", sel.to_nft())
         }
-        Stmt::AnyBit { sel, bits } => format!("{} 0x{bits:x}", sel.to_nft()),
+        Stmt::AnyBit { sel, bits } => {
+            let names: &[(u32, &str)] = match sel {
+                Selector::CtState => &[
+                    (1, "invalid"),
+                    (2, "established"),
+                    (4, "related"),
+                    (8, "new"),
+                ],
+                _ => &[
+                    (1, "expected"),
+                    (2, "seen-reply"),
+                    (4, "assured"),
+                    (8, "confirmed"),
+                    (0x10, "snat"),
+                    (0x20, "dnat"),
+                ],
+            };
+            let known: u32 = names.iter().map(|(b, _)| b).sum();
+            let mut words: Vec<String> = names
+                .iter()
+                .filter(|(b, _)| bits & b != 0)
+                .map(|(_, n)| (*n).to_string())
+                .collect();
+            if bits & !known != 0 {
+                words.push(format!("0x{:x}", bits & !known));
+            }
+            format!("{} {}", sel.to_nft(), words.join(","))
+        }
         Stmt::FibDaddrLocal => "fib daddr type local".to_string(),
+        Stmt::Dport { proto, port } => format!("{} dport {port}", proto_name(*proto)),
         Stmt::Lookup { keys, set } => format!("{} @{set}", concat_to_nft(keys)),
         Stmt::Vmap { keys, map } => format!("{} vmap @{map}", concat_to_nft(keys)),
         Stmt::Counter => "counter".to_string(),
@@ -889,6 +970,15 @@ fn stmt_to_nft(stmt: &Stmt) -> String {
             concat_to_nft(keys)
         ),
         Stmt::Masquerade => "masquerade".to_string(),
+    }
+}
+
+fn proto_name(p: L4Proto) -> String {
+    match p {
+        L4Proto::Tcp => "tcp".to_string(),
+        L4Proto::Udp => "udp".to_string(),
+        L4Proto::Sctp => "sctp".to_string(),
+        L4Proto::Other(n) => n.to_string(),
     }
 }
 

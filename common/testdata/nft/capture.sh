@@ -54,6 +54,8 @@ inet_saddr_accept_comment|inet_setup|add rule inet t fw ip saddr 10.88.0.5 accep
 inet_oif_daddr_ct_accept|inet_setup|add rule inet t fw oifname "cni0" ip daddr 10.88.0.0/16 ct state established,related accept
 inet_ip6_daddr_jump|inet_setup|add rule inet t fw ip6 daddr fd00::5 jump admin
 inet_nfproto_return|inet_setup|add rule inet t fw meta nfproto ipv6 return
+prefix_unaligned_accept|ip_setup|add rule ip t c ip saddr 10.16.0.0/12 ip daddr 10.0.16.0/20 accept
+inet_prefix6_unaligned_drop|inet_setup|add rule inet t fw ip6 saddr fd00::/60 drop
 '
 
 version=$(nft --version)
