@@ -56,7 +56,9 @@ use netlink_packet_netfilter::{
 
 pub use batch::{BaseChain, Batch, Chain, ChainHook, ChainType, Policy, priority};
 pub use expr::{Expr, Verdict};
-pub use rule::{COMMENT_MAX, CtStateFlags, CtStatusFlags, IntoNet, NfProto, Rule, RuleError, Selector};
+pub use rule::{
+    COMMENT_MAX, CtStateFlags, CtStatusFlags, IntoNet, NfProto, Rule, RuleError, Selector,
+};
 pub use set::{DataType, Element, ElementData, L4Proto, Set, SetData, Value};
 
 use crate::netlink::NetlinkSocket;

@@ -60,29 +60,172 @@ fn golden_cases() -> Vec<(&'static str, Family, &'static str, Rule)> {
     let ip6 = Family::Ip6;
     let inet = Family::Inet;
     vec![
-        ("fib_local_jump", ip, "pre", Rule::new().fib_daddr_local().jump("c").comment("enter")),
-        ("dnat_map_hostip", ip, "c", Rule::new().dnat_map(NfProto::Ipv4, &[IpDaddr, MetaL4proto, ThDport], "hostip_ports")),
-        ("dnat_map_ports", ip, "c", Rule::new().dnat_map(NfProto::Ipv4, &[MetaL4proto, ThDport], "ports")),
-        ("dnat_to_addr_port", ip, "c", Rule::new().daddr(v4("192.168.1.1")).dport(P::Tcp, 8080).dnat_to(v4("10.0.0.2").into(), Some(80))),
-        ("snat_to_addr_port", ip, "post", Rule::new().saddr(net("10.0.0.0/8")).dport(P::Udp, 53).snat_to(v4("1.2.3.4").into(), Some(99))),
-        ("masq_pairs", ip, "post", Rule::new().in_set(&[IpSaddr, IpDaddr], "pairs").masquerade()),
-        ("masq_oifname_ct_status", ip, "post", Rule::new().oifname("eth0").ct_status(CtStatusFlags::DNAT).masquerade()),
-        ("ct_state_counter_accept", ip, "c", Rule::new().ct_state(CtStateFlags::ESTABLISHED | CtStateFlags::RELATED).counter().accept()),
+        (
+            "fib_local_jump",
+            ip,
+            "pre",
+            Rule::new().fib_daddr_local().jump("c").comment("enter"),
+        ),
+        (
+            "dnat_map_hostip",
+            ip,
+            "c",
+            Rule::new().dnat_map(
+                NfProto::Ipv4,
+                &[IpDaddr, MetaL4proto, ThDport],
+                "hostip_ports",
+            ),
+        ),
+        (
+            "dnat_map_ports",
+            ip,
+            "c",
+            Rule::new().dnat_map(NfProto::Ipv4, &[MetaL4proto, ThDport], "ports"),
+        ),
+        (
+            "dnat_to_addr_port",
+            ip,
+            "c",
+            Rule::new()
+                .daddr(v4("192.168.1.1"))
+                .dport(P::Tcp, 8080)
+                .dnat_to(v4("10.0.0.2").into(), Some(80)),
+        ),
+        (
+            "snat_to_addr_port",
+            ip,
+            "post",
+            Rule::new()
+                .saddr(net("10.0.0.0/8"))
+                .dport(P::Udp, 53)
+                .snat_to(v4("1.2.3.4").into(), Some(99)),
+        ),
+        (
+            "masq_pairs",
+            ip,
+            "post",
+            Rule::new()
+                .in_set(&[IpSaddr, IpDaddr], "pairs")
+                .masquerade(),
+        ),
+        (
+            "masq_oifname_ct_status",
+            ip,
+            "post",
+            Rule::new()
+                .oifname("eth0")
+                .ct_status(CtStatusFlags::DNAT)
+                .masquerade(),
+        ),
+        (
+            "ct_state_counter_accept",
+            ip,
+            "c",
+            Rule::new()
+                .ct_state(CtStateFlags::ESTABLISHED | CtStateFlags::RELATED)
+                .counter()
+                .accept(),
+        ),
         ("ct_mark_drop", ip, "c", Rule::new().ct_mark(0x10).drop()),
-        ("iifname_mark_mask_return", ip, "c", Rule::new().iifname("veth0").mark_masked(0x2000, 0x2000).ret()),
-        ("saddr_set_goto", ip, "c", Rule::new().in_set(&[IpSaddr], "allowed").goto("c2")),
-        ("l4proto_vmap", ip, "c", Rule::new().vmap(&[MetaL4proto], "vm")),
+        (
+            "iifname_mark_mask_return",
+            ip,
+            "c",
+            Rule::new()
+                .iifname("veth0")
+                .mark_masked(0x2000, 0x2000)
+                .ret(),
+        ),
+        (
+            "saddr_set_goto",
+            ip,
+            "c",
+            Rule::new().in_set(&[IpSaddr], "allowed").goto("c2"),
+        ),
+        (
+            "l4proto_vmap",
+            ip,
+            "c",
+            Rule::new().vmap(&[MetaL4proto], "vm"),
+        ),
         ("mark_counter", ip, "c", Rule::new().mark(1).counter()),
-        ("dnat6_map_hostip", ip6, "c", Rule::new().dnat_map(NfProto::Ipv6, &[Ip6Daddr, MetaL4proto, ThDport], "hostip_ports")),
-        ("dnat6_map_ports", ip6, "c", Rule::new().dnat_map(NfProto::Ipv6, &[MetaL4proto, ThDport], "ports")),
-        ("dnat6_to_addr_port", ip6, "c", Rule::new().daddr(v6("fd00::1")).dport(P::Tcp, 8080).dnat_to(v6("fd00::2").into(), Some(80))),
-        ("masq6_prefix", ip6, "post", Rule::new().saddr(net("fd00::/64")).masquerade()),
-        ("inet_saddr_accept_comment", inet, "fw", Rule::new().saddr(v4("10.88.0.5")).accept().comment("net/ctr/eth0")),
-        ("inet_oif_daddr_ct_accept", inet, "fw", Rule::new().oifname("cni0").daddr(net("10.88.0.0/16")).ct_state(CtStateFlags::ESTABLISHED | CtStateFlags::RELATED).accept()),
-        ("inet_ip6_daddr_jump", inet, "fw", Rule::new().daddr(v6("fd00::5")).jump("admin")),
-        ("inet_nfproto_return", inet, "fw", Rule::new().nfproto(NfProto::Ipv6).ret()),
-        ("prefix_unaligned_accept", ip, "c", Rule::new().saddr(net("10.16.0.0/12")).daddr(net("10.0.16.0/20")).accept()),
-        ("inet_prefix6_unaligned_drop", inet, "fw", Rule::new().saddr(net("fd00::/60")).drop()),
+        (
+            "dnat6_map_hostip",
+            ip6,
+            "c",
+            Rule::new().dnat_map(
+                NfProto::Ipv6,
+                &[Ip6Daddr, MetaL4proto, ThDport],
+                "hostip_ports",
+            ),
+        ),
+        (
+            "dnat6_map_ports",
+            ip6,
+            "c",
+            Rule::new().dnat_map(NfProto::Ipv6, &[MetaL4proto, ThDport], "ports"),
+        ),
+        (
+            "dnat6_to_addr_port",
+            ip6,
+            "c",
+            Rule::new()
+                .daddr(v6("fd00::1"))
+                .dport(P::Tcp, 8080)
+                .dnat_to(v6("fd00::2").into(), Some(80)),
+        ),
+        (
+            "masq6_prefix",
+            ip6,
+            "post",
+            Rule::new().saddr(net("fd00::/64")).masquerade(),
+        ),
+        (
+            "inet_saddr_accept_comment",
+            inet,
+            "fw",
+            Rule::new()
+                .saddr(v4("10.88.0.5"))
+                .accept()
+                .comment("net/ctr/eth0"),
+        ),
+        (
+            "inet_oif_daddr_ct_accept",
+            inet,
+            "fw",
+            Rule::new()
+                .oifname("cni0")
+                .daddr(net("10.88.0.0/16"))
+                .ct_state(CtStateFlags::ESTABLISHED | CtStateFlags::RELATED)
+                .accept(),
+        ),
+        (
+            "inet_ip6_daddr_jump",
+            inet,
+            "fw",
+            Rule::new().daddr(v6("fd00::5")).jump("admin"),
+        ),
+        (
+            "inet_nfproto_return",
+            inet,
+            "fw",
+            Rule::new().nfproto(NfProto::Ipv6).ret(),
+        ),
+        (
+            "prefix_unaligned_accept",
+            ip,
+            "c",
+            Rule::new()
+                .saddr(net("10.16.0.0/12"))
+                .daddr(net("10.0.16.0/20"))
+                .accept(),
+        ),
+        (
+            "inet_prefix6_unaligned_drop",
+            inet,
+            "fw",
+            Rule::new().saddr(net("fd00::/60")).drop(),
+        ),
     ]
 }
 
@@ -147,7 +290,11 @@ fn rules_encode_to_the_bytes_nft_sends() {
         assert_eq!(hex(&ours), hex(&want), "{stem}: {}\n{text}", rule.to_nft());
         // The first comment line holds the nft command; our text must be what nft was given.
         let command = text.lines().next().unwrap();
-        assert!(command.contains(&rule.to_nft()), "{stem}: {} vs {command}", rule.to_nft());
+        assert!(
+            command.contains(&rule.to_nft()),
+            "{stem}: {} vs {command}",
+            rule.to_nft()
+        );
     }
 }
 
@@ -213,30 +360,61 @@ fn hostport_table() -> (Table, Batch) {
         )
         .add_set(
             &t,
-            &Set::map("ports", &[T::InetProto, T::InetService], &[T::Ipv4Addr, T::InetService]),
+            &Set::map(
+                "ports",
+                &[T::InetProto, T::InetService],
+                &[T::Ipv4Addr, T::InetService],
+            ),
         )
         .add_set(&t, &Set::new("hairpins", &[T::Ipv4Addr, T::Ipv4Addr]))
         .add_set(&t, &Set::verdict_map("by_proto", &[T::InetProto]))
         .add_chain(&t, &Chain::regular("hostports"))
         .add_chain(
             &t,
-            &Chain::base("prerouting", ChainType::Nat, ChainHook::Prerouting, priority::DSTNAT),
+            &Chain::base(
+                "prerouting",
+                ChainType::Nat,
+                ChainHook::Prerouting,
+                priority::DSTNAT,
+            ),
         )
         .add_chain(
             &t,
-            &Chain::base("output", ChainType::Nat, ChainHook::Output, priority::DSTNAT),
+            &Chain::base(
+                "output",
+                ChainType::Nat,
+                ChainHook::Output,
+                priority::DSTNAT,
+            ),
         )
         .add_chain(
             &t,
-            &Chain::base("postrouting", ChainType::Nat, ChainHook::Postrouting, priority::SRCNAT),
+            &Chain::base(
+                "postrouting",
+                ChainType::Nat,
+                ChainHook::Postrouting,
+                priority::SRCNAT,
+            ),
         )
-        .add_rule(&t, "prerouting", &Rule::new().fib_daddr_local().jump("hostports"))
-        .add_rule(&t, "output", &Rule::new().fib_daddr_local().goto("hostports"))
+        .add_rule(
+            &t,
+            "prerouting",
+            &Rule::new().fib_daddr_local().jump("hostports"),
+        )
+        .add_rule(
+            &t,
+            "output",
+            &Rule::new().fib_daddr_local().goto("hostports"),
+        )
         .add_rule(
             &t,
             "hostports",
             &Rule::new()
-                .dnat_map(NfProto::Ipv4, &[IpDaddr, MetaL4proto, ThDport], "hostip_ports")
+                .dnat_map(
+                    NfProto::Ipv4,
+                    &[IpDaddr, MetaL4proto, ThDport],
+                    "hostip_ports",
+                )
                 .comment("by host ip"),
         )
         .add_rule(
@@ -255,7 +433,9 @@ fn hostport_table() -> (Table, Batch) {
         .add_rule(
             &t,
             "postrouting",
-            &Rule::new().in_set(&[IpSaddr, IpDaddr], "hairpins").masquerade(),
+            &Rule::new()
+                .in_set(&[IpSaddr, IpDaddr], "hairpins")
+                .masquerade(),
         )
         .add_rule(
             &t,
@@ -274,7 +454,11 @@ fn hostport_table() -> (Table, Batch) {
                 .dport(P::Udp, 53)
                 .snat_to(v4("1.2.3.4").into(), Some(99)),
         )
-        .add_rule(&t, "postrouting", &Rule::new().vmap(&[MetaL4proto], "by_proto"))
+        .add_rule(
+            &t,
+            "postrouting",
+            &Rule::new().vmap(&[MetaL4proto], "by_proto"),
+        )
         .add_elements(
             &t,
             "ports",
@@ -290,9 +474,11 @@ fn hostport_table() -> (Table, Batch) {
         .add_elements(
             &t,
             "hostip_ports",
-            &[Element::new([v4("192.168.1.1").into(), P::Tcp.into(), Value::Port(443)])
-                .to([v4("10.0.0.2").into(), Value::Port(8443)])
-                .comment("net/ctr1/eth0")],
+            &[
+                Element::new([v4("192.168.1.1").into(), P::Tcp.into(), Value::Port(443)])
+                    .to([v4("10.0.0.2").into(), Value::Port(8443)])
+                    .comment("net/ctr1/eth0"),
+            ],
         )
         .add_elements(
             &t,
@@ -368,21 +554,29 @@ table ip cni_test {
             theirs
         );
         assert_eq!(ours[0].comment.as_deref(), Some("by host ip"));
-        assert!(ours[0].is(
-            &Rule::new()
-                .dnat_map(NfProto::Ipv4, &[IpDaddr, MetaL4proto, ThDport], "hostip_ports")
-                .comment("by host ip"),
-            Family::Ip
-        ));
+        assert!(
+            ours[0].is(
+                &Rule::new()
+                    .dnat_map(
+                        NfProto::Ipv4,
+                        &[IpDaddr, MetaL4proto, ThDport],
+                        "hostip_ports"
+                    )
+                    .comment("by host ip"),
+                Family::Ip
+            )
+        );
         let post = nl.rules(&t, "postrouting").unwrap();
-        assert!(post[1].is(
-            &Rule::new()
-                .saddr(v4("127.0.0.1"))
-                .ct_status(CtStatusFlags::DNAT)
-                .counter()
-                .masquerade(),
-            Family::Ip
-        ));
+        assert!(
+            post[1].is(
+                &Rule::new()
+                    .saddr(v4("127.0.0.1"))
+                    .ct_status(CtStatusFlags::DNAT)
+                    .counter()
+                    .masquerade(),
+                Family::Ip
+            )
+        );
         assert!(!post[1].is(&Rule::new().masquerade(), Family::Ip));
         // Declaring the skeleton again is not an error and changes nothing but appends rules.
         let mut again = Batch::new();
@@ -392,9 +586,351 @@ table ip cni_test {
             .add_chain(&t, &Chain::regular("hostports"))
             .add_chain(
                 &t,
-                &Chain::base("output", ChainType::Nat, ChainHook::Output, priority::DSTNAT),
+                &Chain::base(
+                    "output",
+                    ChainType::Nat,
+                    ChainHook::Output,
+                    priority::DSTNAT,
+                ),
             );
         nl.apply(&again).unwrap();
         assert_eq!(nl.rules(&t, "hostports").unwrap(), ours);
     });
+}
+
+#[test]
+fn a_firewall_style_inet_table_lists_rules_with_handles_and_deletes_by_handle() {
+    in_fresh_netns(|| {
+        let t = Table::new(Family::Inet, "cni_fw");
+        let mut nl = Nft::new().unwrap();
+        let mut b = Batch::new();
+        b.add_table(&t)
+            .add_chain(
+                &t,
+                &Chain::base(
+                    "forward",
+                    ChainType::Filter,
+                    ChainHook::Forward,
+                    priority::FILTER,
+                ),
+            )
+            .add_chain(&t, &Chain::regular("admin"))
+            .add_chain(&t, &Chain::regular("attachments"))
+            .add_rule(&t, "forward", &Rule::new().jump("attachments"))
+            .insert_rule(&t, "forward", &Rule::new().jump("admin"))
+            .add_rule(
+                &t,
+                "attachments",
+                &Rule::new()
+                    .oifname("cni0")
+                    .daddr(v4("10.88.0.5"))
+                    .ct_state(CtStateFlags::ESTABLISHED | CtStateFlags::RELATED)
+                    .accept()
+                    .comment("net/ctr1/eth0"),
+            )
+            .add_rule(
+                &t,
+                "attachments",
+                &Rule::new()
+                    .iifname("cni0")
+                    .saddr(v4("10.88.0.5"))
+                    .accept()
+                    .comment("net/ctr1/eth0"),
+            )
+            .add_rule(
+                &t,
+                "attachments",
+                &Rule::new()
+                    .saddr(v6("fd00::5"))
+                    .daddr(net("fd00:1::/60"))
+                    .accept()
+                    .comment("net/ctr1/eth0"),
+            )
+            .add_rule(
+                &t,
+                "attachments",
+                &Rule::new()
+                    .nfproto(NfProto::Ipv4)
+                    .mark_masked(0x2000, 0x2000)
+                    .ct_mark(7)
+                    .counter()
+                    .drop()
+                    .comment("net/ctr2/eth0"),
+            )
+            .add_rule(&t, "admin", &Rule::new().mark(0x10).ret());
+        nl.apply(&b).unwrap();
+        assert_eq!(
+            listed("inet cni_fw"),
+            lines(
+                r#"
+table inet cni_fw {
+    chain forward {
+        type filter hook forward priority filter; policy accept;
+        jump admin
+        jump attachments
+    }
+    chain admin {
+        meta mark 0x00000010 return
+    }
+    chain attachments {
+        oifname "cni0" ip daddr 10.88.0.5 ct state established,related accept comment "net/ctr1/eth0"
+        iifname "cni0" ip saddr 10.88.0.5 accept comment "net/ctr1/eth0"
+        ip6 saddr fd00::5 ip6 daddr fd00:1::/60 accept comment "net/ctr1/eth0"
+        meta nfproto ipv4 meta mark & 0x00002000 == 0x00002000 ct mark 0x00000007 counter packets 0 bytes 0 drop comment "net/ctr2/eth0"
+    }
+}"#
+            )
+        );
+        let rules = nl.rules(&t, "attachments").unwrap();
+        let json = json_rules("inet", "cni_fw", "attachments");
+        assert_eq!(
+            rules
+                .iter()
+                .map(|r| (r.handle, r.comment.clone()))
+                .collect::<Vec<_>>(),
+            json
+        );
+        // Delete this attachment's rules by handle, in one batch.
+        let mut del = Batch::new();
+        for r in rules
+            .iter()
+            .filter(|r| r.comment.as_deref() == Some("net/ctr1/eth0"))
+        {
+            del.delete_rule(&t, "attachments", r.handle);
+        }
+        assert_eq!(del.len(), 3);
+        nl.apply(&del).unwrap();
+        let left = nl.rules(&t, "attachments").unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].comment.as_deref(), Some("net/ctr2/eth0"));
+        assert_eq!(json_rules("inet", "cni_fw", "attachments").len(), 1);
+        // Deleting a handle that is gone names it and reports ENOENT.
+        let mut gone = Batch::new();
+        gone.delete_rule(&t, "attachments", rules[0].handle);
+        let err = nl.apply(&gone).unwrap_err();
+        assert!(err.is_not_found(), "{err}");
+        assert_eq!(
+            err.failed_object(),
+            Some(
+                format!(
+                    "delete rule inet cni_fw attachments handle {}",
+                    rules[0].handle
+                )
+                .as_str()
+            )
+        );
+        // Flushing empties the chain and keeps it.
+        let mut flush = Batch::new();
+        flush.flush_chain(&t, "attachments");
+        nl.apply(&flush).unwrap();
+        assert!(nl.rules(&t, "attachments").unwrap().is_empty());
+        assert!(nl.chain_exists(&t, "attachments").unwrap());
+    });
+}
+
+#[test]
+fn ip6_tables_carry_dnat_maps_and_elements_are_found_listed_and_deleted_by_key() {
+    use super::L4Proto as P;
+    in_fresh_netns(|| {
+        let t = Table::new(Family::Ip6, "cni_test");
+        let mut nl = Nft::new().unwrap();
+        let key = |port| vec![v6("fd00::1").into(), P::Tcp.into(), Value::Port(port)];
+        let mut b = Batch::new();
+        b.add_table(&t)
+            .add_set(
+                &t,
+                &Set::map(
+                    "hostip_ports",
+                    &[T::Ipv6Addr, T::InetProto, T::InetService],
+                    &[T::Ipv6Addr, T::InetService],
+                ),
+            )
+            .add_chain(
+                &t,
+                &Chain::base(
+                    "prerouting",
+                    ChainType::Nat,
+                    ChainHook::Prerouting,
+                    priority::DSTNAT,
+                ),
+            )
+            .add_rule(
+                &t,
+                "prerouting",
+                &Rule::new().fib_daddr_local().dnat_map(
+                    NfProto::Ipv6,
+                    &[Ip6Daddr, MetaL4proto, ThDport],
+                    "hostip_ports",
+                ),
+            )
+            .add_rule(
+                &t,
+                "prerouting",
+                &Rule::new()
+                    .daddr(v6("fd00::2"))
+                    .dport(P::Tcp, 81)
+                    .dnat_to(v6("fd00::9").into(), Some(8081)),
+            )
+            .add_elements(
+                &t,
+                "hostip_ports",
+                &[
+                    Element::new(key(80))
+                        .to([v6("fd00::10").into(), Value::Port(8080)])
+                        .comment("a"),
+                    Element::new(key(443))
+                        .to([v6("fd00::11").into(), Value::Port(8443)])
+                        .comment("b"),
+                ],
+            );
+        nl.apply(&b).unwrap();
+        assert_eq!(
+            listed("ip6 cni_test"),
+            lines(
+                r#"
+table ip6 cni_test {
+    map hostip_ports {
+        type ipv6_addr . inet_proto . inet_service : ipv6_addr . inet_service
+        elements = { fd00::1 . tcp . 80 comment "a" : fd00::10 . 8080,
+                     fd00::1 . tcp . 443 comment "b" : fd00::11 . 8443 }
+    }
+    chain prerouting {
+        type nat hook prerouting priority dstnat; policy accept;
+        fib daddr type local dnat ip6 to ip6 daddr . meta l4proto . th dport map @hostip_ports
+        ip6 daddr fd00::2 tcp dport 81 dnat to [fd00::9]:8081
+    }
+}"#
+            )
+        );
+        let mut all = nl.elements(&t, "hostip_ports").unwrap();
+        all.sort_by_key(|e| e.comment.clone());
+        assert_eq!(
+            all,
+            [
+                Element::new(key(80))
+                    .to([v6("fd00::10").into(), Value::Port(8080)])
+                    .comment("a"),
+                Element::new(key(443))
+                    .to([v6("fd00::11").into(), Value::Port(8443)])
+                    .comment("b"),
+            ]
+        );
+        assert_eq!(
+            nl.element(&t, "hostip_ports", &key(443)).unwrap(),
+            Some(all[1].clone())
+        );
+        assert_eq!(nl.element(&t, "hostip_ports", &key(444)).unwrap(), None);
+        // Same key, other data: the kernel refuses, naming the object.
+        let mut clash = Batch::new();
+        clash.add_elements(
+            &t,
+            "hostip_ports",
+            &[Element::new(key(80)).to([v6("fd00::99").into(), Value::Port(1)])],
+        );
+        let err = nl.apply(&clash).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::EEXIST), "{err}");
+        assert_eq!(
+            err.failed_object(),
+            Some("add 1 element(s) to ip6 cni_test hostip_ports")
+        );
+        // Re-adding the identical element is fine.
+        let mut same = Batch::new();
+        same.add_elements(&t, "hostip_ports", &all[..1]);
+        nl.apply(&same).unwrap();
+        // Delete by key.
+        let mut del = Batch::new();
+        del.delete_elements(&t, "hostip_ports", &[key(80)]);
+        nl.apply(&del).unwrap();
+        assert_eq!(nl.elements(&t, "hostip_ports").unwrap(), [all[1].clone()]);
+        assert!(!nft(&["list", "map", "ip6", "cni_test", "hostip_ports"]).contains(" 80 "));
+        let err = nl.apply(&del).unwrap_err();
+        assert!(err.is_not_found(), "{err}");
+    });
+}
+
+#[test]
+fn a_batch_is_all_or_nothing_and_its_error_names_the_refused_object() {
+    in_fresh_netns(|| {
+        let t = Table::new(Family::Ip, "atomic");
+        let mut nl = Nft::new().unwrap();
+        let mut b = Batch::new();
+        b.add_table(&t)
+            .add_chain(&t, &Chain::regular("c"))
+            .add_rule(&t, "c", &Rule::new().accept())
+            .add_rule(&t, "c", &Rule::new().jump("missing"))
+            .add_rule(&t, "c", &Rule::new().drop());
+        let err = nl.apply(&b).unwrap_err();
+        assert!(err.is_not_found(), "{err}");
+        assert!(
+            matches!(err, NftError::Rejected { index: Some(3), .. }),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.failed_object(),
+            Some("add rule ip atomic c jump missing")
+        );
+        assert!(err.to_string().contains("jump missing"), "{err}");
+        // Nothing of the batch exists.
+        assert!(!nl.table_exists(&t).unwrap());
+        assert_eq!(nft(&["list", "ruleset"]), "");
+        // Rules that cannot be encoded for the family are refused before anything is sent.
+        let mut bad = Batch::new();
+        bad.add_table(&t)
+            .add_chain(&t, &Chain::regular("c"))
+            .add_rule(&t, "c", &Rule::new().daddr(v6("fd00::1")).accept());
+        let err = nl.apply(&bad).unwrap_err();
+        assert!(matches!(err, NftError::Invalid { .. }), "{err:?}");
+        assert!(err.to_string().contains("ip6 daddr"), "{err}");
+        for rule in [
+            Rule::new().iifname("a-name-that-is-too-long").accept(),
+            Rule::new().accept().comment(&"x".repeat(COMMENT_MAX + 1)),
+        ] {
+            let mut bad = Batch::new();
+            bad.add_rule(&t, "c", &rule);
+            assert!(matches!(nl.apply(&bad), Err(NftError::Invalid { .. })));
+        }
+        assert!(!nl.table_exists(&t).unwrap());
+    });
+}
+
+#[test]
+fn listing_what_does_not_exist_reports_not_found() {
+    in_fresh_netns(|| {
+        let t = Table::new(Family::Ip, "nothing");
+        let mut nl = Nft::new().unwrap();
+        assert!(nl.rules(&t, "c").unwrap_err().is_not_found());
+        assert!(nl.elements(&t, "m").unwrap_err().is_not_found());
+        assert!(
+            nl.element(&t, "m", &[Value::Port(1)])
+                .unwrap_err()
+                .is_not_found()
+        );
+        assert!(!nl.table_exists(&t).unwrap());
+        assert!(!nl.chain_exists(&t, "c").unwrap());
+        let mut b = Batch::new();
+        b.add_table(&t).add_chain(&t, &Chain::regular("c"));
+        nl.apply(&b).unwrap();
+        assert!(nl.rules(&t, "c").unwrap().is_empty());
+        assert!(nl.rules(&t, "other").unwrap_err().is_not_found());
+        let mut del = Batch::new();
+        del.delete_table(&t);
+        nl.apply(&del).unwrap();
+        assert!(!nl.table_exists(&t).unwrap());
+    });
+}
+
+#[test]
+fn a_handle_opened_in_a_namespace_stays_bound_to_it() {
+    let ns = in_fresh_netns(|| crate::netns::NetNs::current().unwrap());
+    let t = Table::new(Family::Inet, "bound");
+    let mut inside = Nft::open_in(&ns).unwrap();
+    let mut b = Batch::new();
+    b.add_table(&t);
+    inside.apply(&b).unwrap();
+    assert!(inside.table_exists(&t).unwrap());
+    // Checked from a fresh namespace: the table is not anywhere else.
+    assert!(!in_fresh_netns(|| Nft::new()
+        .unwrap()
+        .table_exists(&t)
+        .unwrap()));
 }
