@@ -1,6 +1,6 @@
 //! Kernel tests (each in a fresh network namespace) and golden-byte tests.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 use netlink_packet_core::{Emitable, ParseableParametrized};
