@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod conf;
+pub mod conntrack;
 pub mod decode;
 pub mod error;
 pub mod iptables;
