@@ -19,6 +19,8 @@ use anyhow::{Context, Result, bail};
 use common::netns::NetNs;
 use serde_json::Value;
 
+pub mod nft;
+
 /// Options shared by every suite.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -41,7 +43,7 @@ impl Default for Options {
 pub type Suite = (&'static str, fn(&Options) -> Result<Vec<Row>>);
 
 /// Every suite, in report order. Each plugin issue adds its own module and one entry here.
-pub const SUITES: &[Suite] = &[];
+pub const SUITES: &[Suite] = &[("nft", nft::run)];
 
 /// Timings of one implementation for one step.
 #[derive(Debug, Clone, Default)]
