@@ -16,12 +16,9 @@ use tests::traffic::{TcpServer, tcp_request};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-fn v4(s: &str) -> Ipv4Addr {
-    s.parse().unwrap()
-}
-
 #[test]
 fn a_dnat_map_rule_forwards_tcp_to_the_mapped_container_until_its_element_is_deleted() {
+    let v4 = |s: &str| s.parse::<Ipv4Addr>().unwrap();
     let topo = Topology::new("nftdnat").unwrap();
     veth_pair(
         &topo.host,
@@ -113,11 +110,14 @@ fn a_dnat_map_rule_forwards_tcp_to_the_mapped_container_until_its_element_is_del
             .iter()
             .all(|p| p.ip() == "10.98.0.2".parse::<IpAddr>().unwrap())
     );
-    assert_eq!(nft.elements(&t, "ports").unwrap(), [by_port.clone()]);
+    assert_eq!(
+        nft.elements(&t, "ports").unwrap(),
+        std::slice::from_ref(&by_port)
+    );
 
     // Without its element the port maps nowhere: the host itself refuses the connection.
     let mut del = Batch::new();
-    del.delete_elements(&t, "ports", &[by_port.key.clone()]);
+    del.delete_elements(&t, "ports", std::slice::from_ref(&by_port.key));
     nft.apply(&del).unwrap();
     let to = SocketAddr::new(host_ip, 8080);
     assert!(tcp_request(&topo.client, to, b"", TIMEOUT).is_err());
