@@ -1,0 +1,804 @@
+//! Configuration: the wire keys, their sources and precedence, and validation (pure).
+//!
+//! Sources, later wins (reference §2.2):
+//! - MAC: `mac` < `CNI_ARGS` `MAC` < `runtimeConfig.mac` < `args.cni.mac`;
+//! - sysctls: `args.cni.sysctl` entries override same-named `sysctl` entries and add new ones;
+//! - `promisc`, `mtu`, `allmulti`, `txQLen`: an `args.cni` value replaces the config's (so
+//!   `args.cni.mtu: 0` cancels an MTU change).
+
+use std::path::PathBuf;
+
+use common::args::CniArgs;
+use common::conf::NetConf;
+use common::decode;
+use common::sysctl::SysctlKey;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::error::TuningError;
+use crate::names::{ALLOWLIST_PATH, DEFAULT_DATA_DIR, IFNAME_PLACEHOLDER};
+
+/// The smallest MTU accepted (IPv4's minimum, and the kernel's Ethernet minimum).
+pub const MIN_MTU: i64 = 68;
+/// The largest MTU accepted (`ETH_MAX_MTU`, and the largest IP packet).
+pub const MAX_MTU: i64 = 65535;
+
+/// The plugin's own top-level keys, as they come on stdin.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct TuningKeys {
+    /// `sysctl`: key → value, in document order.
+    pub sysctl: Option<Map<String, Value>>,
+    /// `mac`.
+    pub mac: Option<String>,
+    /// `promisc`.
+    pub promisc: Option<bool>,
+    /// `mtu` (0: unchanged).
+    pub mtu: Option<i64>,
+    /// `allmulti`.
+    pub allmulti: Option<bool>,
+    /// `txQLen`.
+    #[serde(rename = "txQLen")]
+    pub tx_qlen: Option<i64>,
+    /// `dataDir`.
+    pub data_dir: Option<PathBuf>,
+}
+
+/// The keys DEL, STATUS and GC need: only where the backups are. DEL decodes nothing else, so a
+/// config that no longer validates (a changed allowlist, a typo) never blocks a DEL.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct DataDirKeys {
+    /// `dataDir`.
+    pub data_dir: Option<PathBuf>,
+}
+
+impl DataDirKeys {
+    /// The data dir, defaulted.
+    pub fn dir(&self) -> PathBuf {
+        self.data_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RuntimeKeys {
+    mac: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ArgsKeys {
+    cni: Option<ArgsCni>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct ArgsCni {
+    sysctl: Option<Map<String, Value>>,
+    mac: Option<String>,
+    promisc: Option<bool>,
+    mtu: Option<i64>,
+    allmulti: Option<bool>,
+    #[serde(rename = "txQLen")]
+    tx_qlen: Option<i64>,
+}
+
+/// One sysctl to set, resolved for this interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SysctlSetting {
+    /// Where it came from: `sysctl` or `args.cni.sysctl`.
+    pub origin: &'static str,
+    /// The key as written (dots, slashes, `IFNAME`), which the allowlist is matched against.
+    pub raw: String,
+    /// The key with `IFNAME` replaced, as a path under `/proc/sys`.
+    pub key: SysctlKey,
+    /// The value, written verbatim.
+    pub value: String,
+}
+
+/// The MAC address to set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MacSetting {
+    /// Where it came from (`mac`, `CNI_ARGS MAC`, `runtimeConfig.mac`, `args.cni.mac`).
+    pub origin: &'static str,
+    /// The address as given; the result carries it verbatim, as the reference's does.
+    pub text: String,
+    /// The address bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// A validated configuration: what ADD changes and CHECK verifies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Where backup files live.
+    pub data_dir: PathBuf,
+    /// Sysctls in document order (`sysctl` first, then keys only `args.cni.sysctl` has).
+    pub sysctls: Vec<SysctlSetting>,
+    /// New hardware address.
+    pub mac: Option<MacSetting>,
+    /// New MTU.
+    pub mtu: Option<u32>,
+    /// Turn promiscuous mode on. `false` changes nothing, as in the reference.
+    pub promisc: bool,
+    /// All-multicast on or off.
+    pub allmulti: Option<bool>,
+    /// New transmit queue length.
+    pub txqlen: Option<u32>,
+}
+
+impl Config {
+    /// True when ADD changes a link attribute.
+    pub fn changes_link(&self) -> bool {
+        self.mac.is_some()
+            || self.mtu.is_some()
+            || self.promisc
+            || self.allmulti.is_some()
+            || self.txqlen.is_some()
+    }
+
+    /// True when ADD changes nothing at all.
+    pub fn is_empty(&self) -> bool {
+        self.sysctls.is_empty() && !self.changes_link()
+    }
+
+    /// Builds and validates the configuration of one call.
+    ///
+    /// # Errors
+    /// [`TuningError::Args`] for bad `CNI_ARGS`, [`TuningError::Decode`] for a key of the wrong
+    /// type, and the validation variants (code 7) naming the key and value.
+    pub fn load(
+        conf: &NetConf<TuningKeys>,
+        cni_args: &CniArgs,
+        ifname: &str,
+    ) -> Result<Config, TuningError> {
+        cni_args.check_known(&[])?;
+        let keys = &conf.plugin;
+        let runtime: RuntimeKeys = conf.runtime_config().map_err(|e| TuningError::Decode {
+            key: "runtimeConfig".into(),
+            reason: e.msg,
+        })?;
+        let args: ArgsCni = match &conf.args {
+            Some(map) => decode::from_value::<ArgsKeys>(Value::Object(map.clone()))
+                .map_err(|e| TuningError::Decode {
+                    key: format!("args.{}", e.path()),
+                    reason: e.message().to_string(),
+                })?
+                .cni
+                .unwrap_or_default(),
+            None => ArgsCni::default(),
+        };
+
+        let sysctls = merge_sysctls(keys.sysctl.as_ref(), args.sysctl.as_ref(), ifname)?;
+
+        let mut mac = keys.mac.clone().map(|m| ("mac", m));
+        if let Some(m) = cni_args.mac() {
+            mac = Some(("CNI_ARGS MAC", m.to_string()));
+        }
+        if let Some(m) = runtime.mac {
+            mac = Some(("runtimeConfig.mac", m));
+        }
+        if let Some(m) = args.mac {
+            mac = Some(("args.cni.mac", m));
+        }
+        let mac = mac
+            .map(|(origin, text)| match parse_mac(&text) {
+                Some(bytes) => Ok(MacSetting {
+                    origin,
+                    text,
+                    bytes,
+                }),
+                None => Err(TuningError::InvalidValue {
+                    key: origin.to_string(),
+                    value: format!("{text:?}"),
+                    reason: "not a MAC address (6, 8 or 20 hex octets separated by : or -, \
+                             or groups of 4 hex digits separated by .)"
+                        .into(),
+                }),
+            })
+            .transpose()?;
+
+        let (mtu_key, mtu) = pick("mtu", keys.mtu, args.mtu);
+        let mtu = match mtu {
+            None | Some(0) => None,
+            Some(m) if (MIN_MTU..=MAX_MTU).contains(&m) => u32::try_from(m).ok(),
+            Some(m) => {
+                return Err(TuningError::InvalidValue {
+                    key: mtu_key,
+                    value: m.to_string(),
+                    reason: format!(
+                        "must be between {MIN_MTU} and {MAX_MTU} (0 leaves it unchanged)"
+                    ),
+                });
+            }
+        };
+        let (txq_key, txqlen) = pick("txQLen", keys.tx_qlen, args.tx_qlen);
+        let txqlen = txqlen
+            .map(|q| {
+                u32::try_from(q).map_err(|_| TuningError::InvalidValue {
+                    key: txq_key.clone(),
+                    value: q.to_string(),
+                    reason: format!("must be between 0 and {}", u32::MAX),
+                })
+            })
+            .transpose()?;
+
+        Ok(Config {
+            data_dir: keys
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            sysctls,
+            mac,
+            mtu,
+            promisc: pick("promisc", keys.promisc, args.promisc).1 == Some(true),
+            allmulti: pick("allmulti", keys.allmulti, args.allmulti).1,
+            txqlen,
+        })
+    }
+}
+
+/// The `args.cni` value when there is one, else the config's, with the key it came from.
+fn pick<T>(key: &'static str, conf: Option<T>, args: Option<T>) -> (String, Option<T>) {
+    match args {
+        Some(v) => (format!("args.cni.{key}"), Some(v)),
+        None => (key.to_string(), conf),
+    }
+}
+
+fn merge_sysctls(
+    base: Option<&Map<String, Value>>,
+    overrides: Option<&Map<String, Value>>,
+    ifname: &str,
+) -> Result<Vec<SysctlSetting>, TuningError> {
+    let strings =
+        |map: &Map<String, Value>, origin: &str| -> Result<Vec<(String, String)>, TuningError> {
+            map.iter()
+                .map(|(k, v)| match v {
+                    Value::String(s) => Ok((k.clone(), s.clone())),
+                    other => Err(TuningError::Decode {
+                        key: format!("{origin}.{k}"),
+                        reason: format!("the value {other} is not a string"),
+                    }),
+                })
+                .collect()
+        };
+    let (base, overrides) = match (base, overrides) {
+        (None, Some(o)) if !o.is_empty() => {
+            return Err(TuningError::ArgsSysctlWithoutSysctl {
+                value: Value::Object(o.clone()).to_string(),
+            });
+        }
+        (b, o) => (
+            b.map(|m| strings(m, "sysctl"))
+                .transpose()?
+                .unwrap_or_default(),
+            o.map(|m| strings(m, "args.cni.sysctl"))
+                .transpose()?
+                .unwrap_or_default(),
+        ),
+    };
+    let mut merged: Vec<(&'static str, String, String)> =
+        base.into_iter().map(|(k, v)| ("sysctl", k, v)).collect();
+    for (k, v) in overrides {
+        match merged.iter_mut().find(|(_, key, _)| *key == k) {
+            Some(entry) => *entry = ("args.cni.sysctl", k, v),
+            None => merged.push(("args.cni.sysctl", k, v)),
+        }
+    }
+    merged
+        .into_iter()
+        .map(|(origin, raw, value)| {
+            let key =
+                resolve_sysctl(&raw, ifname).map_err(|reason| TuningError::InvalidSysctl {
+                    origin,
+                    key: raw.clone(),
+                    value: value.clone(),
+                    reason,
+                })?;
+            Ok(SysctlSetting {
+                origin,
+                raw,
+                key,
+                value,
+            })
+        })
+        .collect()
+}
+
+/// Resolves a sysctl key as the reference does: dotted keys become paths, then the first
+/// `IFNAME` becomes the interface name (so interface names with dots work through the
+/// placeholder, and in the slashed form). The result must stay under `net/` with no empty,
+/// `.` or `..` component.
+///
+/// # Errors
+/// Why the key is refused.
+pub fn resolve_sysctl(raw: &str, ifname: &str) -> Result<SysctlKey, String> {
+    let reason = |e: common::sysctl::SysctlKeyError| match e {
+        common::sysctl::SysctlKeyError::NotNet(_) => {
+            "only network sysctls (net.*) can be set".to_string()
+        }
+        common::sysctl::SysctlKeyError::BadComponent(_) => {
+            "it has an empty, \".\" or \"..\" component".to_string()
+        }
+    };
+    let path = SysctlKey::parse(raw).map_err(reason)?;
+    let path = path.as_path().replacen(IFNAME_PLACEHOLDER, ifname, 1);
+    // The path now has a slash before any dot, so parsing it again keeps it as it is.
+    SysctlKey::parse(&path).map_err(reason)
+}
+
+/// Parses a hardware address as Go's `net.ParseMAC` does: 6, 8 or 20 octets written as
+/// `aa:bb:…` or `aa-bb-…`, or as dot-separated groups of four hex digits (`aabb.ccdd.eeff`).
+pub fn parse_mac(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let hex = |pair: &[u8]| -> Option<u8> {
+        let text = std::str::from_utf8(pair).ok()?;
+        if text.len() != 2 || !text.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return None;
+        }
+        u8::from_str_radix(text, 16).ok()
+    };
+    let valid_len = |n: usize| matches!(n, 6 | 8 | 20);
+    if b.len() < 14 {
+        return None;
+    }
+    if b[2] == b':' || b[2] == b'-' {
+        let sep = b[2];
+        if !(b.len() + 1).is_multiple_of(3) || !valid_len((b.len() + 1) / 3) {
+            return None;
+        }
+        b.chunks(3)
+            .map(|chunk| match chunk {
+                [h, l, s] if *s == sep => hex(&[*h, *l]),
+                [h, l] => hex(&[*h, *l]),
+                _ => None,
+            })
+            .collect()
+    } else if b[4] == b'.' {
+        if !(b.len() + 1).is_multiple_of(5) || !valid_len(2 * (b.len() + 1) / 5) {
+            return None;
+        }
+        let mut out = Vec::new();
+        for chunk in b.chunks(5) {
+            let digits = match chunk {
+                [a, b2, c, d, b'.'] | [a, b2, c, d] => [*a, *b2, *c, *d],
+                _ => return None,
+            };
+            out.push(hex(&digits[..2])?);
+            out.push(hex(&digits[2..])?);
+        }
+        Some(out)
+    } else {
+        None
+    }
+}
+
+/// The operator's sysctl allowlist: one regular expression per line, each matched against the
+/// **whole** key as written in the config (dots, slashes and `IFNAME` included). The reference
+/// matches unanchored, so `net.ipv4.ip_forward` there also allows `xnet.ipv4.ip_forwardy`.
+#[derive(Debug, Clone)]
+pub struct Allowlist {
+    file: PathBuf,
+    patterns: Vec<(String, regex_lite::Regex)>,
+}
+
+impl Allowlist {
+    /// Reads the allowlist at [`ALLOWLIST_PATH`]; `None` when it does not exist.
+    ///
+    /// # Errors
+    /// When it exists but cannot be read or has an invalid pattern.
+    pub fn load() -> Result<Option<Allowlist>, TuningError> {
+        Allowlist::load_from(ALLOWLIST_PATH.into())
+    }
+
+    /// Reads an allowlist file; `None` when it does not exist.
+    ///
+    /// # Errors
+    /// As [`Allowlist::load`].
+    pub fn load_from(file: PathBuf) -> Result<Option<Allowlist>, TuningError> {
+        match std::fs::read_to_string(&file) {
+            Ok(text) => Allowlist::parse(file, &text).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(TuningError::AllowlistRead { file, source }),
+        }
+    }
+
+    /// Parses allowlist text: lines trimmed, empty lines skipped.
+    ///
+    /// # Errors
+    /// [`TuningError::AllowlistPattern`] naming the line that is not a regular expression.
+    pub fn parse(file: PathBuf, text: &str) -> Result<Allowlist, TuningError> {
+        let mut patterns = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            match regex_lite::Regex::new(&format!("^(?:{line})$")) {
+                Ok(re) => patterns.push((line.to_string(), re)),
+                Err(source) => {
+                    return Err(TuningError::AllowlistPattern {
+                        file,
+                        line: i + 1,
+                        pattern: line.to_string(),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(Allowlist { file, patterns })
+    }
+
+    /// Fails on the first sysctl of `config` that no line matches.
+    ///
+    /// # Errors
+    /// [`TuningError::SysctlNotAllowed`] naming the key and value.
+    pub fn check(&self, config: &Config) -> Result<(), TuningError> {
+        for s in &config.sysctls {
+            if !self.patterns.iter().any(|(_, re)| re.is_match(&s.raw)) {
+                return Err(TuningError::SysctlNotAllowed {
+                    origin: s.origin,
+                    key: s.raw.clone(),
+                    value: s.value.clone(),
+                    file: self.file.clone(),
+                    allowed: self.patterns.iter().map(|(p, _)| p.clone()).collect(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::error::{CniError, ErrorCode};
+    use serde_json::json;
+
+    fn load(conf: Value, args: &str, ifname: &str) -> Result<Config, TuningError> {
+        let mut conf = conf;
+        conf["cniVersion"] = json!("1.0.0");
+        conf["name"] = json!("net");
+        let conf: NetConf<TuningKeys> = NetConf::from_value(conf).unwrap();
+        Config::load(&conf, &CniArgs::parse(args).unwrap(), ifname)
+    }
+
+    fn code(err: TuningError) -> ErrorCode {
+        CniError::from(err).code
+    }
+
+    #[test]
+    fn every_key_is_read_with_its_default() {
+        let c = load(json!({}), "", "eth0").unwrap();
+        assert!(c.is_empty());
+        assert_eq!(c.data_dir, PathBuf::from("/run/cni/tuning"));
+        let c = load(
+            json!({"mac": "02:00:00:00:00:01", "mtu": 1400, "promisc": true, "allmulti": false,
+                   "txQLen": 0, "dataDir": "/tmp/x", "sysctl": {"net.ipv4.conf.IFNAME.rp_filter": "2"}}),
+            "",
+            "eth0",
+        )
+        .unwrap();
+        assert_eq!(c.mac.as_ref().unwrap().bytes, [2, 0, 0, 0, 0, 1]);
+        assert_eq!(c.mtu, Some(1400));
+        assert!(c.promisc);
+        assert_eq!(c.allmulti, Some(false));
+        assert_eq!(c.txqlen, Some(0));
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.sysctls[0].key.as_path(), "net/ipv4/conf/eth0/rp_filter");
+        assert!(c.changes_link());
+    }
+
+    #[test]
+    fn keys_match_case_insensitively_as_go_does() {
+        let c = load(
+            json!({"MAC": "02:00:00:00:00:01", "MTU": 1400, "TxQLen": 5, "RuntimeConfig": {"Mac": "02:00:00:00:00:09"}}),
+            "",
+            "eth0",
+        )
+        .unwrap();
+        assert_eq!(c.mac.unwrap().origin, "runtimeConfig.mac");
+        assert_eq!((c.mtu, c.txqlen), (Some(1400), Some(5)));
+    }
+
+    #[test]
+    fn mac_precedence_is_config_then_cni_args_then_runtime_config_then_args() {
+        let m1 = "02:00:00:00:00:01";
+        let m2 = "02:00:00:00:00:02";
+        let m3 = "02:00:00:00:00:03";
+        let m4 = "02:00:00:00:00:04";
+        let cases = [
+            (json!({"mac": m1}), "", m1),
+            (
+                json!({"mac": m1}),
+                "IgnoreUnknown=1;MAC=02:00:00:00:00:02",
+                m2,
+            ),
+            (
+                json!({"mac": m1, "runtimeConfig": {"mac": m3}}),
+                "MAC=02:00:00:00:00:02",
+                m3,
+            ),
+            (
+                json!({"mac": m1, "runtimeConfig": {"mac": m3}, "args": {"cni": {"mac": m4}}}),
+                "MAC=02:00:00:00:00:02",
+                m4,
+            ),
+            (json!({}), "MAC=02:00:00:00:00:02", m2),
+        ];
+        for (conf, args, want) in cases {
+            let c = load(conf.clone(), args, "eth0").unwrap();
+            assert_eq!(c.mac.unwrap().text, want, "{conf} {args}");
+        }
+    }
+
+    #[test]
+    fn args_cni_replaces_attributes_and_merges_sysctls() {
+        let c = load(
+            json!({"mtu": 1400, "promisc": true, "allmulti": true, "txQLen": 10,
+                   "sysctl": {"net.ipv4.conf.IFNAME.rp_filter": "2", "net.ipv4.conf.IFNAME.arp_ignore": "1"},
+                   "args": {"cni": {"mtu": 0, "promisc": false, "allmulti": false, "txQLen": 20,
+                                    "sysctl": {"net.ipv4.conf.IFNAME.arp_ignore": "2", "net.ipv4.ip_forward": "1"}}}}),
+            "",
+            "eth0",
+        )
+        .unwrap();
+        assert_eq!(c.mtu, None, "args.cni.mtu 0 cancels the MTU change");
+        assert!(!c.promisc);
+        assert_eq!(c.allmulti, Some(false));
+        assert_eq!(c.txqlen, Some(20));
+        let got: Vec<(&str, &str, &str)> = c
+            .sysctls
+            .iter()
+            .map(|s| (s.origin, s.raw.as_str(), s.value.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("sysctl", "net.ipv4.conf.IFNAME.rp_filter", "2"),
+                ("args.cni.sysctl", "net.ipv4.conf.IFNAME.arp_ignore", "2"),
+                ("args.cni.sysctl", "net.ipv4.ip_forward", "1"),
+            ]
+        );
+    }
+
+    #[test]
+    fn args_sysctl_without_a_top_level_sysctl_is_code_7() {
+        let err = load(
+            json!({"args": {"cni": {"sysctl": {"net.ipv4.ip_forward": "1"}}}}),
+            "",
+            "eth0",
+        )
+        .unwrap_err();
+        assert!(matches!(err, TuningError::ArgsSysctlWithoutSysctl { .. }));
+        assert!(err.to_string().contains("net.ipv4.ip_forward"), "{err}");
+        assert_eq!(code(err), ErrorCode::InvalidConfig);
+        // An empty top-level object is a base to merge into.
+        let c = load(
+            json!({"sysctl": {}, "args": {"cni": {"sysctl": {"net.ipv4.ip_forward": "1"}}}}),
+            "",
+            "eth0",
+        )
+        .unwrap();
+        assert_eq!(c.sysctls.len(), 1);
+    }
+
+    #[test]
+    fn sysctl_keys_resolve_dots_slashes_and_the_ifname_placeholder() {
+        let cases = [
+            (
+                "net.ipv4.conf.IFNAME.rp_filter",
+                "eth0",
+                "net/ipv4/conf/eth0/rp_filter",
+            ),
+            (
+                "net.ipv4.conf.IFNAME.rp_filter",
+                "eth0.100",
+                "net/ipv4/conf/eth0.100/rp_filter",
+            ),
+            (
+                "net/ipv4/conf/IFNAME/rp_filter",
+                "eth0.100",
+                "net/ipv4/conf/eth0.100/rp_filter",
+            ),
+            (
+                "net/ipv4/conf/eth0.100/rp_filter",
+                "eth0",
+                "net/ipv4/conf/eth0.100/rp_filter",
+            ),
+            (
+                "net.ipv6.conf.IFNAME.IFNAME",
+                "v.1",
+                "net/ipv6/conf/v.1/IFNAME",
+            ),
+            ("net.core.somaxconn", "eth0", "net/core/somaxconn"),
+        ];
+        for (raw, ifname, want) in cases {
+            assert_eq!(
+                resolve_sysctl(raw, ifname).unwrap().as_path(),
+                want,
+                "{raw}"
+            );
+        }
+    }
+
+    #[test]
+    fn sysctls_outside_net_or_with_dot_dot_are_code_7_naming_key_and_value() {
+        for key in [
+            "kernel.panic",
+            "net.ipv4..conf",
+            "net/ipv4/../../kernel/panic",
+            "net",
+            "/net/ipv4/ip_forward",
+            "vm/../net/ipv4/ip_forward",
+        ] {
+            let err = load(json!({"sysctl": {key: "7"}}), "", "eth0").unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains(&format!("{key:?}")), "{text}");
+            assert!(text.contains("\"7\""), "{text}");
+            assert_eq!(code(err), ErrorCode::InvalidConfig, "{key}");
+        }
+    }
+
+    #[test]
+    fn non_string_sysctl_values_are_decode_errors_naming_the_key() {
+        let err = load(json!({"sysctl": {"net.ipv4.ip_forward": 1}}), "", "eth0").unwrap_err();
+        assert!(
+            err.to_string().contains("sysctl.net.ipv4.ip_forward"),
+            "{err}"
+        );
+        assert_eq!(code(err), ErrorCode::Decode);
+    }
+
+    #[test]
+    fn bad_macs_mtus_and_queue_lengths_are_code_7_naming_key_and_value() {
+        let cases = [
+            (
+                json!({"mac": "zz:00:00:00:00:01"}),
+                "",
+                "mac",
+                "zz:00:00:00:00:01",
+            ),
+            (
+                json!({"mac": "02:00:00:00:00"}),
+                "",
+                "mac",
+                "02:00:00:00:00",
+            ),
+            (
+                json!({"args": {"cni": {"mac": "x"}}}),
+                "",
+                "args.cni.mac",
+                "\"x\"",
+            ),
+            (json!({}), "MAC=02:00", "CNI_ARGS MAC", "02:00"),
+            (
+                json!({"runtimeConfig": {"mac": "nope"}}),
+                "",
+                "runtimeConfig.mac",
+                "nope",
+            ),
+            (json!({"mtu": -1}), "", "mtu", "-1"),
+            (json!({"mtu": 67}), "", "mtu", "67"),
+            (json!({"mtu": 65536}), "", "mtu", "65536"),
+            (
+                json!({"args": {"cni": {"mtu": 100000}}}),
+                "",
+                "args.cni.mtu",
+                "100000",
+            ),
+            (json!({"txQLen": -1}), "", "txQLen", "-1"),
+            (
+                json!({"txQLen": 4294967296_i64}),
+                "",
+                "txQLen",
+                "4294967296",
+            ),
+            (
+                json!({"args": {"cni": {"txQLen": -5}}}),
+                "",
+                "args.cni.txQLen",
+                "-5",
+            ),
+        ];
+        for (conf, args, key, value) in cases {
+            let err = load(conf.clone(), args, "eth0").unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("invalid {key} ")),
+                "{conf}: {text}"
+            );
+            assert!(text.contains(value), "{conf}: {text}");
+            assert_eq!(code(err), ErrorCode::InvalidConfig, "{conf}");
+        }
+    }
+
+    #[test]
+    fn unknown_cni_args_need_ignore_unknown() {
+        let err = load(json!({}), "FOO=bar", "eth0").unwrap_err();
+        assert_eq!(code(err), ErrorCode::InvalidEnv);
+        assert!(load(json!({}), "IgnoreUnknown=1;FOO=bar", "eth0").is_ok());
+        assert!(load(json!({}), "K8S_POD_NAME=web", "eth0").is_ok());
+    }
+
+    #[test]
+    fn macs_parse_as_go_parses_them() {
+        let good = [
+            ("00:00:5e:00:53:01", vec![0, 0, 0x5e, 0, 0x53, 1]),
+            ("00-00-5E-00-53-01", vec![0, 0, 0x5e, 0, 0x53, 1]),
+            ("0000.5e00.5301", vec![0, 0, 0x5e, 0, 0x53, 1]),
+            (
+                "02:00:5e:10:00:00:00:01",
+                vec![2, 0, 0x5e, 0x10, 0, 0, 0, 1],
+            ),
+            ("0200.5e10.0000.0001", vec![2, 0, 0x5e, 0x10, 0, 0, 0, 1]),
+        ];
+        for (text, bytes) in good {
+            assert_eq!(parse_mac(text), Some(bytes), "{text}");
+        }
+        let ib = "00:00:00:00:fe:80:00:00:00:00:00:00:02:00:5e:10:00:00:00:01";
+        assert_eq!(parse_mac(ib).map(|b| b.len()), Some(20));
+        for bad in [
+            "",
+            "00:00:5e:00:53",
+            "00:00:5e:00:53:01:02",
+            "00:00:5e-00:53:01",
+            "0:00:5e:00:53:01:",
+            "00:00:5e:00:53:0g",
+            "0000.5e00.530",
+            "0000:5e00:5301",
+            "+0:00:5e:00:53:01",
+            "00:00:5e:00:53:é",
+        ] {
+            assert_eq!(parse_mac(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_allowlist_matches_whole_raw_keys() {
+        let list = Allowlist::parse(
+            "/etc/cni/tuning/allowlist.conf".into(),
+            "  ^net\\.ipv4\\.conf\\.IFNAME\\.[a-z_]+$ \n\nnet.ipv4.ip_forward\n",
+        )
+        .unwrap();
+        let conf = |key: &str| load(json!({"sysctl": {key: "1"}}), "", "eth0").unwrap();
+        assert!(list.check(&conf("net.ipv4.conf.IFNAME.rp_filter")).is_ok());
+        assert!(list.check(&conf("net.ipv4.ip_forward")).is_ok());
+        // The reference's unanchored match would allow these.
+        for refused in [
+            "net.ipv4.ip_forward.x",
+            "net.ipv4.conf.eth0.rp_filter",
+            "net.ipv4.ip_forwardx",
+        ] {
+            let err = list.check(&conf(refused)).unwrap_err();
+            assert!(err.to_string().contains(&format!("{refused:?}")), "{err}");
+            assert_eq!(code(err), ErrorCode::InvalidConfig);
+        }
+    }
+
+    #[test]
+    fn an_invalid_allowlist_pattern_names_file_and_line() {
+        let err = Allowlist::parse("/a.conf".into(), "net.core.x\nnet.(ipv4\n").unwrap_err();
+        assert!(err.to_string().starts_with("/a.conf:2: "), "{err}");
+        assert_eq!(code(err), ErrorCode::InvalidConfig);
+    }
+
+    #[test]
+    fn a_missing_allowlist_means_no_restriction() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(
+            Allowlist::load_from(dir.path().join("allowlist.conf"))
+                .unwrap()
+                .is_none()
+        );
+        std::fs::write(dir.path().join("allowlist.conf"), "net.core.somaxconn\n").unwrap();
+        let list = Allowlist::load_from(dir.path().join("allowlist.conf"))
+            .unwrap()
+            .unwrap();
+        let conf = load(json!({"sysctl": {"net.core.somaxconn": "1"}}), "", "eth0").unwrap();
+        assert!(list.check(&conf).is_ok());
+    }
+}

@@ -1,0 +1,165 @@
+//! `tuning`: a chained CNI plugin that sets sysctls and link attributes of the container
+//! interface, and puts them back on DEL. A drop-in replacement for the reference Go plugin; see
+//! `tuning/README.md` for the config table and every difference.
+//!
+//! - **ADD** (inside `CNI_NETNS`): reads the live values, saves them to
+//!   `<dataDir>/<containerID>_<ifname>.json` (the Go plugin's file, which either binary can
+//!   restore), writes the sysctls (`sysctl -w net.ipv4.conf.eth0.rp_filter=2`) and changes the
+//!   link in one netlink request (`ip link set dev eth0 address … mtu … promisc on allmulticast
+//!   on txqueuelen …`). A failure rolls back what was changed. The result is the prevResult with
+//!   the new MAC on the container interface.
+//! - **CHECK**: every configured sysctl and attribute must still have its configured value.
+//! - **DEL**: restores link attributes and sysctls from the backup and removes it; succeeds when
+//!   the netns, the interface or the file is gone.
+//! - **STATUS**: the data dir must be usable. **GC**: removes this network's backups of
+//!   attachments no longer valid.
+//!
+//! Flow per verb: [`config`] (pure: keys, sources, validation) → [`plan`] (pure: what to change,
+//! save, compare, restore) → [`apply`] (netlink, `/proc/sys/net`, the backup file).
+
+pub mod apply;
+pub mod backup;
+pub mod config;
+pub mod error;
+pub mod names;
+pub mod plan;
+
+use common::conf::NetConf;
+use common::error::{CniError, ErrorCode};
+use common::netns::{NetNs, NetnsError};
+use common::skel::{Call, Plugin};
+use common::types::CniResult;
+
+use crate::backup::BackupStore;
+use crate::config::{Allowlist, Config, DataDirKeys, TuningKeys};
+use crate::error::TuningError;
+use crate::plan::Attachment;
+
+/// The tuning plugin.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tuning;
+
+fn attachment<'a>(network: &'a str, call: &'a Call) -> Attachment<'a> {
+    Attachment {
+        network,
+        container_id: &call.container_id,
+        ifname: &call.ifname,
+    }
+}
+
+impl Plugin for Tuning {
+    fn name(&self) -> &'static str {
+        "tuning"
+    }
+
+    fn supported_versions(&self) -> &'static [&'static str] {
+        common::version::ALL
+    }
+
+    fn add(&self, call: &Call) -> Result<CniResult, CniError> {
+        let conf: NetConf<TuningKeys> = call.conf()?;
+        let config = Config::load(&conf, &call.cni_args()?, &call.ifname)?;
+        if let Some(allowlist) = Allowlist::load()? {
+            allowlist.check(&config)?;
+        }
+        let mut result = conf.prev_result()?.ok_or(TuningError::MissingPrevResult)?;
+        if !config.is_empty() {
+            let ns = call.open_netns()?;
+            let store = BackupStore::new(&config.data_dir);
+            apply::add(&ns, &config, attachment(&conf.name, call), &store)?;
+        }
+        if let Some(mac) = &config.mac {
+            for iface in result
+                .interfaces
+                .iter_mut()
+                .filter(|i| i.name == call.ifname)
+            {
+                iface.mac = Some(mac.text.clone());
+            }
+        }
+        Ok(result)
+    }
+
+    fn check(&self, call: &Call) -> Result<(), CniError> {
+        let conf: NetConf<TuningKeys> = call.conf()?;
+        let config = Config::load(&conf, &call.cni_args()?, &call.ifname)?;
+        conf.prev_result()?.ok_or(TuningError::MissingPrevResult)?;
+        if config.is_empty() {
+            return Ok(());
+        }
+        apply::check(&call.open_netns()?, &config, &call.ifname)?;
+        Ok(())
+    }
+
+    fn del(&self, call: &Call) -> Result<(), CniError> {
+        let conf: NetConf<DataDirKeys> = call.conf()?;
+        let store = BackupStore::new(conf.plugin.dir());
+        if !store.path(&call.container_id, &call.ifname).exists() {
+            return Ok(());
+        }
+        let ns = match &call.netns {
+            None => None,
+            Some(path) => match NetNs::open(path) {
+                Ok(ns) => Some(ns),
+                // Gone, or left behind as a plain file: nothing in it to restore.
+                Err(e) if e.is_not_found() || matches!(e, NetnsError::NotNetns { .. }) => None,
+                Err(e) => return Err(e.into()),
+            },
+        };
+        apply::del(ns.as_ref(), attachment(&conf.name, call), &store)?;
+        Ok(())
+    }
+
+    fn status(&self, call: &Call) -> Result<(), CniError> {
+        let conf: NetConf<DataDirKeys> = call.conf()?;
+        let store = BackupStore::new(conf.plugin.dir());
+        store.lock().map(drop).map_err(|e| {
+            CniError::new(
+                ErrorCode::PluginNotAvailable,
+                format!("tuning data dir {:?} is not usable", store.dir()),
+            )
+            .with_details(e.to_string())
+        })
+    }
+
+    fn gc(&self, call: &Call) -> Result<(), CniError> {
+        let conf: NetConf<DataDirKeys> = call.conf()?;
+        let store = BackupStore::new(conf.plugin.dir());
+        let files = store.files()?;
+        if files.is_empty() {
+            return Ok(());
+        }
+        let valid = conf.valid_attachments.clone().unwrap_or_default();
+        let _lock = store.lock()?;
+        let mut errors = Vec::new();
+        for path in files {
+            // Only files of this network, which only we record, are ours to judge; the Go
+            // plugin's files carry no network name and are left for DEL.
+            let backup = match store.read(&path) {
+                Ok(Some(b)) if b.network.as_deref() == Some(conf.name.as_str()) => b,
+                Ok(_) => continue,
+                Err(e) => {
+                    log::warn!("GC skips {}: {e}", path.display());
+                    continue;
+                }
+            };
+            let (Some(container_id), Some(ifname)) = (backup.container_id, backup.ifname) else {
+                continue;
+            };
+            let live = valid
+                .iter()
+                .any(|a| a.container_id == container_id && a.ifname == ifname);
+            if !live {
+                log::debug!("GC removes {}", path.display());
+                if let Err(e) = store.remove(&path) {
+                    errors.push(e.to_string());
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(CniError::new(ErrorCode::Io, errors.join("; ")))
+        }
+    }
+}
