@@ -27,11 +27,24 @@ struct Subject {
 }
 
 fn subjects() -> Vec<Subject> {
-    vec![Subject {
-        name: "passthrough",
-        versions: common::version::ALL,
-        keys: |scratch| json!({ "dataDir": scratch.join("passthrough") }),
-    }]
+    vec![
+        Subject {
+            name: "passthrough",
+            versions: common::version::ALL,
+            keys: |scratch| json!({ "dataDir": scratch.join("passthrough") }),
+        },
+        Subject {
+            name: "tuning",
+            versions: common::version::ALL,
+            keys: |scratch| {
+                json!({
+                    "dataDir": scratch.join("tuning"),
+                    "mtu": 1400,
+                    "sysctl": { "net.ipv4.conf.IFNAME.arp_ignore": "1" },
+                })
+            },
+        },
+    ]
 }
 
 /// A host namespace to run plugins in, a runtime, and a scratch dir for state.
