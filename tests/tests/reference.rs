@@ -5,6 +5,10 @@
 //! stdin, both must print the same bytes in every 0.x version: that pins our result parsing,
 //! conversion and printing (key order, omitted fields, indentation, escaping) to Go's.
 //!
+//! Our `tuning` is compared with the Go one directly: the same result for the same config (MAC
+//! sources and precedence included) in every shared version, a Go ADD undone by our DEL from
+//! the Go backup file, and our ADD passing the Go CHECK and undone by the Go DEL from our file.
+//!
 //! Debian 12 ships plugins 1.1.1, built on an older CNI library than the reference we follow
 //! (cni v1.3.0): it has no route `mtu`/`advmss`/`priority`/`table`/`scope` nor interface `mtu`,
 //! and prints 1.0.0 results in struct order where v1.3.0 sorts their keys. So the inputs here
@@ -297,6 +301,226 @@ fn bad_calls_get_the_same_error_codes_as_the_go_skel() -> Result<()> {
                 err.msg
             );
         }
+    }
+    Ok(())
+}
+
+/// Link attributes tuning touches, as `ip -j -d link show` reports them.
+fn link_attrs(ns: &TestNetns, ifname: &str) -> Result<Value> {
+    let l = ns.ip_json(&["-d", "link", "show", "dev", ifname])?[0].clone();
+    let flags = l["flags"].as_array().cloned().unwrap_or_default();
+    Ok(json!({
+        "address": l["address"],
+        "mtu": l["mtu"],
+        // `ip -j` leaves txqlen out when it is 0.
+        "txqlen": l["txqlen"].as_u64().unwrap_or(0),
+        "promisc": flags.contains(&json!("PROMISC")),
+        "allmulti": flags.contains(&json!("ALLMULTI")),
+    }))
+}
+
+/// Go's `tuning` and ours, on one container netns and one data dir.
+struct TuningStage {
+    container: TestNetns,
+    _host: TestNetns,
+    runtime: Runtime,
+    netns: String,
+    data_dir: tempfile::TempDir,
+}
+
+impl TuningStage {
+    fn new(prefix: &str) -> Result<TuningStage> {
+        let host = TestNetns::new(&format!("{prefix}-h"))?;
+        let container = TestNetns::new(&format!("{prefix}-c"))?;
+        container.ip(&[
+            "link", "add", "eth0", "type", "veth", "peer", "name", "peer0",
+        ])?;
+        let netns = container.path().to_str().context("netns path")?.to_owned();
+        Ok(TuningStage {
+            runtime: Runtime::new(&host)?,
+            _host: host,
+            container,
+            netns,
+            data_dir: tempfile::tempdir()?,
+        })
+    }
+
+    fn conf(&self, version: &str, keys: &Value, prev: &Value) -> Value {
+        let mut conf = keys.clone();
+        conf["cniVersion"] = json!(version);
+        conf["name"] = json!("differential");
+        conf["type"] = json!("tuning");
+        conf["dataDir"] = json!(self.data_dir.path());
+        conf["prevResult"] = prev.clone();
+        conf
+    }
+
+    /// Runs `command` of the Go binary (`go`) or ours.
+    fn exec(&self, go: bool, command: &str, conf: &Value, cni_args: &str) -> Result<PluginOutput> {
+        let binary = if go {
+            tests::bins::reference_binary("tuning")?
+        } else {
+            tests::bins::plugin_binary("tuning")?
+        };
+        self.runtime.exec_plugin(
+            binary.to_str().unwrap_or_default(),
+            Some(command),
+            &[
+                ("CNI_CONTAINERID", "differential-1"),
+                ("CNI_NETNS", &self.netns),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", "/usr/lib/cni"),
+                ("CNI_ARGS", cni_args),
+            ],
+            conf.to_string().as_bytes(),
+        )
+    }
+
+    fn backup_file(&self) -> std::path::PathBuf {
+        self.data_dir.path().join("differential-1_eth0.json")
+    }
+
+    /// ADD then DEL by Go, then by ours, on the same interface; the two ADD outputs.
+    fn add_both(&self, conf: &Value, cni_args: &str) -> Result<Pair> {
+        let before = link_attrs(&self.container, "eth0")?;
+        let mut outputs = Vec::new();
+        for go in [true, false] {
+            let add = self.exec(go, "ADD", conf, cni_args)?;
+            let del = self.exec(go, "DEL", conf, cni_args)?;
+            ensure!(del.status.success(), "DEL (go: {go}): {del:?}");
+            ensure!(
+                link_attrs(&self.container, "eth0")? == before,
+                "DEL (go: {go}) did not restore the link"
+            );
+            outputs.push(add);
+        }
+        let ours = outputs.pop().context("ours")?;
+        let go = outputs.pop().context("go")?;
+        Ok(Pair { go, ours })
+    }
+}
+
+/// The tuning keys Debian's Go `tuning` (1.1.1) knows: no `txQLen`, no allowlist.
+fn go_tuning_keys() -> Value {
+    json!({
+        "mac": "02:AA:bb:cc:dd:01",
+        "mtu": 1400,
+        "promisc": true,
+        "allmulti": true,
+        "sysctl": {"net.ipv4.conf.IFNAME.arp_ignore": "1"},
+    })
+}
+
+#[test]
+fn our_tuning_prints_what_go_tuning_prints_in_every_shared_version() -> Result<()> {
+    let stage = TuningStage::new("difftune")?;
+    let rich = rich_result(&stage.netns);
+    let mut failures = Vec::new();
+    let precedence = json!({
+        "mac": "02:00:00:00:00:01",
+        "runtimeConfig": {"mac": "02:00:00:00:00:03"},
+        "args": {"cni": {"mac": "02:00:00:00:00:04", "mtu": 1300}},
+        "mtu": 1400,
+    });
+    for version in SHARED_VERSIONS {
+        let prev = in_version(&rich, version)?;
+        let cases = [
+            ("all Go keys", go_tuning_keys(), ""),
+            (
+                "MAC from CNI_ARGS",
+                json!({"mac": "02:00:00:00:00:01"}),
+                "IgnoreUnknown=1;MAC=02:00:00:00:00:02",
+            ),
+            (
+                "MAC and MTU precedence",
+                precedence.clone(),
+                "IgnoreUnknown=1;MAC=02:00:00:00:00:02",
+            ),
+        ];
+        for (case, keys, args) in cases {
+            let case = format!("{case}, {version}");
+            let conf = stage.conf(version, &keys, &prev);
+            if let Err(e) = stage
+                .add_both(&conf, args)
+                .and_then(|p| same_output(&p, version, &case))
+            {
+                failures.push(format!("{e:#}"));
+            }
+        }
+    }
+    ensure!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+#[test]
+fn a_go_add_is_undone_by_our_del() -> Result<()> {
+    let stage = TuningStage::new("diffgodel")?;
+    let before = link_attrs(&stage.container, "eth0")?;
+    let prev = in_version(&rich_result(&stage.netns), "1.0.0")?;
+    let conf = stage.conf("1.0.0", &go_tuning_keys(), &prev);
+    let add = stage.exec(true, "ADD", &conf, "")?;
+    ensure!(add.status.success(), "Go ADD: {add:?}");
+    ensure!(
+        link_attrs(&stage.container, "eth0")? != before,
+        "Go ADD changed nothing"
+    );
+    // The Go file, read here as JSON: only the attributes it changes, one-space indentation.
+    let text = std::fs::read_to_string(stage.backup_file())?;
+    ensure!(text.starts_with("{\n \"mac\": "), "{text}");
+    let saved: Value = serde_json::from_str(&text)?;
+    let want = json!({
+        "mac": before["address"],
+        "promisc": before["promisc"],
+        "mtu": before["mtu"],
+        "allmulti": before["allmulti"],
+    });
+    ensure!(saved == want, "Go backup {saved}, want {want}");
+    let del = stage.exec(false, "DEL", &conf, "")?;
+    ensure!(
+        del.status.success() && del.stdout.is_empty(),
+        "our DEL: {del:?}"
+    );
+    ensure!(
+        link_attrs(&stage.container, "eth0")? == before,
+        "our DEL did not restore Go's ADD"
+    );
+    ensure!(!stage.backup_file().exists(), "our DEL left Go's file");
+    Ok(())
+}
+
+#[test]
+fn our_add_passes_go_check_and_go_del_restores_from_our_file() -> Result<()> {
+    let stage = TuningStage::new("diffgochk")?;
+    let before = link_attrs(&stage.container, "eth0")?;
+    for version in ["0.4.0", "1.0.0"] {
+        let prev = in_version(&rich_result(&stage.netns), version)?;
+        // Go's CHECK compares the MAC as a string against the kernel's lower-case form.
+        let mut keys = go_tuning_keys();
+        keys["mac"] = json!("02:aa:bb:cc:dd:01");
+        // Debian's Go CHECK (1.1.1) does not substitute IFNAME (fixed in v1.3.0).
+        keys["sysctl"] = json!({"net.ipv4.conf.eth0.arp_ignore": "1"});
+        let conf = stage.conf(version, &keys, &prev);
+        let add = stage.exec(false, "ADD", &conf, "")?;
+        ensure!(add.status.success(), "our ADD: {add:?}");
+        let mut check_conf = conf.clone();
+        check_conf["prevResult"] = add.json()?;
+        let check = stage.exec(true, "CHECK", &check_conf, "")?;
+        ensure!(
+            check.status.success(),
+            "{version}: Go CHECK after our ADD: {}",
+            String::from_utf8_lossy(&check.stdout)
+        );
+        let del = stage.exec(true, "DEL", &conf, "")?;
+        ensure!(del.status.success(), "Go DEL: {del:?}");
+        ensure!(
+            link_attrs(&stage.container, "eth0")? == before,
+            "{version}: Go DEL did not restore from our file"
+        );
+        ensure!(!stage.backup_file().exists(), "Go DEL left our file");
+        // Go never restores sysctls; put it back for the next round.
+        stage
+            .container
+            .set_sysctl("net.ipv4.conf.eth0.arp_ignore", "0")?;
     }
     Ok(())
 }
