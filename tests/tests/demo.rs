@@ -17,6 +17,7 @@ fn the_demo_runs_a_live_chain_and_cleans_up() {
     for expected in [
         "[2] ADD",
         "passthrough:",
+        "tuning:",
         "HTTP 200",
         "UDP echo",
         "[5] CHECK",

@@ -9,6 +9,8 @@
 //!
 //! Nothing here asserts a timing: the bench reports, tests never time.
 
+pub mod tuning;
+
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -43,7 +45,10 @@ impl Default for Options {
 pub type Suite = (&'static str, fn(&Options) -> Result<Vec<Row>>);
 
 /// Every suite, in report order. Each plugin issue adds its own module and one entry here.
-pub const SUITES: &[Suite] = &[("nft", nft::run)];
+pub const SUITES: &[Suite] = &[
+    ("tuning", tuning::run),
+    ("nft", nft::run),
+];
 
 /// Timings of one implementation for one step.
 #[derive(Debug, Clone, Default)]

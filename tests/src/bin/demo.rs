@@ -17,6 +17,8 @@ const CONTAINER_ID: &str = "demo-container-1";
 const IFNAME: &str = "eth0";
 const SUBNET: &str = "10.96.10.0/24";
 const TIMEOUT: Duration = Duration::from_secs(3);
+/// The MAC address `tuning` gives the container interface.
+const TUNED_MAC: &str = "02:42:0a:60:0a:63";
 
 fn main() -> std::process::ExitCode {
     match run() {
@@ -61,6 +63,13 @@ fn run() -> Result<()> {
         "1.0.0",
         vec![
             main_plugin::bridge("cni-demo0", &[SUBNET], &scratch.path().join("ipam")),
+            json!({
+                "type": "tuning",
+                "dataDir": scratch.path().join("tuning"),
+                "mac": TUNED_MAC,
+                "mtu": 1400,
+                "sysctl": { "net.ipv4.conf.IFNAME.arp_ignore": "1" },
+            }),
             json!({ "type": "passthrough", "dataDir": scratch.path().join("passthrough") }),
         ],
     );
@@ -186,6 +195,15 @@ fn run() -> Result<()> {
         .unwrap_or(0);
     ensure!(left == 0, "passthrough left {left} record(s)");
     ok("passthrough's record is removed");
+    ensure!(
+        !scratch
+            .path()
+            .join("tuning")
+            .join(format!("{CONTAINER_ID}_{IFNAME}.json"))
+            .exists(),
+        "tuning left its backup file"
+    );
+    ok("tuning restored the originals (before bridge removed eth0) and removed its backup");
     runtime.del(&list, &rt)?;
     ok(&format!(
         "a second DEL succeeds too (DEL is idempotent); first DEL took {} ms",
@@ -271,6 +289,35 @@ fn plugin_effects(plugin_type: &str, scratch: &Path) -> Result<Vec<String>> {
                 record["mac"].as_str().unwrap_or("-"),
                 file.display()
             )])
+        }
+        "tuning" => {
+            let file = scratch
+                .join("tuning")
+                .join(format!("{CONTAINER_ID}_{IFNAME}.json"));
+            let saved: Value = serde_json::from_slice(
+                &std::fs::read(&file).with_context(|| format!("{file:?}"))?,
+            )?;
+            let sysctls: Vec<String> = saved["sysctls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| {
+                    format!(
+                        "{} {} -> 1",
+                        s["key"].as_str().unwrap_or("?").replace('/', "."),
+                        s["value"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect();
+            Ok(vec![
+                format!(
+                    "inside the container: {IFNAME} mac {} -> {TUNED_MAC}, mtu {} -> 1400, sysctl {}",
+                    saved["mac"].as_str().unwrap_or("?"),
+                    saved["mtu"],
+                    sysctls.join(", ")
+                ),
+                format!("saved the originals for DEL in {}", file.display()),
+            ])
         }
         _ => Ok(Vec::new()),
     }
