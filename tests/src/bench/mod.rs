@@ -9,6 +9,7 @@
 //!
 //! Nothing here asserts a timing: the bench reports, tests never time.
 
+pub mod nft;
 pub mod tuning;
 
 use std::fmt::Write as _;
@@ -20,8 +21,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use common::netns::NetNs;
 use serde_json::Value;
-
-pub mod nft;
 
 /// Options shared by every suite.
 #[derive(Debug, Clone)]
@@ -45,10 +44,7 @@ impl Default for Options {
 pub type Suite = (&'static str, fn(&Options) -> Result<Vec<Row>>);
 
 /// Every suite, in report order. Each plugin issue adds its own module and one entry here.
-pub const SUITES: &[Suite] = &[
-    ("tuning", tuning::run),
-    ("nft", nft::run),
-];
+pub const SUITES: &[Suite] = &[("tuning", tuning::run), ("nft", nft::run)];
 
 /// Timings of one implementation for one step.
 #[derive(Debug, Clone, Default)]
