@@ -6,6 +6,7 @@
 //! operation and object, and [`NetlinkError::is_not_found`] tells "already gone" apart, which
 //! DEL relies on.
 
+mod route;
 mod socket;
 
 use std::fmt;
@@ -14,6 +15,7 @@ use std::io;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 
+pub use route::{Address, Route, Rule, TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN};
 pub use socket::{BatchFailure, NetlinkSocket};
 
 use crate::netns::{NetNs, NetnsError};
