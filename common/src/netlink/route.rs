@@ -9,7 +9,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
 use netlink_packet_route::address::{AddressAttribute, AddressMessage, AddressScope};
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteProtocol, RouteScope,
@@ -408,6 +408,22 @@ impl Netlink {
         .map(drop)
     }
 
+    /// Adds `route` next to routes with the same key (`ip route append`): how IPv6 keeps one
+    /// device route per interface for the same prefix (`fe80::/64`). IPv4 routes, and IPv6
+    /// routes with a gateway, become extra next hops of an existing route with the same key.
+    ///
+    /// # Errors
+    /// `is_exists()` when the very same route is there.
+    pub fn append_route(&mut self, route: &Route) -> Result<(), NetlinkError> {
+        log::debug!("ip route append {route}");
+        self.request(
+            format!("append route {route}"),
+            RouteNetlinkMessage::NewRoute(route.to_message()),
+            NLM_F_CREATE | NLM_F_APPEND,
+        )
+        .map(drop)
+    }
+
     /// Deletes the route matching `route`'s table, destination, metric, gateway and device
     /// (`ip route del`).
     ///
@@ -706,6 +722,28 @@ mod tests {
             );
             nl.del_route(&original).unwrap();
             assert!(!ip("route show").contains("10.60.0.0/16"));
+            // IPv6 keeps a device route per interface for one prefix: append, not add.
+            ip("link add e0 type veth peer name e1");
+            ip("link set e0 up");
+            ip("link set e1 up");
+            let fe80 = |nl: &mut Netlink, dev: &str| {
+                let index = nl.link_by_name(dev).unwrap().index;
+                nl.routes_in_table(TABLE_MAIN)
+                    .unwrap()
+                    .into_iter()
+                    .find(|r| r.oif == Some(index) && r.dst == net("fe80::/64"))
+            };
+            let mut tries = 0;
+            while fe80(&mut nl, "e0").is_none() && tries < 100 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                tries += 1;
+            }
+            let link_local = fe80(&mut nl, "e0").unwrap();
+            nl.del_route(&link_local).unwrap();
+            assert!(fe80(&mut nl, "e0").is_none() && fe80(&mut nl, "e1").is_some());
+            assert!(nl.add_route(&link_local).unwrap_err().is_exists());
+            nl.append_route(&link_local).unwrap();
+            assert_eq!(fe80(&mut nl, "e0"), Some(link_local));
             nl.del_route(&copy).unwrap();
             assert!(nl.del_route(&copy).unwrap_err().is_not_found());
             assert_eq!(ip("route show table 4000"), "");

@@ -1,0 +1,105 @@
+//! `sbr`: source-based routing for one container interface, a drop-in replacement for the CNI
+//! reference `sbr` plugin. Chained after a main plugin, it makes traffic from each of the
+//! interface's addresses leave through that interface, whatever the main table says.
+//!
+//! - **ADD** (inside `CNI_NETNS`, under a lock on the namespace): for each prevResult address of
+//!   `CNI_IFNAME`, a table (the first free from 100, or the configured `table`) and a rule
+//!   `ip rule add from <ip>/32|/128 lookup <table>`; without `table` the interface's main-table
+//!   routes move into it (`ip route replace … table <table>`, then `ip route del …`), plus
+//!   `default via <gateway>` (`gateways` or the prevResult's). `addSourceHints` keeps
+//!   `<subnet> dev <if> src <ip> scope link` in main. Prints the prevResult. Rolls back on failure.
+//! - **CHECK**: every rule, the address and the table's default route (or a route through the
+//!   interface) are there; with `table`, also the prevResult routes naming it.
+//! - **DEL**: removes the rules of the interface's addresses and the tables only they used,
+//!   putting the interface's routes back in main; succeeds when the namespace is gone.
+//! - **STATUS** is always ready; **GC** has nothing to collect (everything lives in the
+//!   container's namespace and goes with it).
+//!
+//! Kernel objects: policy rules (`ip rule`), routes in tables ≥ 100 and in main (`ip route`).
+//! See `sbr/README.md` for the configuration and every difference from the Go plugin.
+
+pub mod apply;
+pub mod config;
+pub mod error;
+pub mod names;
+pub mod plan;
+
+use common::conf::NetConf;
+use common::error::CniError;
+use common::skel::{Call, Plugin};
+use common::types::CniResult;
+
+use crate::config::{Config, SbrKeys, select_ips};
+use crate::error::SbrError;
+
+/// The versions the reference lists (`version.All`).
+pub const SUPPORTED_VERSIONS: &[&str] = &[
+    "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",
+];
+
+/// The sbr plugin.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sbr;
+
+fn load(call: &Call) -> Result<(NetConf<SbrKeys>, Config), CniError> {
+    let conf: NetConf<SbrKeys> = call.conf()?;
+    let config = Config::from_keys(&conf.plugin)?;
+    Ok((conf, config))
+}
+
+impl Plugin for Sbr {
+    fn name(&self) -> &'static str {
+        "sbr"
+    }
+
+    fn supported_versions(&self) -> &'static [&'static str] {
+        SUPPORTED_VERSIONS
+    }
+
+    fn add(&self, call: &Call) -> Result<CniResult, CniError> {
+        let (conf, config) = load(call)?;
+        let prev = conf.prev_result()?.ok_or(SbrError::NotChained)?;
+        let ips = select_ips(&prev, &call.ifname)?;
+        let ns = call.open_netns()?;
+        apply::add(&ns, &call.ifname, &config, &ips, &prev.routes)?;
+        Ok(prev)
+    }
+
+    fn check(&self, call: &Call) -> Result<(), CniError> {
+        let (conf, config) = load(call)?;
+        let prev = conf.prev_result()?.ok_or(SbrError::NotChained)?;
+        let ips = select_ips(&prev, &call.ifname)?;
+        let ns = call.open_netns()?;
+        Ok(apply::check(
+            &ns,
+            &call.ifname,
+            &config,
+            &ips,
+            &prev.routes,
+        )?)
+    }
+
+    fn del(&self, call: &Call) -> Result<(), CniError> {
+        let (conf, config) = load(call)?;
+        // DEL must get through: a prevResult that does not parse only costs its addresses;
+        // the interface's own addresses still find the rules.
+        let prev_ips = match conf.prev_result() {
+            Ok(Some(prev)) => select_ips(&prev, &call.ifname)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|ip| ip.address.addr())
+                .collect(),
+            Ok(None) => Vec::new(),
+            Err(e) => {
+                log::warn!("ignoring prevResult on DEL: {e}");
+                Vec::new()
+            }
+        };
+        Ok(apply::del(
+            call.netns.as_deref(),
+            &call.ifname,
+            &config,
+            &prev_ips,
+        )?)
+    }
+}
