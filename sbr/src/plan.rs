@@ -201,13 +201,17 @@ pub fn plan_add(
                 table
             }
         };
-        if let Some(gw) = config.gateway_for(ip) {
+        let gateway = config.gateway_for(ip);
+        if let Some(gw) = gateway {
             let mut route = Route::new(default_net(addr), table);
             route.gateway = Some(gw);
             route.oif = Some(link);
             put(&mut ops, route);
         }
-        for route in main.iter().filter(|r| serves(ip, r)) {
+        // The default route just made wins over a copy of main's (a static gateway must).
+        let replaced_default =
+            |r: &Route| gateway.is_some() && r.is_default() && r.is_ipv6() == addr.is_ipv6();
+        for route in main.iter().filter(|r| serves(ip, r) && !replaced_default(r)) {
             let mut copy = (*route).clone();
             copy.table = table;
             // Flags the kernel set on the original (e.g. `linkdown`) are refused on add.
@@ -476,7 +480,6 @@ mod tests {
             puts(&ops),
             [
                 "default via 10.1.0.1 dev 3 table 100",
-                "default via 10.1.0.1 dev 3 table 100",
                 "10.1.0.0/24 dev 3 src 10.1.0.5 table 100",
             ]
         );
@@ -595,8 +598,9 @@ mod tests {
             gateway_v6: Some("fd00::fe".parse().unwrap()),
             ..Config::default()
         };
+        // Main's default via the prevResult gateway is not copied over the static one.
         let mut seen = bridged();
-        seen.routes.clear();
+        seen.routes.retain(|r| r.is_default());
         let ips = [
             ipcfg("10.1.0.5/24", Some("10.1.0.1")),
             ipcfg("fd00::5/64", None),
