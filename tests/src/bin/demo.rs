@@ -71,6 +71,8 @@ fn run() -> Result<()> {
                 "sysctl": { "net.ipv4.conf.IFNAME.arp_ignore": "1" },
             }),
             json!({ "type": "passthrough", "dataDir": scratch.path().join("passthrough") }),
+            // A fixed table keeps the routes in main, where bridge's own CHECK looks for them.
+            json!({ "type": "sbr", "table": 100 }),
         ],
     );
     let runtime = Runtime::new(&topo.host)?;
@@ -103,7 +105,7 @@ fn run() -> Result<()> {
         for line in result_changes(&prev, result) {
             println!("      {line}");
         }
-        for line in plugin_effects(plugin_type, scratch.path())? {
+        for line in plugin_effects(plugin_type, scratch.path(), &topo)? {
             println!("      {line}");
         }
         prev = result.clone();
@@ -275,7 +277,7 @@ fn result_changes(prev: &Value, result: &Value) -> Vec<String> {
 }
 
 /// What a plugin of ours did beyond the result, read back from where it keeps it.
-fn plugin_effects(plugin_type: &str, scratch: &Path) -> Result<Vec<String>> {
+fn plugin_effects(plugin_type: &str, scratch: &Path, topo: &Topology) -> Result<Vec<String>> {
     match plugin_type {
         "passthrough" => {
             let file = scratch
@@ -319,6 +321,13 @@ fn plugin_effects(plugin_type: &str, scratch: &Path) -> Result<Vec<String>> {
                 format!("saved the originals for DEL in {}", file.display()),
             ])
         }
+        "sbr" => Ok(topo
+            .container
+            .ip(&["rule"])?
+            .lines()
+            .filter(|l| l.contains("from 10."))
+            .map(|l| format!("source rule in the container: {}", l.replace('\t', " ")))
+            .collect()),
         _ => Ok(Vec::new()),
     }
 }
