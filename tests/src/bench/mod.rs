@@ -19,6 +19,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+
+pub mod sbr;
 use common::netns::NetNs;
 use serde_json::Value;
 
@@ -44,7 +46,11 @@ impl Default for Options {
 pub type Suite = (&'static str, fn(&Options) -> Result<Vec<Row>>);
 
 /// Every suite, in report order. Each plugin issue adds its own module and one entry here.
-pub const SUITES: &[Suite] = &[("tuning", tuning::run), ("nft", nft::run)];
+pub const SUITES: &[Suite] = &[
+    ("tuning", tuning::run),
+    ("sbr", sbr::run),
+    ("nft", nft::run),
+];
 
 /// Timings of one implementation for one step.
 #[derive(Debug, Clone, Default)]
