@@ -211,7 +211,10 @@ pub fn plan_add(
         // The default route just made wins over a copy of main's (a static gateway must).
         let replaced_default =
             |r: &Route| gateway.is_some() && r.is_default() && r.is_ipv6() == addr.is_ipv6();
-        for route in main.iter().filter(|r| serves(ip, r) && !replaced_default(r)) {
+        for route in main
+            .iter()
+            .filter(|r| serves(ip, r) && !replaced_default(r))
+        {
             let mut copy = (*route).clone();
             copy.table = table;
             // Flags the kernel set on the original (e.g. `linkdown`) are refused on add.

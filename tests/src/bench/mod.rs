@@ -10,6 +10,7 @@
 //! Nothing here asserts a timing: the bench reports, tests never time.
 
 pub mod nft;
+pub mod sbr;
 pub mod tuning;
 
 use std::fmt::Write as _;
@@ -19,8 +20,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-
-pub mod sbr;
 use common::netns::NetNs;
 use serde_json::Value;
 
