@@ -5,6 +5,5 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 
-echo "==> building (cargo build --release --workspace --bins)"
-cargo build "${locked[@]}" --release --workspace --bins --quiet
-exec ./target/release/demo "$@"
+build_release
+exec "./$release_dir/demo" "$@"

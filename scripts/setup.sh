@@ -44,3 +44,14 @@ locked=()
 if [ -n "${CI:-}" ]; then
   locked=(--locked)
 fi
+
+# Release binaries are linked statically, as the Go plugins are: a node needs no particular glibc,
+# and each exec skips the dynamic loader (about half a millisecond per plugin call here). The
+# explicit --target keeps the flag off build scripts and proc macros, which cannot be static.
+host_target="$(rustc -vV | sed -n 's/^host: //p')"
+release_dir="target/$host_target/release"
+build_release() {
+  echo "==> building static release binaries into $release_dir"
+  RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+    cargo build "${locked[@]}" --release --target "$host_target" --workspace --bins --quiet
+}

@@ -1,10 +1,7 @@
 //! The benchmark: our plugins against the Go reference binaries, interleaved in one run,
-//! printed as a markdown table. Needs root and the release build of our plugins:
-//!
-//! ```sh
-//! cargo build --release --workspace --bins
-//! sudo target/release/bench [--iterations N] [--sizes 0,100,1000] [--only tuning,nft]
-//! ```
+//! printed as a markdown table. Needs root and our release binaries beside it; run it as
+//! `sudo scripts/bench.sh [--iterations N] [--sizes 0,100,1000] [--only tuning,nft]`, which
+//! builds them statically linked, as they are shipped.
 
 use std::process::ExitCode;
 
