@@ -6,8 +6,10 @@
 //! operation and object, and [`NetlinkError::is_not_found`] tells "already gone" apart, which
 //! DEL relies on.
 
+mod ifb;
 mod route;
 mod socket;
+pub mod tc;
 
 use std::fmt;
 use std::io;
@@ -15,6 +17,7 @@ use std::io;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 
+pub use ifb::LinkAlias;
 pub use route::{Address, Route, Rule, TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN};
 pub use socket::{BatchFailure, NetlinkSocket};
 

@@ -1,0 +1,135 @@
+//! IFB devices and interface aliases: `ip link add NAME type ifb`, `ip link set dev X alias A`.
+//!
+//! An IFB ("intermediate functional block") device is where traffic redirected from another
+//! interface's ingress gets queued, so it can be shaped like egress traffic. The alias
+//! (`IFLA_IFALIAS`, up to 255 bytes) is free text the kernel keeps on any link; plugins use it to
+//! record which attachment owns a device, which GC reads back.
+
+use std::io;
+
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+
+use super::{Link, Netlink, NetlinkError};
+
+/// Longest alias the kernel accepts (`IFALIASZ - 1`).
+pub const MAX_ALIAS: usize = 255;
+
+/// A link together with its alias.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkAlias {
+    /// The link.
+    pub link: Link,
+    /// Its `IFLA_IFALIAS`, if set.
+    pub alias: Option<String>,
+}
+
+impl LinkAlias {
+    fn from_message(msg: LinkMessage) -> LinkAlias {
+        let alias = msg.attributes.iter().find_map(|a| match a {
+            LinkAttribute::IfAlias(s) if !s.is_empty() => Some(s.clone()),
+            _ => None,
+        });
+        LinkAlias {
+            link: Link::from_message(msg),
+            alias,
+        }
+    }
+}
+
+impl Netlink {
+    /// Creates an IFB device that is up, with `mtu` and (when given) `txqlen`, then sets its
+    /// alias, and returns it: `ip link add NAME mtu M type ifb && ip link set NAME up alias A`.
+    /// The name must be new; nothing is left behind when a step fails.
+    ///
+    /// # Errors
+    /// `is_exists()` when the name is taken; the kernel's errno otherwise.
+    pub fn add_ifb(
+        &mut self,
+        name: &str,
+        mtu: u32,
+        txqlen: Option<u32>,
+        alias: &str,
+    ) -> Result<Link, NetlinkError> {
+        let mut msg = LinkMessage::default();
+        msg.header.flags = LinkFlags::Up;
+        msg.header.change_mask = LinkFlags::Up;
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        msg.attributes.push(LinkAttribute::Mtu(mtu));
+        if let Some(q) = txqlen {
+            msg.attributes.push(LinkAttribute::TxQueueLen(q));
+        }
+        msg.attributes
+            .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Ifb)]));
+        log::debug!("ip link add {name} mtu {mtu} up type ifb");
+        self.request(
+            format!("add ifb link {name:?}"),
+            RouteNetlinkMessage::NewLink(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )?;
+        let link = self.link_by_name(name)?;
+        // The kernel applies IFLA_IFALIAS only to existing links, so it takes a second request.
+        if let Err(e) = self.set_alias(link.index, alias) {
+            let _ = self.del_link(link.index);
+            return Err(e);
+        }
+        Ok(link)
+    }
+
+    /// Sets the alias of link `index` (`ip link set dev X alias A`); "" removes it.
+    ///
+    /// # Errors
+    /// EINVAL for an alias longer than [`MAX_ALIAS`] bytes; the kernel's errno otherwise.
+    pub fn set_alias(&mut self, index: u32, alias: &str) -> Result<(), NetlinkError> {
+        let op = format!("set alias {alias:?} on link {index}");
+        if alias.len() > MAX_ALIAS {
+            return Err(NetlinkError::new(
+                op,
+                io::Error::from_raw_os_error(libc::EINVAL),
+            ));
+        }
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes
+            .push(LinkAttribute::IfAlias(alias.to_string()));
+        log::debug!("ip link set dev {index} alias {alias:?}");
+        self.request(op, RouteNetlinkMessage::SetLink(msg), 0)
+            .map(drop)
+    }
+
+    /// Looks a link up by name, with its alias.
+    ///
+    /// # Errors
+    /// `is_not_found()` when there is no such link.
+    pub fn link_alias_by_name(&mut self, name: &str) -> Result<LinkAlias, NetlinkError> {
+        let op = format!("get link {name:?}");
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        self.request(&op, RouteNetlinkMessage::GetLink(msg), 0)?
+            .into_iter()
+            .find_map(|r| match r {
+                RouteNetlinkMessage::NewLink(m) => Some(LinkAlias::from_message(m)),
+                _ => None,
+            })
+            .ok_or_else(|| NetlinkError::new(op, io::Error::from_raw_os_error(libc::ENODEV)))
+    }
+
+    /// Lists every link with its alias (`ip link show`).
+    ///
+    /// # Errors
+    /// The kernel's errno.
+    pub fn links_with_aliases(&mut self) -> Result<Vec<LinkAlias>, NetlinkError> {
+        let replies = self.dump(
+            "list links",
+            RouteNetlinkMessage::GetLink(LinkMessage::default()),
+        )?;
+        Ok(replies
+            .into_iter()
+            .filter_map(|r| match r {
+                RouteNetlinkMessage::NewLink(m) => Some(LinkAlias::from_message(m)),
+                _ => None,
+            })
+            .collect())
+    }
+}
