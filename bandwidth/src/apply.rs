@@ -1,0 +1,435 @@
+//! The only code that touches the kernel: finding the device, programming a [`Plan`] (with
+//! rollback), verifying it, removing it, garbage-collecting IFBs and probing for STATUS.
+
+use common::netlink::tc::{INGRESS, INGRESS_HANDLE, PROTOCOL_ALL, Psched, ROOT, Tbf};
+use common::netlink::{Link, Netlink, NetlinkError};
+use common::netns::NetNs;
+use netlink_packet_route::tc::TcMirrorActionType;
+
+use crate::error::BandwidthError;
+use crate::names::{FILTER_CLASSID, FILTER_PRIORITY, Owner, STATUS_IFB, TBF_HANDLE};
+use crate::plan::{Device, Plan, Side};
+
+/// A netlink handle bound to the namespace of the shaped device.
+#[derive(Debug)]
+pub struct Located {
+    /// Host or container side.
+    pub side: Side,
+    /// The device.
+    pub device: Device,
+    /// A handle in the device's namespace.
+    pub netlink: Netlink,
+}
+
+fn device_of(link: &Link) -> Device {
+    Device {
+        index: link.index,
+        name: link.name.clone(),
+        mtu: link.mtu,
+    }
+}
+
+/// Finds the device to shape: the host-side peer of the container's veth when it lives in the
+/// plugin's namespace, else the container's interface itself.
+///
+/// A host link counts as the peer when it is a veth whose own peer is the container interface
+/// and which has its peer in another namespace: index numbers alone could name an unrelated
+/// host link when the container veth's peer is in a third namespace.
+///
+/// # Errors
+/// When the container namespace cannot be entered or `ifname` is not in it.
+pub fn locate(container: &NetNs, ifname: &str) -> Result<Located, BandwidthError> {
+    let mut inside = Netlink::open_in(container)?;
+    let ctr =
+        inside
+            .link_by_name(ifname)
+            .map_err(|source| BandwidthError::NoContainerInterface {
+                ifname: ifname.to_string(),
+                source,
+            })?;
+    if ctr.kind.as_deref() == Some("veth")
+        && ctr.link_netnsid.is_some()
+        && let Some(peer_index) = ctr.link
+    {
+        let mut host = Netlink::new()?;
+        match host.link_by_index(peer_index) {
+            Ok(peer)
+                if peer.kind.as_deref() == Some("veth")
+                    && peer.link == Some(ctr.index)
+                    && peer.link_netnsid.is_some() =>
+            {
+                return Ok(Located {
+                    side: Side::Host,
+                    device: device_of(&peer),
+                    netlink: host,
+                });
+            }
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    log::info!(
+        "{ifname} has no veth peer in the plugin's namespace ({:?}): shaping inside the container",
+        ctr.kind
+    );
+    Ok(Located {
+        side: Side::Container,
+        device: device_of(&ctr),
+        netlink: inside,
+    })
+}
+
+/// A step of ADD to undo when a later one fails.
+#[derive(Debug)]
+enum Undo {
+    RootQdisc(u32),
+    IngressQdisc(u32),
+    Filters(u32),
+    Link(u32),
+}
+
+/// Programs `plan` and returns the IFB device it uses, if any. Re-running it converges: the
+/// root `tbf`s are replaced, our IFB and an existing `ingress` qdisc are reused, and the
+/// redirect filter at [`FILTER_PRIORITY`] is replaced. When a step fails, what this call
+/// created is removed again.
+///
+/// # Errors
+/// The first failing step.
+pub fn add(nl: &mut Netlink, plan: &Plan) -> Result<Option<Link>, BandwidthError> {
+    let mut undo = Vec::new();
+    let outcome = add_steps(nl, plan, &mut undo);
+    if outcome.is_err() {
+        for step in undo.iter().rev() {
+            let result = match *step {
+                Undo::RootQdisc(i) => nl.del_qdisc(i, ROOT, 0),
+                Undo::IngressQdisc(i) => nl.del_qdisc(i, INGRESS, 0),
+                Undo::Filters(i) => {
+                    nl.del_filters(i, INGRESS_HANDLE, FILTER_PRIORITY, PROTOCOL_ALL)
+                }
+                Undo::Link(i) => nl.del_link(i),
+            };
+            if let Err(e) = result {
+                log::warn!("rollback of {step:?} failed: {e}");
+            }
+        }
+    }
+    outcome
+}
+
+fn add_steps(
+    nl: &mut Netlink,
+    plan: &Plan,
+    undo: &mut Vec<Undo>,
+) -> Result<Option<Link>, BandwidthError> {
+    let dev = &plan.device;
+    if let Some((tbf, _)) = &plan.direct {
+        nl.add_root_tbf(dev.index, TBF_HANDLE, tbf, true)?;
+        undo.push(Undo::RootQdisc(dev.index));
+    }
+    let Some(redirect) = &plan.redirect else {
+        return Ok(None);
+    };
+    let ifb = match nl.link_alias_by_name(&redirect.ifb) {
+        Ok(existing)
+            if existing.link.kind.as_deref() == Some("ifb")
+                && existing.alias.as_deref() == Some(redirect.alias.as_str()) =>
+        {
+            nl.set_link(
+                existing.link.index,
+                &common::netlink::LinkChange {
+                    mtu: Some(redirect.mtu),
+                    up: Some(true),
+                    ..Default::default()
+                },
+            )?;
+            existing.link
+        }
+        Ok(other) => {
+            return Err(BandwidthError::IfbNameTaken {
+                name: redirect.ifb.clone(),
+                what: format!(
+                    "kind {}, alias {:?}",
+                    other.link.kind.unwrap_or_default(),
+                    other.alias.unwrap_or_default()
+                ),
+            });
+        }
+        Err(e) if e.is_not_found() => {
+            let link = nl.add_ifb(&redirect.ifb, redirect.mtu, None, &redirect.alias)?;
+            undo.push(Undo::Link(link.index));
+            link
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match nl.add_ingress_qdisc(dev.index) {
+        Ok(()) => undo.push(Undo::IngressQdisc(dev.index)),
+        Err(e) if e.is_exists() => {
+            let qdiscs = nl.qdiscs(dev.index)?;
+            if let Some(q) = qdiscs
+                .iter()
+                .find(|q| q.parent == INGRESS && q.kind != "ingress")
+            {
+                return Err(BandwidthError::ForeignIngressQdisc {
+                    ifname: dev.name.clone(),
+                    kind: q.kind.clone(),
+                });
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    // The priority is ours (as it was the reference's): a redirect left there by an earlier
+    // ADD of this attachment is replaced.
+    match nl.del_filters(dev.index, INGRESS_HANDLE, FILTER_PRIORITY, PROTOCOL_ALL) {
+        Ok(()) => {}
+        Err(e) if e.is_not_found() => {}
+        Err(e) => return Err(e.into()),
+    }
+    nl.add_redirect_filter(
+        dev.index,
+        INGRESS_HANDLE,
+        FILTER_PRIORITY,
+        FILTER_CLASSID,
+        ifb.index,
+    )?;
+    undo.push(Undo::Filters(dev.index));
+    nl.add_root_tbf(ifb.index, TBF_HANDLE, &redirect.tbf, true)?;
+    Ok(Some(ifb))
+}
+
+/// Verifies that the kernel holds exactly what `plan` describes.
+///
+/// # Errors
+/// [`BandwidthError::Drift`] naming the first difference.
+pub fn check(nl: &mut Netlink, plan: &Plan) -> Result<(), BandwidthError> {
+    let dev = &plan.device;
+    if let Some((tbf, reference_buffer)) = &plan.direct {
+        check_root_tbf(nl, dev.index, &dev.name, tbf, *reference_buffer)?;
+    }
+    let Some(redirect) = &plan.redirect else {
+        return Ok(());
+    };
+    let mut ifb = None;
+    for name in std::iter::once(&redirect.ifb).chain(&redirect.reference_ifb) {
+        match nl.link_by_name(name) {
+            Ok(link) if link.kind.as_deref() == Some("ifb") => {
+                ifb = Some(link);
+                break;
+            }
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let ifb =
+        ifb.ok_or_else(|| BandwidthError::Drift(format!("ifb device {} not found", redirect.ifb)))?;
+    if !nl
+        .qdiscs(dev.index)?
+        .iter()
+        .any(|q| q.parent == INGRESS && q.kind == "ingress")
+    {
+        return Err(BandwidthError::Drift(format!(
+            "{} has no ingress qdisc",
+            dev.name
+        )));
+    }
+    let filters = nl.filters(dev.index, INGRESS_HANDLE)?;
+    let redirected = filters.iter().any(|f| {
+        f.priority == FILTER_PRIORITY
+            && f.protocol == PROTOCOL_ALL
+            && f.mirred
+                .contains(&(TcMirrorActionType::EgressRedir, ifb.index))
+    });
+    if !redirected {
+        return Err(BandwidthError::Drift(format!(
+            "{} has no filter of priority {FILTER_PRIORITY} redirecting to {}",
+            dev.name, ifb.name
+        )));
+    }
+    check_root_tbf(
+        nl,
+        ifb.index,
+        &ifb.name,
+        &redirect.tbf,
+        redirect.reference_buffer,
+    )
+}
+
+fn check_root_tbf(
+    nl: &mut Netlink,
+    index: u32,
+    name: &str,
+    want: &Tbf,
+    reference_buffer: Option<u32>,
+) -> Result<(), BandwidthError> {
+    let qdiscs = nl.qdiscs(index)?;
+    let Some(root) = qdiscs.iter().find(|q| q.parent == ROOT) else {
+        return Err(BandwidthError::Drift(format!(
+            "{name} has no root qdisc, want tbf"
+        )));
+    };
+    let drift = |what: String| Err(BandwidthError::Drift(format!("{name}: {what}")));
+    if root.kind != "tbf" {
+        return drift(format!("root qdisc is {}, want tbf", root.kind));
+    }
+    if root.handle != TBF_HANDLE {
+        return drift(format!("tbf has handle {:#x}, want 1:", root.handle));
+    }
+    let Some(got) = root.tbf else {
+        return drift("tbf without parameters".into());
+    };
+    if got.rate != want.rate {
+        return drift(format!("tbf rate is {} B/s, want {}", got.rate, want.rate));
+    }
+    if got.limit != want.limit {
+        return drift(format!("tbf limit is {} B, want {}", got.limit, want.limit));
+    }
+    if got.buffer != want.buffer && Some(got.buffer) != reference_buffer {
+        return drift(format!(
+            "tbf buffer is {} ticks, want {}",
+            got.buffer, want.buffer
+        ));
+    }
+    if got.peakrate != 0 {
+        return drift(format!(
+            "tbf has a peak rate of {} B/s, want none",
+            got.peakrate
+        ));
+    }
+    Ok(())
+}
+
+fn collect(errors: &mut Vec<BandwidthError>, result: Result<(), NetlinkError>) {
+    match result {
+        Ok(()) => {}
+        Err(e) if e.is_not_found() => {}
+        Err(e) => errors.push(e.into()),
+    }
+}
+
+/// Removes the shaping on the device of `located`: our redirect filters (and then the
+/// `ingress` qdisc when nothing else is attached to it), the root `tbf` with our handle, and
+/// on the container side the IFBs named `ifbs` inside the container.
+pub fn remove_shaping(located: &mut Located, ifbs: &[String]) -> Vec<BandwidthError> {
+    let mut errors = Vec::new();
+    let nl = &mut located.netlink;
+    let index = located.device.index;
+    match nl.filters(index, INGRESS_HANDLE) {
+        Ok(filters) => {
+            let ours = filters.iter().any(|f| {
+                f.priority == FILTER_PRIORITY
+                    && f.mirred
+                        .iter()
+                        .any(|(kind, _)| *kind == TcMirrorActionType::EgressRedir)
+            });
+            if ours {
+                collect(
+                    &mut errors,
+                    nl.del_filters(index, INGRESS_HANDLE, FILTER_PRIORITY, PROTOCOL_ALL),
+                );
+            }
+            let others = nl
+                .filters(index, INGRESS_HANDLE)
+                .map(|f| !f.is_empty())
+                .unwrap_or(true);
+            let ingress = nl
+                .qdiscs(index)
+                .map(|q| q.iter().any(|q| q.parent == INGRESS && q.kind == "ingress"))
+                .unwrap_or(false);
+            if ours && ingress && !others {
+                collect(&mut errors, nl.del_qdisc(index, INGRESS, 0));
+            }
+        }
+        // No ingress qdisc at all.
+        Err(e) if e.is_not_found() || e.errno() == Some(libc::EINVAL) => {}
+        Err(e) => errors.push(e.into()),
+    }
+    match nl.qdiscs(index) {
+        Ok(qdiscs) => {
+            if qdiscs
+                .iter()
+                .any(|q| q.parent == ROOT && q.kind == "tbf" && q.handle == TBF_HANDLE)
+            {
+                collect(&mut errors, nl.del_qdisc(index, ROOT, 0));
+            }
+        }
+        Err(e) => errors.push(e.into()),
+    }
+    if located.side == Side::Container {
+        errors.extend(delete_ifbs(nl, ifbs));
+    }
+    errors
+}
+
+/// Deletes the IFB devices named `names` that exist (and are IFBs) in `nl`'s namespace.
+pub fn delete_ifbs(nl: &mut Netlink, names: &[String]) -> Vec<BandwidthError> {
+    let mut errors = Vec::new();
+    for name in names {
+        match nl.link_by_name(name) {
+            Ok(link) if link.kind.as_deref() == Some("ifb") => {
+                collect(&mut errors, nl.del_link(link.index));
+            }
+            Ok(link) => log::warn!("{name} is a {:?} link, not an ifb: left alone", link.kind),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => errors.push(e.into()),
+        }
+    }
+    errors
+}
+
+/// Deletes the IFB devices of `network` whose owner (from the alias) is not in `valid`.
+pub fn gc(nl: &mut Netlink, network: &str, valid: &[(String, String)]) -> Vec<BandwidthError> {
+    let links = match nl.links_with_aliases() {
+        Ok(links) => links,
+        Err(e) => return vec![e.into()],
+    };
+    let mut errors = Vec::new();
+    for link in links {
+        if link.link.kind.as_deref() != Some("ifb") {
+            continue;
+        }
+        let Some(owner) = link.alias.as_deref().and_then(Owner::parse_alias) else {
+            continue;
+        };
+        let alive = valid
+            .iter()
+            .any(|(id, ifname)| *id == owner.container_id && *ifname == owner.ifname);
+        if owner.network == network && !alive {
+            log::info!("gc: deleting {} of {owner:?}", link.link.name);
+            collect(&mut errors, nl.del_link(link.link.index));
+        }
+    }
+    errors
+}
+
+/// STATUS: creates an IFB device with a root `tbf` in a throwaway network namespace, which
+/// loads the `ifb` and `sch_tbf` modules if needed, and lets the namespace go.
+///
+/// # Errors
+/// [`BandwidthError::Unavailable`] naming what could not be created.
+pub fn probe(psched: &Psched) -> Result<(), BandwidthError> {
+    let tbf = Tbf::compute(125_000, 1514, 25_000, psched)
+        .map_err(|e| BandwidthError::Unavailable(e.to_string()))?;
+    let outcome = std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> Result<(), String> {
+                // This thread alone moves to a fresh namespace, which dies with it.
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(|e| format!("cannot create a network namespace to probe in: {e}"))?;
+                let mut nl = Netlink::new().map_err(|e| e.to_string())?;
+                let ifb = nl
+                    .add_ifb(STATUS_IFB, 1500, None, "cni-bandwidth:status")
+                    .map_err(|e| e.to_string())?;
+                nl.add_root_tbf(ifb.index, TBF_HANDLE, &tbf, false)
+                    .map_err(|e| e.to_string())
+            })
+            .join()
+    });
+    match outcome {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(BandwidthError::Unavailable(e)),
+        Err(_) => Err(BandwidthError::Unavailable(
+            "the probe thread panicked".into(),
+        )),
+    }
+}

@@ -1,0 +1,191 @@
+//! `bandwidth`: token-bucket shaping of a container's traffic, a drop-in replacement for the
+//! CNI reference plugin of the same name (see `README.md`).
+//!
+//! Chained after a main plugin, it limits the rate of traffic into the container (`ingressRate`,
+//! `ingressBurst`) and out of it (`egressRate`, `egressBurst`), in bits per second and bits,
+//! from the config or from `runtimeConfig.bandwidth`. Everything is programmed over netlink;
+//! nothing is exec'd.
+//!
+//! Verbs:
+//! - **ADD** shapes, on the host-side veth peer of `CNI_IFNAME` (or, without one, on the
+//!   container interface inside the container), and returns `prevResult` with the IFB appended
+//!   when one is used. A failing ADD leaves nothing behind.
+//! - **CHECK** verifies the qdisc kinds and parameters, the redirect filter and the IFB.
+//! - **DEL** removes all of it, also what the Go plugin created; idempotent, needs neither the
+//!   netns nor `prevResult`.
+//! - **GC** deletes this network's IFBs whose owner (in the alias) is not a valid attachment.
+//! - **STATUS** creates an IFB with a `tbf` in a throwaway namespace.
+//!
+//! Kernel objects (host side), with their CLI equivalents:
+//! - `tc qdisc replace dev <veth> root handle 1: tbf rate … burst … latency …` (ingress);
+//! - `ip link add bwp<hash> mtu <veth mtu> type ifb; ip link set bwp<hash> up alias
+//!   cni-bandwidth:<network>:<container id>:<ifname>`;
+//! - `tc qdisc add dev <veth> ingress`;
+//! - `tc filter add dev <veth> parent ffff: protocol all prio 1 u32 match u32 0 0 classid 1:1
+//!   action mirred egress redirect dev bwp<hash>`;
+//! - `tc qdisc replace dev bwp<hash> root handle 1: tbf rate … burst … latency …` (egress).
+
+pub mod apply;
+pub mod config;
+pub mod error;
+pub mod names;
+pub mod plan;
+
+use common::conf::NetConf;
+use common::error::CniError;
+use common::netlink::Netlink;
+use common::netlink::tc::Psched;
+use common::skel::{Call, Plugin};
+use common::types::{CniResult, Interface};
+
+use crate::apply::Located;
+use crate::config::{BandwidthKeys, Config};
+use crate::error::BandwidthError;
+use crate::names::{Owner, ifb_name, reference_ifb_name};
+use crate::plan::{Plan, Side};
+
+/// The versions the reference advertises (`VersionsStartingFrom("0.3.0")`).
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+/// The plugin.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Bandwidth;
+
+fn owner(call: &Call, conf: &NetConf<BandwidthKeys>) -> Owner {
+    Owner {
+        network: conf.name.clone(),
+        container_id: call.container_id.clone(),
+        ifname: call.ifname.clone(),
+    }
+}
+
+/// Locates the device and plans the shaping of `config` for this call.
+fn locate_and_plan(
+    call: &Call,
+    conf: &NetConf<BandwidthKeys>,
+    config: &Config,
+) -> Result<(Located, Plan), CniError> {
+    let ns = call.open_netns()?;
+    let psched = Psched::read().map_err(BandwidthError::Psched)?;
+    let located = apply::locate(&ns, &call.ifname)?;
+    let plan = plan::plan(
+        config,
+        located.side,
+        located.device.clone(),
+        &owner(call, conf),
+        &psched,
+    )?;
+    Ok((located, plan))
+}
+
+impl Plugin for Bandwidth {
+    fn name(&self) -> &'static str {
+        "bandwidth"
+    }
+
+    fn supported_versions(&self) -> &'static [&'static str] {
+        SUPPORTED_VERSIONS
+    }
+
+    fn add(&self, call: &Call) -> Result<CniResult, CniError> {
+        let conf = call.conf::<BandwidthKeys>()?;
+        let config = Config::from_conf(&conf)?;
+        let mut result = conf
+            .prev_result()?
+            .ok_or(BandwidthError::NotChained("ADD"))?;
+        if config.is_empty() {
+            return Ok(result);
+        }
+        let (mut located, plan) = locate_and_plan(call, &conf, &config)?;
+        let ifb = apply::add(&mut located.netlink, &plan)?;
+        if let Some(ifb) = ifb {
+            result.interfaces.push(Interface {
+                name: ifb.name.clone(),
+                mac: ifb.mac_string(),
+                sandbox: (plan.side == Side::Container)
+                    .then(|| {
+                        call.netns
+                            .as_ref()
+                            .map(|p| p.to_string_lossy().into_owned())
+                    })
+                    .flatten(),
+                ..Interface::default()
+            });
+        }
+        Ok(result)
+    }
+
+    fn check(&self, call: &Call) -> Result<(), CniError> {
+        let conf = call.conf::<BandwidthKeys>()?;
+        let config = Config::from_conf(&conf)?;
+        conf.prev_result()?
+            .ok_or(BandwidthError::NotChained("CHECK"))?;
+        if config.is_empty() {
+            return Ok(());
+        }
+        let (mut located, plan) = locate_and_plan(call, &conf, &config)?;
+        Ok(apply::check(&mut located.netlink, &plan)?)
+    }
+
+    fn del(&self, call: &Call) -> Result<(), CniError> {
+        // The limits are not needed (nor validated): DEL removes whatever exists by name.
+        let conf = call.conf::<serde::de::IgnoredAny>()?;
+        let owner = Owner {
+            network: conf.name.clone(),
+            container_id: call.container_id.clone(),
+            ifname: call.ifname.clone(),
+        };
+        let ifbs = [
+            ifb_name(&owner),
+            reference_ifb_name(&owner.network, &owner.container_id),
+        ];
+        let mut errors = Vec::new();
+        match call.open_netns() {
+            Ok(ns) => match apply::locate(&ns, &call.ifname) {
+                Ok(mut located) => errors.extend(apply::remove_shaping(&mut located, &ifbs)),
+                Err(BandwidthError::NoContainerInterface { .. }) => {}
+                Err(e) => errors.push(e),
+            },
+            // Gone with its namespace: the veth pair and anything inside went with it.
+            Err(e) => log::debug!("DEL without the container namespace: {e}"),
+        }
+        match Netlink::new() {
+            Ok(mut host) => errors.extend(apply::delete_ifbs(&mut host, &ifbs)),
+            Err(e) => errors.push(e.into()),
+        }
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0).into()),
+            _ => Err(BandwidthError::Several(errors).into()),
+        }
+    }
+
+    fn gc(&self, call: &Call) -> Result<(), CniError> {
+        let conf = call.conf::<serde::de::IgnoredAny>()?;
+        let Some(valid) = &conf.valid_attachments else {
+            log::warn!("GC without cni.dev/valid-attachments: nothing is collected");
+            return Ok(());
+        };
+        let valid: Vec<(String, String)> = valid
+            .iter()
+            .map(|a| (a.container_id.clone(), a.ifname.clone()))
+            .collect();
+        let mut host = Netlink::new().map_err(BandwidthError::from)?;
+        let mut errors = apply::gc(&mut host, &conf.name, &valid);
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0).into()),
+            _ => Err(BandwidthError::Several(errors).into()),
+        }
+    }
+
+    fn status(&self, _call: &Call) -> Result<(), CniError> {
+        let psched = Psched::read().map_err(|e| {
+            BandwidthError::Unavailable(format!(
+                "cannot read {}: {e}",
+                common::netlink::tc::PSCHED_PATH
+            ))
+        })?;
+        Ok(apply::probe(&psched)?)
+    }
+}

@@ -1,0 +1,6 @@
+//! The `bandwidth` CNI plugin binary.
+
+fn main() -> std::process::ExitCode {
+    common::logging::init("bandwidth");
+    common::skel::run(&bandwidth::Bandwidth)
+}
