@@ -1,0 +1,631 @@
+//! `bandwidth` end to end: Debian's Go `bridge` + `host-local`, then our `bandwidth`, with
+//! `iperf3` between the container and a client namespace in both directions; CHECK against
+//! hand-made drift; DEL, GC and STATUS; shaping inside the container when there is no host
+//! veth; and differential runs against Debian's Go `bandwidth` (same result, Go ADD + our DEL).
+//!
+//! Rates are modest (10–15 Mbit/s) and runs short (2 s), so the whole file stays fast. The
+//! receiver of each `iperf3` run is its client (`-R` where needed), so intervals count bytes
+//! that actually went through the shaper.
+
+// An integration test crate is a test module of its own.
+#![allow(clippy::tests_outside_test_module)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail, ensure};
+use bandwidth::names::{Owner, ifb_name, reference_ifb_name};
+use serde_json::{Value, json};
+use tests::netns::CLIENT_V4;
+use tests::traffic::{IPERF3_PORT, Iperf3Report, iperf3};
+use tests::{
+    NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
+};
+
+const NETWORK: &str = "bwnet";
+const EGRESS_RATE: u64 = 10_000_000;
+const INGRESS_RATE: u64 = 15_000_000;
+/// 10 ms of traffic at the rate, in bits.
+const fn burst_for(rate: u64) -> u64 {
+    rate / 100
+}
+const SECS: u32 = 2;
+
+fn chain(scratch: &Path, subnet: &str, bandwidth: Value) -> NetworkConfigList {
+    let mut bw = bandwidth;
+    bw["type"] = json!("bandwidth");
+    NetworkConfigList::new(
+        NETWORK,
+        "1.0.0",
+        vec![
+            main_plugin::bridge("cni-bw0", &[subnet], &scratch.join("ipam")),
+            bw,
+        ],
+    )
+}
+
+fn static_limits() -> Value {
+    json!({
+        "ingressRate": INGRESS_RATE, "ingressBurst": burst_for(INGRESS_RATE),
+        "egressRate": EGRESS_RATE, "egressBurst": burst_for(EGRESS_RATE),
+    })
+}
+
+fn container_ip(result: &Value) -> Result<String> {
+    result["ips"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|ip| ip["address"].as_str()?.split_once('/'))
+        .map(|(a, _)| a.to_owned())
+        .find(|a| !a.contains(':'))
+        .with_context(|| format!("no IPv4 address in {result}"))
+}
+
+/// The host-side veth the bridge plugin reports (no sandbox, not the bridge).
+fn host_veth(result: &Value) -> Result<String> {
+    result["interfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["sandbox"].is_null())
+        .filter_map(|i| i["name"].as_str())
+        .find(|n| n.starts_with("veth"))
+        .map(str::to_owned)
+        .with_context(|| format!("no host veth in {result}"))
+}
+
+/// Throughput into the container: the server sends from the client namespace.
+fn into_container(topo: &Topology, secs: u32) -> Result<Iperf3Report> {
+    let server: SocketAddr = format!("{CLIENT_V4}:{IPERF3_PORT}").parse()?;
+    iperf3(&topo.client, server, &topo.container, server, secs, &["-R"])
+        .context("iperf3 into the container")
+}
+
+/// Throughput out of the container: the server in the container sends to the client.
+fn out_of_container(topo: &Topology, ip: &str, secs: u32) -> Result<Iperf3Report> {
+    let server: SocketAddr = format!("{ip}:{IPERF3_PORT}").parse()?;
+    iperf3(&topo.container, server, &topo.client, server, secs, &["-R"])
+        .context("iperf3 out of the container")
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn ensure_near(what: &str, measured: f64, rate: u64) -> Result<()> {
+    let rate = rate as f64;
+    ensure!(
+        (measured - rate).abs() <= 0.25 * rate,
+        "{what}: {:.2} Mbit/s, want {:.2} ± 25%",
+        measured / 1e6,
+        rate / 1e6
+    );
+    Ok(())
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn ensure_well_above(what: &str, measured: f64, rate: u64) -> Result<()> {
+    ensure!(
+        measured > 3.0 * rate as f64,
+        "{what}: {:.2} Mbit/s is not well above {:.2}",
+        measured / 1e6,
+        rate as f64 / 1e6
+    );
+    Ok(())
+}
+
+fn links(ns: &TestNetns) -> Result<Vec<String>> {
+    ns.link_names()
+}
+
+fn tc_json(ns: &TestNetns, args: &[&str]) -> Result<Value> {
+    let mut all = vec!["-j"];
+    all.extend_from_slice(args);
+    Ok(serde_json::from_str(&ns.exec_ok("tc", &all)?)?)
+}
+
+fn qdisc_kinds(ns: &TestNetns, dev: &str) -> Result<Vec<String>> {
+    Ok(tc_json(ns, &["qdisc", "show", "dev", dev])?
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|q| q["kind"].as_str().map(str::to_owned))
+        .collect())
+}
+
+/// Our plugin alone, with `conf` (`name`, `cniVersion`, `type` added) on stdin.
+fn exec_ours(
+    runtime: &Runtime,
+    command: &str,
+    rt: &RuntimeConf,
+    mut conf: Value,
+    version: &str,
+) -> Result<PluginOutput> {
+    conf["name"] = json!(NETWORK);
+    conf["cniVersion"] = json!(version);
+    conf["type"] = json!("bandwidth");
+    let netns = rt.netns.to_string_lossy().into_owned();
+    runtime.exec_plugin(
+        "bandwidth",
+        Some(command),
+        &[
+            ("CNI_CONTAINERID", &rt.container_id),
+            ("CNI_NETNS", &netns),
+            ("CNI_IFNAME", &rt.ifname),
+            // The Go skel requires it (our plugin does not).
+            ("CNI_PATH", "/usr/lib/cni"),
+        ],
+        conf.to_string().as_bytes(),
+    )
+}
+
+fn ok(out: &PluginOutput, what: &str) -> Result<()> {
+    ensure!(
+        out.status.success(),
+        "{what} failed: {} {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+#[test]
+fn shaping_holds_both_directions_near_the_rate_and_del_lifts_it() -> Result<()> {
+    let topo = Topology::new("bwe2e")?;
+    let scratch = tempfile::tempdir()?;
+    let runtime = Runtime::new(&topo.host)?;
+    let list = chain(scratch.path(), "10.95.1.0/24", static_limits());
+    let rt = RuntimeConf::new("bw-e2e", topo.container.path(), "eth0");
+    let result = runtime.add(&list, &rt)?;
+    let ip = container_ip(&result)?;
+    let veth = host_veth(&result)?;
+
+    // The IFB is appended to the result, on the host, with its MAC.
+    let ifb = ifb_name(&Owner {
+        network: NETWORK.into(),
+        container_id: "bw-e2e".into(),
+        ifname: "eth0".into(),
+    });
+    let last = result["interfaces"]
+        .as_array()
+        .and_then(|a| a.last())
+        .context("no interfaces")?;
+    ensure!(last["name"] == ifb && last["sandbox"].is_null(), "{result}");
+    ensure!(
+        last["mac"].as_str().is_some_and(|m| m.len() == 17),
+        "{result}"
+    );
+    ensure!(qdisc_kinds(&topo.host, &veth)?.contains(&"tbf".to_owned()));
+    ensure!(qdisc_kinds(&topo.host, &veth)?.contains(&"ingress".to_owned()));
+    ensure!(qdisc_kinds(&topo.host, &ifb)?.contains(&"tbf".to_owned()));
+    runtime.check(&list, &rt).context("CHECK after ADD")?;
+
+    let down = into_container(&topo, SECS)?;
+    ensure_near("into the container", down.bits_per_second, INGRESS_RATE)?;
+    let up = out_of_container(&topo, &ip, SECS)?;
+    ensure_near("out of the container", up.bits_per_second, EGRESS_RATE)?;
+
+    // DEL of bandwidth alone (the bridge attachment stays): every shaping object goes.
+    let mut conf = list.plugins[1].clone();
+    conf["prevResult"] = result.clone();
+    ok(
+        &exec_ours(&runtime, "DEL", &rt, conf.clone(), "1.0.0")?,
+        "DEL",
+    )?;
+    ensure!(!links(&topo.host)?.contains(&ifb), "IFB left behind");
+    let kinds = qdisc_kinds(&topo.host, &veth)?;
+    ensure!(
+        !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
+        "qdiscs left on {veth}: {kinds:?}"
+    );
+    let down = into_container(&topo, 1)?;
+    ensure_well_above(
+        "into the container after DEL",
+        down.bits_per_second,
+        INGRESS_RATE,
+    )?;
+    let up = out_of_container(&topo, &ip, 1)?;
+    ensure_well_above(
+        "out of the container after DEL",
+        up.bits_per_second,
+        EGRESS_RATE,
+    )?;
+    // A second DEL finds nothing and succeeds.
+    ok(
+        &exec_ours(&runtime, "DEL", &rt, conf, "1.0.0")?,
+        "second DEL",
+    )?;
+    runtime.del(&list, &rt)?;
+    Ok(())
+}
+
+#[test]
+fn capitalised_runtime_config_with_a_sentinel_burst_keeps_the_first_second_near_the_rate()
+-> Result<()> {
+    let topo = Topology::new("bwsent")?;
+    let scratch = tempfile::tempdir()?;
+    let runtime = Runtime::new(&topo.host)?;
+    let list = chain(
+        scratch.path(),
+        "10.95.2.0/24",
+        json!({"capabilities": {"bandwidth": true}}),
+    );
+    // containerd's shape: capitalised keys, MaxUint32 bits of burst, zero egress.
+    let rt = RuntimeConf::new("bw-sentinel", topo.container.path(), "eth0").with_capability(
+        "bandwidth",
+        json!({"IngressRate": EGRESS_RATE, "IngressBurst": 4_294_967_295_u64,
+               "EgressRate": 0, "EgressBurst": 0}),
+    );
+    let result = runtime.add(&list, &rt)?;
+    let veth = host_veth(&result)?;
+    // Egress is not shaped: no IFB, no ingress qdisc.
+    ensure!(
+        !links(&topo.host)?.iter().any(|l| l.starts_with("bwp")),
+        "an IFB exists without egress shaping"
+    );
+    ensure!(!qdisc_kinds(&topo.host, &veth)?.contains(&"ingress".to_owned()));
+    let tbf = &tc_json(&topo.host, &["qdisc", "show", "dev", &veth, "root"])?[0];
+    ensure!(tbf["kind"] == "tbf", "{tbf}");
+    // The derived burst: 10 ms at 10 Mbit/s = 12500 bytes (tc prints what the buffer allows).
+    let burst = tbf["options"]["burst"].as_u64().context("no burst")?;
+    ensure!((12_000..=12_500).contains(&burst), "burst {burst}: {tbf}");
+    runtime.check(&list, &rt)?;
+
+    let report = into_container(&topo, SECS)?;
+    ensure_near("into the container", report.bits_per_second, EGRESS_RATE)?;
+    let first = report.json["intervals"][0]["sum"]["bits_per_second"]
+        .as_f64()
+        .context("no first interval")?;
+    #[allow(clippy::cast_precision_loss)]
+    let allowed = EGRESS_RATE as f64 * 1.25 + (burst * 8) as f64;
+    ensure!(
+        first <= allowed,
+        "first second at {:.2} Mbit/s exceeds rate + burst ({:.2} Mbit/s)",
+        first / 1e6,
+        allowed / 1e6
+    );
+    runtime.del(&list, &rt)?;
+    Ok(())
+}
+
+#[test]
+fn sentinel_derivation_can_be_turned_off_and_then_overflow_is_a_config_error() -> Result<()> {
+    let topo = Topology::new("bwnod")?;
+    let scratch = tempfile::tempdir()?;
+    let runtime = Runtime::new(&topo.host)?;
+    let list = chain(
+        scratch.path(),
+        "10.95.3.0/24",
+        json!({"ingressRate": EGRESS_RATE, "ingressBurst": 4_294_967_295_u64,
+               "deriveSentinelBurst": false}),
+    );
+    let rt = RuntimeConf::new("bw-noderive", topo.container.path(), "eth0");
+    let err = runtime.add(&list, &rt).unwrap_err();
+    ensure!(err.code() == Some(7), "{err}");
+    let msg = err.to_string();
+    ensure!(msg.contains("ingressBurst"), "{msg}");
+    // Nothing is left on the host veth by the failed ADD (the bridge's own state aside).
+    for link in links(&topo.host)? {
+        if link.starts_with("veth") {
+            ensure!(!qdisc_kinds(&topo.host, &link)?.contains(&"tbf".to_owned()));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn check_fails_on_hand_made_drift_that_the_reference_misses() -> Result<()> {
+    let topo = Topology::new("bwchk")?;
+    let scratch = tempfile::tempdir()?;
+    let runtime = Runtime::new(&topo.host)?;
+    let list = chain(scratch.path(), "10.95.4.0/24", static_limits());
+    let rt = RuntimeConf::new("bw-check", topo.container.path(), "eth0");
+    let result = runtime.add(&list, &rt)?;
+    let veth = host_veth(&result)?;
+    runtime.check(&list, &rt)?;
+
+    topo.host
+        .exec_ok("tc", &["qdisc", "del", "dev", &veth, "root"])?;
+    let err = runtime.check(&list, &rt).unwrap_err();
+    ensure!(err.to_string().contains("root qdisc"), "{err}");
+    // ADD again converges (replace, reuse) and CHECK passes.
+    let mut conf = list.plugins[1].clone();
+    // The bridge's result, without the IFB our first ADD appended.
+    let mut prev = result.clone();
+    prev["interfaces"].as_array_mut().map(Vec::pop);
+    conf["prevResult"] = prev;
+    ok(
+        &exec_ours(&runtime, "ADD", &rt, conf, "1.0.0")?,
+        "second ADD",
+    )?;
+    runtime.check(&list, &rt)?;
+
+    topo.host.exec_ok(
+        "tc",
+        &[
+            "filter", "del", "dev", &veth, "parent", "ffff:", "prio", "1",
+        ],
+    )?;
+    let err = runtime.check(&list, &rt).unwrap_err();
+    ensure!(err.to_string().contains("filter"), "{err}");
+
+    // A different rate is drift too.
+    let mut other = list.clone();
+    other.plugins[1]["egressRate"] = json!(EGRESS_RATE * 2);
+    ensure!(runtime.check(&other, &rt).is_err());
+    runtime.del(&list, &rt)?;
+    Ok(())
+}
+
+#[test]
+fn del_after_the_netns_is_gone_removes_the_ifb() -> Result<()> {
+    let mut topo = Topology::new("bwgone")?;
+    let scratch = tempfile::tempdir()?;
+    let runtime = Runtime::new(&topo.host)?;
+    let list = chain(scratch.path(), "10.95.5.0/24", static_limits());
+    let rt = RuntimeConf::new("bw-gone", topo.container.path(), "eth0");
+    runtime.add(&list, &rt)?;
+    ensure!(links(&topo.host)?.iter().any(|l| l.starts_with("bwp")));
+    topo.container.delete()?;
+    runtime.del(&list, &rt)?;
+    let left: Vec<String> = links(&topo.host)?
+        .into_iter()
+        .filter(|l| l.starts_with("bwp") || l.starts_with("veth"))
+        .collect();
+    ensure!(left.is_empty(), "left behind: {left:?}");
+    Ok(())
+}
+
+#[test]
+fn gc_removes_only_this_networks_ifbs_of_attachments_no_longer_valid() -> Result<()> {
+    let host = TestNetns::new("bwgc")?;
+    let runtime = Runtime::new(&host)?;
+    // IFBs as ADD leaves them: ours for two attachments of this network, one of another
+    // network, and one without an owner (as the Go plugin makes them).
+    let owners = [
+        (NETWORK, "c-alive", "eth0"),
+        (NETWORK, "c-dead", "eth0"),
+        ("othernet", "c-dead", "eth0"),
+    ];
+    for (network, id, ifname) in owners {
+        let owner = Owner {
+            network: network.into(),
+            container_id: id.into(),
+            ifname: ifname.into(),
+        };
+        host.ip(&["link", "add", &ifb_name(&owner), "type", "ifb"])?;
+        host.ip(&["link", "set", &ifb_name(&owner), "alias", &owner.alias()])?;
+    }
+    let go_made = reference_ifb_name(NETWORK, "c-dead");
+    host.ip(&["link", "add", &go_made, "type", "ifb"])?;
+
+    let conf = json!({
+        "cniVersion": "1.1.0", "name": NETWORK, "type": "bandwidth",
+        "cni.dev/valid-attachments": [{"containerID": "c-alive", "ifname": "eth0"}],
+    });
+    let out = runtime.exec_plugin("bandwidth", Some("GC"), &[], conf.to_string().as_bytes())?;
+    ensure!(out.status.success() && out.stdout.is_empty(), "GC: {out:?}");
+    let left = links(&host)?;
+    let name = |network: &str, id: &str| {
+        ifb_name(&Owner {
+            network: network.into(),
+            container_id: id.into(),
+            ifname: "eth0".into(),
+        })
+    };
+    ensure!(left.contains(&name(NETWORK, "c-alive")), "{left:?}");
+    ensure!(!left.contains(&name(NETWORK, "c-dead")), "{left:?}");
+    ensure!(left.contains(&name("othernet", "c-dead")), "{left:?}");
+    ensure!(left.contains(&go_made), "{left:?}");
+    Ok(())
+}
+
+#[test]
+fn status_probes_ifb_and_tbf_in_a_throwaway_namespace() -> Result<()> {
+    let host = TestNetns::new("bwstat")?;
+    let runtime = Runtime::new(&host)?;
+    let before = links(&host)?;
+    let conf = json!({"cniVersion": "1.1.0", "name": NETWORK, "type": "bandwidth"});
+    let out = runtime.exec_plugin(
+        "bandwidth",
+        Some("STATUS"),
+        &[],
+        conf.to_string().as_bytes(),
+    )?;
+    ensure!(
+        out.status.success() && out.stdout.is_empty(),
+        "STATUS: {out:?}"
+    );
+    ensure!(links(&host)? == before, "STATUS changed the host namespace");
+    Ok(())
+}
+
+/// A macvlan as the container's interface: no veth peer on the host, so shaping happens
+/// inside the container (root tbf on eth0 for egress, IFB in the container for ingress).
+#[test]
+fn without_a_host_veth_shaping_happens_inside_the_container() -> Result<()> {
+    let topo = Topology::new("bwmv")?;
+    // Client reachable through a macvlan: container eth0 (macvlan on host link mvp0) and the
+    // client's second leg on a veth, same subnet.
+    tests::veth_pair(
+        &topo.host,
+        "mvp0",
+        &[],
+        &topo.client,
+        "leg0",
+        &["10.94.0.2/24"],
+    )?;
+    topo.host.ip(&[
+        "link", "add", "mv0", "link", "mvp0", "type", "macvlan", "mode", "bridge",
+    ])?;
+    topo.host
+        .ip(&["link", "set", "mv0", "netns", topo.container.name()])?;
+    topo.container.ip(&["link", "set", "mv0", "name", "eth0"])?;
+    topo.container
+        .ip(&["addr", "add", "10.94.0.3/24", "dev", "eth0"])?;
+    topo.container.ip(&["link", "set", "eth0", "up"])?;
+    let runtime = Runtime::new(&topo.host)?;
+    let rt = RuntimeConf::new("bw-macvlan", topo.container.path(), "eth0");
+    let netns = topo.container.path().to_string_lossy().into_owned();
+    let prev = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": netns}],
+        "ips": [{"address": "10.94.0.3/24", "interface": 0}],
+    });
+    let mut conf = static_limits();
+    conf["prevResult"] = prev;
+    let out = exec_ours(&runtime, "ADD", &rt, conf.clone(), "1.0.0")?;
+    ok(&out, "ADD")?;
+    let result = out.json()?;
+    let ifb = ifb_name(&Owner {
+        network: NETWORK.into(),
+        container_id: "bw-macvlan".into(),
+        ifname: "eth0".into(),
+    });
+    let last = result["interfaces"]
+        .as_array()
+        .and_then(|a| a.last())
+        .context("no interfaces")?;
+    ensure!(
+        last["name"] == ifb && last["sandbox"] == netns.as_str(),
+        "{result}"
+    );
+    ensure!(links(&topo.container)?.contains(&ifb));
+    ensure!(!links(&topo.host)?.contains(&ifb));
+    ensure!(qdisc_kinds(&topo.container, "eth0")?.contains(&"tbf".to_owned()));
+    ok(
+        &exec_ours(&runtime, "CHECK", &rt, conf.clone(), "1.0.0")?,
+        "CHECK",
+    )?;
+
+    // Client ↔ container over the macvlan: egress is the container's own tbf, ingress the IFB.
+    let server: SocketAddr = format!("10.94.0.2:{IPERF3_PORT}").parse()?;
+    let down = iperf3(&topo.client, server, &topo.container, server, SECS, &["-R"])?;
+    ensure_near("into the container", down.bits_per_second, INGRESS_RATE)?;
+    let server: SocketAddr = format!("10.94.0.3:{IPERF3_PORT}").parse()?;
+    let up = iperf3(&topo.container, server, &topo.client, server, SECS, &["-R"])?;
+    ensure_near("out of the container", up.bits_per_second, EGRESS_RATE)?;
+
+    ok(&exec_ours(&runtime, "DEL", &rt, conf, "1.0.0")?, "DEL")?;
+    ensure!(!links(&topo.container)?.contains(&ifb));
+    let kinds = qdisc_kinds(&topo.container, "eth0")?;
+    ensure!(
+        !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
+        "{kinds:?}"
+    );
+    Ok(())
+}
+
+/// Drops the IFB's name and MAC (random, and named differently on purpose) from a result, and
+/// an empty `dns` from a 1.x result (Debian's older Go library prints `"dns": {}` there).
+fn without_ifb_identity(mut result: Value) -> Value {
+    if result["cniVersion"].as_str().is_some_and(|v| v.starts_with('1'))
+        && result["dns"] == json!({})
+        && let Some(o) = result.as_object_mut()
+    {
+        o.remove("dns");
+    }
+    if let Some(last) = result["interfaces"]
+        .as_array_mut()
+        .and_then(|a| a.last_mut())
+        .filter(|i| i["name"].as_str().is_some_and(|n| n.starts_with("bwp")))
+    {
+        last["name"] = json!("<ifb>");
+        last["mac"] = json!("<mac>");
+    }
+    result
+}
+
+#[test]
+fn differential_results_equal_the_go_plugins_in_every_shared_version() -> Result<()> {
+    let topo = Topology::new("bwdiff")?;
+    let scratch = tempfile::tempdir()?;
+    let ours = Runtime::new(&topo.host)?;
+    let go = Runtime::new(&topo.host)?.use_reference("bandwidth");
+    let main = NetworkConfigList::new(
+        NETWORK,
+        "1.0.0",
+        vec![main_plugin::bridge(
+            "cni-bwd0",
+            &["10.95.6.0/24"],
+            &scratch.path().join("ipam"),
+        )],
+    );
+    let rt = RuntimeConf::new("bw-diff", topo.container.path(), "eth0");
+    let prev = ours.add(&main, &rt)?;
+    for version in ["0.3.0", "0.3.1", "0.4.0", "1.0.0"] {
+        for limits in [
+            static_limits(),
+            json!({"ingressRate": INGRESS_RATE, "ingressBurst": burst_for(INGRESS_RATE)}),
+        ] {
+            let mut conf = limits.clone();
+            let (_, model) = common::types::CniResult::parse(&prev)?;
+            conf["prevResult"] = serde_json::from_str(&model.to_json(version)?)?;
+            let mut outputs = Vec::new();
+            for runtime in [&go, &ours] {
+                let add = exec_ours(runtime, "ADD", &rt, conf.clone(), version)?;
+                ok(&add, &format!("ADD {version}"))?;
+                let del = exec_ours(runtime, "DEL", &rt, conf.clone(), version)?;
+                ok(&del, &format!("DEL {version}"))?;
+                outputs.push(without_ifb_identity(add.json()?));
+            }
+            ensure!(
+                outputs[0] == outputs[1],
+                "{version} {limits}: Go printed {}, we printed {}",
+                outputs[0],
+                outputs[1]
+            );
+        }
+    }
+    ours.del(&main, &rt)?;
+    Ok(())
+}
+
+#[test]
+fn differential_a_go_add_passes_our_check_and_our_del_cleans_it_up() -> Result<()> {
+    let topo = Topology::new("bwgo")?;
+    let scratch = tempfile::tempdir()?;
+    let go = Runtime::new(&topo.host)?.use_reference("bandwidth");
+    let ours = Runtime::new(&topo.host)?;
+    let list = chain(scratch.path(), "10.95.7.0/24", static_limits());
+    let rt = RuntimeConf::new("bw-upgrade", topo.container.path(), "eth0");
+    let result = go.add(&list, &rt)?;
+    let veth = host_veth(&result)?;
+    let go_ifb = reference_ifb_name(NETWORK, "bw-upgrade");
+    ensure!(links(&topo.host)?.contains(&go_ifb), "Go made no {go_ifb}");
+
+    let mut conf = list.plugins[1].clone();
+    conf["prevResult"] = result;
+    ok(
+        &exec_ours(&ours, "CHECK", &rt, conf.clone(), "1.0.0")?,
+        "our CHECK of Go's ADD",
+    )?;
+    ok(
+        &exec_ours(&ours, "DEL", &rt, conf, "1.0.0")?,
+        "our DEL of Go's ADD",
+    )?;
+    ensure!(
+        !links(&topo.host)?.contains(&go_ifb),
+        "{go_ifb} left behind"
+    );
+    let kinds = qdisc_kinds(&topo.host, &veth)?;
+    ensure!(
+        !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
+        "qdiscs left on {veth}: {kinds:?}"
+    );
+    go.del(&list, &rt)?;
+    Ok(())
+}
+
+#[test]
+fn add_without_prev_result_is_a_config_error_not_a_panic() -> Result<()> {
+    let topo = Topology::new("bwnoprev")?;
+    let runtime = Runtime::new(&topo.host)?;
+    let rt = RuntimeConf::new("bw-noprev", topo.container.path(), "eth0");
+    for conf in [json!({}), static_limits()] {
+        let out = exec_ours(&runtime, "ADD", &rt, conf.clone(), "1.0.0")?;
+        let err = out.error().context("no error object")?;
+        if err.code != 7 || !err.msg.contains("prevResult") {
+            bail!("{conf}: {err:?}");
+        }
+    }
+    Ok(())
+}
