@@ -517,7 +517,9 @@ fn without_a_host_veth_shaping_happens_inside_the_container() -> Result<()> {
 /// Drops the IFB's name and MAC (random, and named differently on purpose) from a result, and
 /// an empty `dns` from a 1.x result (Debian's older Go library prints `"dns": {}` there).
 fn without_ifb_identity(mut result: Value) -> Value {
-    if result["cniVersion"].as_str().is_some_and(|v| v.starts_with('1'))
+    if result["cniVersion"]
+        .as_str()
+        .is_some_and(|v| v.starts_with('1'))
         && result["dns"] == json!({})
         && let Some(o) = result.as_object_mut()
     {

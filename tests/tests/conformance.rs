@@ -51,6 +51,15 @@ fn subjects() -> Vec<Subject> {
             // route in main, which the default mode moves (sbr's end-to-end tests cover it).
             keys: |_| json!({ "table": 1000 }),
         },
+        // Like the Go plugin: 0.3.0 to 1.1.0.
+        Subject {
+            name: "bandwidth",
+            versions: bandwidth::SUPPORTED_VERSIONS,
+            keys: |_| {
+                json!({ "ingressRate": 8_000_000, "ingressBurst": 80_000,
+                              "egressRate": 8_000_000, "egressBurst": 80_000 })
+            },
+        },
     ]
 }
 

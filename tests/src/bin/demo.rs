@@ -73,6 +73,8 @@ fn run() -> Result<()> {
             json!({ "type": "passthrough", "dataDir": scratch.path().join("passthrough") }),
             // A fixed table keeps the routes in main, where bridge's own CHECK looks for them.
             json!({ "type": "sbr", "table": 100 }),
+            json!({ "type": "bandwidth", "ingressRate": 50_000_000, "ingressBurst": 500_000,
+                    "egressRate": 20_000_000, "egressBurst": 200_000 }),
         ],
     );
     let runtime = Runtime::new(&topo.host)?;
@@ -327,6 +329,13 @@ fn plugin_effects(plugin_type: &str, scratch: &Path, topo: &Topology) -> Result<
             .lines()
             .filter(|l| l.contains("from 10."))
             .map(|l| format!("source rule in the container: {}", l.replace('\t', " ")))
+            .collect()),
+        "bandwidth" => Ok(topo
+            .host
+            .exec_ok("tc", &["qdisc", "show"])?
+            .lines()
+            .filter(|l| l.contains(" tbf ") || l.contains(" ingress "))
+            .map(|l| format!("shaping on the host: {}", l.trim()))
             .collect()),
         _ => Ok(Vec::new()),
     }
