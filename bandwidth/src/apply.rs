@@ -165,14 +165,12 @@ fn add_steps(
     match nl.add_ingress_qdisc(dev.index) {
         Ok(()) => undo.push(Undo::IngressQdisc(dev.index)),
         Err(e) if e.is_exists() => {
-            let qdiscs = nl.qdiscs(dev.index)?;
-            if let Some(q) = qdiscs
-                .iter()
-                .find(|q| q.parent == INGRESS && q.kind != "ingress")
+            if let Some(q) = nl.qdisc(dev.index, INGRESS)?
+                && q.kind != "ingress"
             {
                 return Err(BandwidthError::ForeignIngressQdisc {
                     ifname: dev.name.clone(),
-                    kind: q.kind.clone(),
+                    kind: q.kind,
                 });
             }
         }
@@ -223,10 +221,9 @@ pub fn check(nl: &mut Netlink, plan: &Plan) -> Result<(), BandwidthError> {
     }
     let ifb =
         ifb.ok_or_else(|| BandwidthError::Drift(format!("ifb device {} not found", redirect.ifb)))?;
-    if !nl
-        .qdiscs(dev.index)?
-        .iter()
-        .any(|q| q.parent == INGRESS && q.kind == "ingress")
+    if nl
+        .qdisc(dev.index, INGRESS)?
+        .is_none_or(|q| q.kind != "ingress")
     {
         return Err(BandwidthError::Drift(format!(
             "{} has no ingress qdisc",
@@ -262,8 +259,7 @@ fn check_root_tbf(
     want: &Tbf,
     reference_buffer: Option<u32>,
 ) -> Result<(), BandwidthError> {
-    let qdiscs = nl.qdiscs(index)?;
-    let Some(root) = qdiscs.iter().find(|q| q.parent == ROOT) else {
+    let Some(root) = nl.qdisc(index, ROOT)? else {
         return Err(BandwidthError::Drift(format!(
             "{name} has no root qdisc, want tbf"
         )));
@@ -333,9 +329,8 @@ pub fn remove_shaping(located: &mut Located, ifbs: &[String]) -> Vec<BandwidthEr
                 .map(|f| !f.is_empty())
                 .unwrap_or(true);
             let ingress = nl
-                .qdiscs(index)
-                .map(|q| q.iter().any(|q| q.parent == INGRESS && q.kind == "ingress"))
-                .unwrap_or(false);
+                .qdisc(index, INGRESS)
+                .is_ok_and(|q| q.is_some_and(|q| q.kind == "ingress"));
             if ours && ingress && !others {
                 collect(&mut errors, nl.del_qdisc(index, INGRESS, 0));
             }
@@ -344,15 +339,12 @@ pub fn remove_shaping(located: &mut Located, ifbs: &[String]) -> Vec<BandwidthEr
         Err(e) if e.is_not_found() || e.errno() == Some(libc::EINVAL) => {}
         Err(e) => errors.push(e.into()),
     }
-    match nl.qdiscs(index) {
-        Ok(qdiscs) => {
-            if qdiscs
-                .iter()
-                .any(|q| q.parent == ROOT && q.kind == "tbf" && q.handle == TBF_HANDLE)
-            {
-                collect(&mut errors, nl.del_qdisc(index, ROOT, 0));
-            }
+    match nl.qdisc(index, ROOT) {
+        Ok(Some(q)) if q.kind == "tbf" && q.handle == TBF_HANDLE => {
+            collect(&mut errors, nl.del_qdisc(index, ROOT, 0));
         }
+        Ok(_) => {}
+        Err(e) if e.is_not_found() => {}
         Err(e) => errors.push(e.into()),
     }
     if located.side == Side::Container {

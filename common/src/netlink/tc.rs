@@ -20,7 +20,8 @@
 use std::io;
 
 use netlink_packet_core::{
-    DefaultNla, Emitable, NLA_TYPE_MASK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, Nla, NlasIterator,
+    DefaultNla, Emitable, NLA_TYPE_MASK, NLM_F_CREATE, NLM_F_ECHO, NLM_F_EXCL, NLM_F_REPLACE, Nla,
+    NlasIterator,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::tc::{
@@ -336,6 +337,31 @@ pub struct Qdisc {
     pub tbf: Option<TbfOptions>,
 }
 
+impl Qdisc {
+    fn from_message(ifindex: u32, msg: TcMessage) -> Result<Qdisc, String> {
+        let mut qdisc = Qdisc {
+            ifindex,
+            handle: msg.header.handle.into(),
+            parent: msg.header.parent.into(),
+            kind: String::new(),
+            tbf: None,
+        };
+        let mut options = None;
+        for attr in msg.attributes {
+            match attr {
+                TcAttribute::Kind(kind) => qdisc.kind = kind,
+                TcAttribute::Options(opts) => options = Some(opts),
+                _ => {}
+            }
+        }
+        if qdisc.kind == "tbf" {
+            let nested = opaque_options(options.as_deref().unwrap_or_default());
+            qdisc.tbf = Some(TbfOptions::parse(&nested)?);
+        }
+        Ok(qdisc)
+    }
+}
+
 /// `TC_H_ROOT`: the parent of a root qdisc.
 pub const ROOT: u32 = 0xffff_ffff;
 /// `TC_H_INGRESS`: the parent of an `ingress` qdisc.
@@ -463,6 +489,35 @@ impl Netlink {
         .map(drop)
     }
 
+    /// The qdisc attached at `parent` ([`ROOT`] or [`INGRESS`]) of `ifindex`, with one GET
+    /// instead of a dump of every interface's qdiscs (`tc qdisc show dev X root|ingress`).
+    /// A device without one reports its default (`noqueue`, `noop`, …) or nothing.
+    ///
+    /// # Errors
+    /// The kernel's errno other than "none there" (ENOENT), or tbf options that do not decode.
+    pub fn qdisc(&mut self, ifindex: u32, parent: u32) -> Result<Option<Qdisc>, NetlinkError> {
+        let op = format!("get {} qdisc of interface {ifindex}", fmt_handle(parent));
+        let msg = tc_message(ifindex, parent, 0)?;
+        // The kernel answers a qdisc GET as a notification: only NLM_F_ECHO sends it back to us.
+        let replies = match self.request(
+            &op,
+            RouteNetlinkMessage::GetQueueDiscipline(msg),
+            NLM_F_ECHO,
+        ) {
+            Ok(replies) => replies,
+            Err(e) if e.errno() == Some(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        for reply in replies {
+            if let RouteNetlinkMessage::NewQueueDiscipline(msg) = reply {
+                return Qdisc::from_message(ifindex, msg).map(Some).map_err(|e| {
+                    NetlinkError::new(op, io::Error::new(io::ErrorKind::InvalidData, e))
+                });
+            }
+        }
+        Ok(None)
+    }
+
     /// Lists the qdiscs of `ifindex` (`tc qdisc show dev X`); the dump covers every interface
     /// and is filtered here.
     ///
@@ -482,29 +537,9 @@ impl Netlink {
             if u32::try_from(msg.header.index).ok() != Some(ifindex) {
                 continue;
             }
-            let mut qdisc = Qdisc {
-                ifindex,
-                handle: msg.header.handle.into(),
-                parent: msg.header.parent.into(),
-                kind: String::new(),
-                tbf: None,
-            };
-            let mut options = None;
-            for attr in msg.attributes {
-                match attr {
-                    TcAttribute::Kind(kind) => qdisc.kind = kind,
-                    TcAttribute::Options(opts) => options = Some(opts),
-                    _ => {}
-                }
-            }
-            if qdisc.kind == "tbf" {
-                let nested = opaque_options(options.as_deref().unwrap_or_default());
-                let parsed = TbfOptions::parse(&nested).map_err(|e| {
-                    NetlinkError::new(op.clone(), io::Error::new(io::ErrorKind::InvalidData, e))
-                })?;
-                qdisc.tbf = Some(parsed);
-            }
-            out.push(qdisc);
+            out.push(Qdisc::from_message(ifindex, msg).map_err(|e| {
+                NetlinkError::new(op.clone(), io::Error::new(io::ErrorKind::InvalidData, e))
+            })?);
         }
         Ok(out)
     }
@@ -889,6 +924,7 @@ mod tests {
                     (root[0].kind.as_str(), root[0].handle),
                     ("tbf", handle(1, 0))
                 );
+                assert_eq!(nl.qdisc(a, ROOT).unwrap().as_ref(), Some(root[0]));
                 let read = root[0].tbf.unwrap();
                 assert!(read.matches(&tbf), "{read:?} vs {tbf:?}");
                 // tc derives burst and latency from the same three numbers.
@@ -955,6 +991,7 @@ mod tests {
                 .filter(|q| q.parent == INGRESS)
                 .collect();
             assert_eq!(ingress.len(), 1);
+            assert_eq!(nl.qdisc(a, INGRESS).unwrap().as_ref(), Some(&ingress[0]));
             assert_eq!(
                 (ingress[0].kind.as_str(), ingress[0].handle),
                 ("ingress", INGRESS_HANDLE)

@@ -9,6 +9,7 @@
 //!
 //! Nothing here asserts a timing: the bench reports, tests never time.
 
+pub mod bandwidth;
 pub mod nft;
 pub mod sbr;
 pub mod tuning;
@@ -47,6 +48,7 @@ pub type Suite = (&'static str, fn(&Options) -> Result<Vec<Row>>);
 /// Every suite, in report order. Each plugin issue adds its own module and one entry here.
 pub const SUITES: &[Suite] = &[
     ("tuning", tuning::run),
+    ("bandwidth", bandwidth::run),
     ("sbr", sbr::run),
     ("nft", nft::run),
 ];
