@@ -402,26 +402,17 @@ pub fn gc(nl: &mut Netlink, network: &str, valid: &[(String, String)]) -> Vec<Ba
 pub fn probe(psched: &Psched) -> Result<(), BandwidthError> {
     let tbf = Tbf::compute(125_000, 1514, 25_000, psched)
         .map_err(|e| BandwidthError::Unavailable(e.to_string()))?;
-    let outcome = std::thread::scope(|scope| {
-        scope
-            .spawn(|| -> Result<(), String> {
-                // This thread alone moves to a fresh namespace, which dies with it.
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                    .map_err(|e| format!("cannot create a network namespace to probe in: {e}"))?;
-                let mut nl = Netlink::new().map_err(|e| e.to_string())?;
-                let ifb = nl
-                    .add_ifb(STATUS_IFB, 1500, None, "cni-bandwidth:status")
-                    .map_err(|e| e.to_string())?;
-                nl.add_root_tbf(ifb.index, TBF_HANDLE, &tbf, false)
-                    .map_err(|e| e.to_string())
-            })
-            .join()
-    });
-    match outcome {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(BandwidthError::Unavailable(e)),
-        Err(_) => Err(BandwidthError::Unavailable(
-            "the probe thread panicked".into(),
-        )),
-    }
+    // The probe's namespace, and the IFB in it, die with the probe's thread.
+    let outcome = common::netns::in_new_netns(|| -> Result<(), String> {
+        let mut nl = Netlink::new().map_err(|e| e.to_string())?;
+        let ifb = nl
+            .add_ifb(STATUS_IFB, 1500, None, "cni-bandwidth:status")
+            .map_err(|e| e.to_string())?;
+        nl.add_root_tbf(ifb.index, TBF_HANDLE, &tbf, false)
+            .map_err(|e| e.to_string())
+    })
+    .map_err(|e| format!("cannot create a network namespace to probe in: {e}"));
+    outcome
+        .and_then(|probe| probe)
+        .map_err(BandwidthError::Unavailable)
 }

@@ -290,33 +290,28 @@ mod tests {
     /// Runs `body` on a thread in a fresh network namespace of its own, `lo` up, with
     /// connection tracking switched on (a `ct state` rule on output makes the kernel track).
     fn in_tracking_netns<T: Send>(body: impl FnOnce() -> T + Send) -> T {
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                    .expect("unshare(CLONE_NEWNET) needs root");
-                let status = std::process::Command::new("ip")
-                    .args(["link", "set", "lo", "up"])
-                    .status()
-                    .unwrap();
-                assert!(status.success());
-                let t = Table::new(Family::Inet, "track");
-                let mut b = Batch::new();
-                b.add_table(&t)
-                    .add_chain(
-                        &t,
-                        &Chain::base("out", ChainType::Filter, ChainHook::Output, 0),
-                    )
-                    .add_rule(
-                        &t,
-                        "out",
-                        &Rule::new().ct_state(CtStateFlags::NEW).counter(),
-                    );
-                Nft::new().unwrap().apply(&b).unwrap();
-                body()
-            })
-            .join()
-            .unwrap()
+        crate::netns::in_new_netns(|| {
+            let status = std::process::Command::new("ip")
+                .args(["link", "set", "lo", "up"])
+                .status()
+                .unwrap();
+            assert!(status.success());
+            let t = Table::new(Family::Inet, "track");
+            let mut b = Batch::new();
+            b.add_table(&t)
+                .add_chain(
+                    &t,
+                    &Chain::base("out", ChainType::Filter, ChainHook::Output, 0),
+                )
+                .add_rule(
+                    &t,
+                    "out",
+                    &Rule::new().ct_state(CtStateFlags::NEW).counter(),
+                );
+            Nft::new().unwrap().apply(&b).unwrap();
+            body()
         })
+        .expect("a fresh network namespace needs root")
     }
 
     /// Sends one datagram from a fresh socket to `to`: one conntrack entry each.

@@ -149,7 +149,9 @@ impl Serialize for ErrorObject<'_> {
 impl From<crate::netns::NetnsError> for CniError {
     fn from(err: crate::netns::NetnsError) -> Self {
         let code = match err {
-            crate::netns::NetnsError::Thread { .. } => ErrorCode::Internal,
+            crate::netns::NetnsError::Thread { .. } | crate::netns::NetnsError::Create { .. } => {
+                ErrorCode::Internal
+            }
             _ => ErrorCode::InvalidNetns,
         };
         CniError::from_error(code, &err)

@@ -520,14 +520,7 @@ COMMIT
     }
 
     fn in_new_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("needs root");
-                f()
-            })
-            .join()
-            .unwrap()
-        })
+        crate::netns::in_new_netns(f).expect("a fresh network namespace needs root")
     }
 
     #[test]

@@ -44,6 +44,13 @@ pub enum NetnsError {
         #[source]
         source: std::io::Error,
     },
+    /// A fresh namespace could not be created (`unshare` needs `CAP_SYS_ADMIN`).
+    #[error("failed to create a network namespace: {source}")]
+    Create {
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The worker thread could not be started.
     #[error("failed to start a thread for netns {path:?}: {source}")]
     Thread {
@@ -158,6 +165,41 @@ impl NetNs {
     }
 }
 
+/// Runs `f` on a thread of its own inside a fresh, empty network namespace (only `lo`, down),
+/// which the kernel tears down when the thread ends unless `f` keeps a handle to it. Nothing
+/// `f` creates can reach the caller's namespace: STATUS probes and kernel tests use it.
+/// A panic in `f` is propagated to the caller.
+///
+/// # Errors
+/// [`NetnsError::Create`] when the namespace cannot be made, [`NetnsError::Thread`] when no
+/// thread could be started.
+pub fn in_new_netns<T, F>(f: F) -> Result<T, NetnsError>
+where
+    F: FnOnce() -> T + Send,
+    T: Send,
+{
+    std::thread::scope(|scope| {
+        let handle = std::thread::Builder::new()
+            .name("new-netns".into())
+            .spawn_scoped(scope, || {
+                nix::sched::unshare(CloneFlags::CLONE_NEWNET).map_err(|errno| {
+                    NetnsError::Create {
+                        source: errno.into(),
+                    }
+                })?;
+                Ok(f())
+            })
+            .map_err(|source| NetnsError::Thread {
+                path: PathBuf::from("(new)"),
+                source,
+            })?;
+        match handle.join() {
+            Ok(result) => result,
+            Err(payload) => std::panic::resume_unwind(payload),
+        }
+    })
+}
+
 impl AsFd for NetNs {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.file.as_fd()
@@ -190,26 +232,14 @@ mod tests {
         let here = NetNs::current().unwrap();
         assert!(here.is_same(&NetNs::current().unwrap()));
         // Make a fresh namespace on a thread of our own and keep a handle to it.
-        let other = std::thread::spawn(|| {
-            nix::sched::unshare(CloneFlags::CLONE_NEWNET)
-                .expect("unshare(CLONE_NEWNET) needs root");
-            NetNs::current().unwrap()
-        })
-        .join()
-        .unwrap();
+        let other = in_new_netns(|| NetNs::current().unwrap()).unwrap();
         assert!(!here.is_same(&other));
     }
 
     #[test]
     fn run_enters_the_namespace_and_leaves_the_caller_where_it_was() {
         let before = NetNs::current().unwrap();
-        let other = std::thread::spawn(|| {
-            nix::sched::unshare(CloneFlags::CLONE_NEWNET)
-                .expect("unshare(CLONE_NEWNET) needs root");
-            NetNs::current().unwrap()
-        })
-        .join()
-        .unwrap();
+        let other = in_new_netns(|| NetNs::current().unwrap()).unwrap();
         let inside = other.run(|| NetNs::current().unwrap()).unwrap();
         assert!(inside.is_same(&other));
         assert!(NetNs::current().unwrap().is_same(&before));

@@ -699,12 +699,7 @@ mod tests {
     }
 
     fn other_netns() -> (NetNs, String) {
-        let ns = std::thread::spawn(|| {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("needs root");
-            NetNs::current().unwrap()
-        })
-        .join()
-        .unwrap();
+        let ns = crate::netns::in_new_netns(|| crate::netns::NetNs::current().unwrap()).unwrap();
         // /proc/thread-self of a finished thread is gone; our fd keeps the namespace alive.
         let path = format!("/proc/self/fd/{}", ns.as_fd().as_raw_fd());
         (ns, path)

@@ -284,12 +284,7 @@ mod tests {
 
     #[test]
     fn sysctls_of_a_fresh_namespace_are_its_own() {
-        let ns = std::thread::spawn(|| {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("needs root");
-            crate::netns::NetNs::current().unwrap()
-        })
-        .join()
-        .unwrap();
+        let ns = crate::netns::in_new_netns(|| crate::netns::NetNs::current().unwrap()).unwrap();
         let key = SysctlKey::parse("net.ipv4.conf.lo.forwarding").unwrap();
         let host_before = Sysctl::default().read(&key).unwrap();
         let (old, new) = ns

@@ -247,26 +247,21 @@ mod tests {
     /// with `10.1.0.5/24` and `fd01::5/64`, a default route via `10.1.0.1` and one via
     /// `fd01::1`.
     fn in_container<T: Send>(body: impl FnOnce(NetNs) -> T + Send) -> T {
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                    .expect("unshare(CLONE_NEWNET) needs root");
-                for cmd in [
-                    "link add net1 type veth peer name peer1",
-                    "link set peer1 up",
-                    "link set net1 up",
-                    "addr add 10.1.0.5/24 dev net1",
-                    "addr add fd01::5/64 dev net1 nodad",
-                    "route add default via 10.1.0.1",
-                    "-6 route add default via fd01::1",
-                ] {
-                    ip(cmd);
-                }
-                body(NetNs::current().unwrap())
-            })
-            .join()
-            .unwrap()
+        common::netns::in_new_netns(|| {
+            for cmd in [
+                "link add net1 type veth peer name peer1",
+                "link set peer1 up",
+                "link set net1 up",
+                "addr add 10.1.0.5/24 dev net1",
+                "addr add fd01::5/64 dev net1 nodad",
+                "route add default via 10.1.0.1",
+                "-6 route add default via fd01::1",
+            ] {
+                ip(cmd);
+            }
+            body(NetNs::current().unwrap())
         })
+        .expect("a fresh network namespace needs root")
     }
 
     fn ip(args: &str) -> String {

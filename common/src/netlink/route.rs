@@ -605,15 +605,7 @@ mod tests {
     use std::process::Command;
 
     fn in_fresh_netns<T: Send>(body: impl FnOnce() -> T + Send) -> T {
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                    .expect("unshare(CLONE_NEWNET) needs root");
-                body()
-            })
-            .join()
-            .unwrap()
-        })
+        crate::netns::in_new_netns(body).expect("a fresh network namespace needs root")
     }
 
     fn ip(args: &str) -> String {

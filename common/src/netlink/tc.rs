@@ -878,15 +878,7 @@ mod tests {
     // Kernel tests: each in a fresh network namespace, cross-checked with `tc -j`.
 
     fn in_fresh_netns<T: Send>(body: impl FnOnce() -> T + Send) -> T {
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                    .expect("unshare(CLONE_NEWNET) needs root");
-                body()
-            })
-            .join()
-            .unwrap()
-        })
+        crate::netns::in_new_netns(body).expect("a fresh network namespace needs root")
     }
 
     fn run(cmd: &str, args: &str) -> String {

@@ -16,15 +16,7 @@ use super::*;
 
 /// Runs `body` on a thread in a fresh network namespace of its own.
 fn in_fresh_netns<T: Send>(body: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                .expect("unshare(CLONE_NEWNET) needs root");
-            body()
-        })
-        .join()
-        .unwrap()
-    })
+    crate::netns::in_new_netns(body).expect("a fresh network namespace needs root")
 }
 
 /// `nft ARGS` in the calling thread's namespace (children inherit the thread's netns).
