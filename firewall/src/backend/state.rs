@@ -1,0 +1,150 @@
+//! Per-attachment state of the iptables and firewalld backends, whose kernel objects carry no
+//! owner: the IPs each attachment was given (so DEL works without prevResult and GC finds
+//! stale attachments), and which attachment last claimed each IP (so a stale DEL never removes
+//! the accepts of a newer container that reuses the address).
+//!
+//! Layout: `/run/cni-firewall/<netns inode>/attachments/<network>:<containerID>:<ifname>` and
+//! `…/ips/<ip>`, JSON, written atomically; plus `…/lock`, serialising our read-modify-write
+//! of the rules within one network namespace.
+
+use std::net::IpAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use common::lock::FileLock;
+use common::store::StateStore;
+use serde::{Deserialize, Serialize};
+
+use crate::error::FirewallError;
+use crate::names::{LOCK_WAIT, RUN_DIR};
+
+/// What one attachment was given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachmentState {
+    /// Its addresses.
+    pub ips: Vec<IpAddr>,
+}
+
+/// The state directory of the calling thread's network namespace.
+#[derive(Debug)]
+pub struct State {
+    dir: PathBuf,
+    attachments: StateStore,
+    ips: StateStore,
+}
+
+impl State {
+    /// The state of the namespace the plugin runs in.
+    ///
+    /// # Errors
+    /// When the namespace cannot be identified.
+    pub fn for_current_netns() -> Result<State, FirewallError> {
+        let ino = std::fs::metadata("/proc/thread-self/ns/net")
+            .map_err(FirewallError::Netns)?
+            .ino();
+        Ok(State::in_dir(PathBuf::from(RUN_DIR).join(ino.to_string())))
+    }
+
+    /// The state under `dir`.
+    #[must_use]
+    pub fn in_dir(dir: PathBuf) -> State {
+        State {
+            attachments: StateStore::new(dir.join("attachments")),
+            ips: StateStore::new(dir.join("ips")),
+            dir,
+        }
+    }
+
+    /// Takes the namespace's lock (code 11 after [`LOCK_WAIT`]).
+    ///
+    /// # Errors
+    /// [`FirewallError::Lock`].
+    pub fn lock(&self) -> Result<FileLock, FirewallError> {
+        Ok(FileLock::acquire(self.dir.join("lock"), LOCK_WAIT)?)
+    }
+
+    /// The recorded IPs of an attachment.
+    ///
+    /// # Errors
+    /// An unreadable state file.
+    pub fn attachment(&self, name: &str) -> Result<Option<AttachmentState>, FirewallError> {
+        Ok(self.attachments.read(name)?)
+    }
+
+    /// Records an attachment and claims its IPs.
+    ///
+    /// # Errors
+    /// An unwritable state file.
+    pub fn record(&self, name: &str, ips: &[IpAddr]) -> Result<(), FirewallError> {
+        self.attachments
+            .write(name, &AttachmentState { ips: ips.to_vec() })?;
+        for ip in ips {
+            self.ips.write(&ip.to_string(), &name)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `ip` is claimed by an attachment other than `name`.
+    ///
+    /// # Errors
+    /// An unreadable state file.
+    pub fn claimed_by_other(&self, ip: IpAddr, name: &str) -> Result<bool, FirewallError> {
+        let owner: Option<String> = self.ips.read(&ip.to_string())?;
+        Ok(owner.is_some_and(|o| o != name))
+    }
+
+    /// Forgets an attachment and releases the IPs it still claims.
+    ///
+    /// # Errors
+    /// A state file that cannot be removed.
+    pub fn forget(&self, name: &str, ips: &[IpAddr]) -> Result<(), FirewallError> {
+        for ip in ips {
+            if !self.claimed_by_other(*ip, name)? {
+                self.ips.remove(&ip.to_string())?;
+            }
+        }
+        self.attachments.remove(name)?;
+        Ok(())
+    }
+
+    /// The recorded attachments of `network`.
+    ///
+    /// # Errors
+    /// An unreadable state directory.
+    pub fn attachments_of(&self, network: &str) -> Result<Vec<String>, FirewallError> {
+        let prefix = format!("{network}:");
+        Ok(self
+            .attachments
+            .list()?
+            .into_iter()
+            .filter(|n| n.starts_with(&prefix))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_follow_the_latest_attachment_and_forget_releases_only_own_claims() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = State::in_dir(dir.path().to_path_buf());
+        let ip: IpAddr = "10.0.0.2".parse().unwrap();
+        state.record("net:old:eth0", &[ip]).unwrap();
+        state.record("net:new:eth0", &[ip]).unwrap();
+        assert!(state.claimed_by_other(ip, "net:old:eth0").unwrap());
+        assert!(!state.claimed_by_other(ip, "net:new:eth0").unwrap());
+        state.forget("net:old:eth0", &[ip]).unwrap();
+        assert!(state.claimed_by_other(ip, "net:old:eth0").unwrap());
+        assert_eq!(state.attachments_of("net").unwrap(), ["net:new:eth0"]);
+        assert_eq!(
+            state.attachment("net:new:eth0").unwrap(),
+            Some(AttachmentState { ips: vec![ip] })
+        );
+        state.forget("net:new:eth0", &[ip]).unwrap();
+        assert!(!state.claimed_by_other(ip, "x").unwrap());
+        assert!(state.attachments_of("net").unwrap().is_empty());
+        let _lock = state.lock().unwrap();
+    }
+}

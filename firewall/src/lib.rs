@@ -1,0 +1,154 @@
+//! `firewall`: a CNI meta plugin that lets a container's traffic through the host's forward
+//! path and, with an ingress policy, isolates bridges from each other. A drop-in replacement
+//! for the reference plugin of containernetworking/plugins; see `README.md`.
+//!
+//! Verbs: ADD opens forwarding for every prevResult IP (and installs the bridge's isolation
+//! rules); CHECK verifies exactly this attachment's objects; DEL removes them (without
+//! prevResult too, and after the netns is gone); GC removes the objects of this network whose
+//! attachment is not in `cni.dev/valid-attachments`; STATUS reports whether the backend works.
+//!
+//! Kernel objects, by backend:
+//! - `iptables` (the reference's layout, `iptables-save -t filter` shows it): chains
+//!   `CNI-FORWARD` and `CNI-ADMIN` (`iptables -N`), `-I FORWARD -j CNI-FORWARD`,
+//!   `-I CNI-FORWARD -j CNI-ADMIN`, per IP `-A CNI-FORWARD -d IP -m conntrack --ctstate
+//!   RELATED,ESTABLISHED -j ACCEPT` and `-A CNI-FORWARD -s IP -j ACCEPT`; for an ingress
+//!   policy `CNI-ISOLATION-STAGE-1`/`-2` with per-bridge rules. One `iptables-restore
+//!   --noflush` per family per call; state under `/run/cni-firewall/`.
+//! - `nftables` (`nft list table inet cni_firewall`): a `forward` base chain (policy accept)
+//!   jumping to `admin`, `isolation` and `attachments`; one chain per attachment with its
+//!   accepts, all carrying the owner comment `<network>/<containerID>/<ifname>`. One netlink
+//!   batch per call; nothing is exec'd.
+//! - `firewalld` (`firewall-cmd --zone=trusted --list-sources`): each IP is a source of the zone.
+
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod names;
+pub mod plan;
+
+use common::conf::NetConf;
+use common::error::CniError;
+use common::skel::{Call, Plugin};
+use common::types::CniResult;
+
+use backend::firewalld::{self, Firewalld};
+use backend::iptables::Iptables;
+use backend::nftables::Nftables;
+use backend::state::State;
+use backend::{FirewallBackend, Owner};
+use config::{BackendChoice, Config, WireConf};
+use error::FirewallError;
+use plan::Target;
+
+/// The versions the reference advertises.
+pub const SUPPORTED_VERSIONS: &[&str] = &["0.4.0", "1.0.0", "1.1.0"];
+
+/// The plugin.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Firewall;
+
+/// The decoded call: config, validated keys, and who the attachment is.
+struct Parsed {
+    conf: NetConf<WireConf>,
+    config: Config,
+    owner: Owner,
+}
+
+fn parse(call: &Call) -> Result<Parsed, CniError> {
+    let conf: NetConf<WireConf> = call.conf()?;
+    let config = Config::from_wire(&conf.plugin)?;
+    let owner = Owner {
+        network: conf.name.clone(),
+        container_id: call.container_id.clone(),
+        ifname: call.ifname.clone(),
+    };
+    Ok(Parsed {
+        conf,
+        config,
+        owner,
+    })
+}
+
+/// The backend `config` selects, in the calling thread's network namespace.
+///
+/// # Errors
+/// When the nftables socket or the state directory cannot be opened.
+pub fn backend_for(config: &Config) -> Result<Box<dyn FirewallBackend>, FirewallError> {
+    let choice = match config.backend {
+        BackendChoice::Auto if firewalld::is_running() => BackendChoice::Firewalld,
+        BackendChoice::Auto => BackendChoice::Iptables,
+        chosen => chosen,
+    };
+    Ok(match choice {
+        BackendChoice::Nftables => Box::new(Nftables::new(config.ingress)?),
+        BackendChoice::Firewalld => {
+            Box::new(Firewalld::new(config.clone(), State::for_current_netns()?))
+        }
+        BackendChoice::Iptables | BackendChoice::Auto => {
+            Box::new(Iptables::new(config.clone(), State::for_current_netns()?))
+        }
+    })
+}
+
+fn required_prev_result(conf: &NetConf<WireConf>) -> Result<CniResult, CniError> {
+    conf.prev_result()?
+        .ok_or_else(|| FirewallError::MissingPrevResult.into())
+}
+
+impl Plugin for Firewall {
+    fn name(&self) -> &'static str {
+        "firewall"
+    }
+
+    fn supported_versions(&self) -> &'static [&'static str] {
+        SUPPORTED_VERSIONS
+    }
+
+    fn add(&self, call: &Call) -> Result<CniResult, CniError> {
+        let p = parse(call)?;
+        let result = required_prev_result(&p.conf)?;
+        let target = Target::from_result(&result, &p.config)?;
+        backend_for(&p.config)?.add(&p.owner, &target)?;
+        Ok(result)
+    }
+
+    fn check(&self, call: &Call) -> Result<(), CniError> {
+        let p = parse(call)?;
+        let result = required_prev_result(&p.conf)?;
+        let target = Target::from_result(&result, &p.config)?;
+        backend_for(&p.config)?.check(&p.owner, &target)?;
+        Ok(())
+    }
+
+    fn del(&self, call: &Call) -> Result<(), CniError> {
+        let p = parse(call)?;
+        // The bridge does not matter on DEL (isolation rules are shared): only the IPs.
+        let target = p.conf.prev_result()?.map(|r| Target {
+            ips: Target::from_result(
+                &r,
+                &Config {
+                    ingress: config::IngressPolicy::Open,
+                    ..p.config.clone()
+                },
+            )
+            .map(|t| t.ips)
+            .unwrap_or_default(),
+            bridge: None,
+        });
+        backend_for(&p.config)?.del(&p.owner, target.as_ref())?;
+        Ok(())
+    }
+
+    fn gc(&self, call: &Call) -> Result<(), CniError> {
+        let p = parse(call)?;
+        let valid = p.conf.valid_attachments.clone().unwrap_or_default();
+        backend_for(&p.config)?.gc(&p.conf.name, &valid)?;
+        Ok(())
+    }
+
+    fn status(&self, call: &Call) -> Result<(), CniError> {
+        let p = parse(call)?;
+        backend_for(&p.config)?.status()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,501 @@
+//! Pure planning: what an attachment needs (from prevResult), and for iptables the restore
+//! lines that take a dumped filter table to the wanted layout. Nothing here touches the kernel.
+
+use std::net::IpAddr;
+
+use common::iptables::{Family, IptablesError, TableDump, restore_line};
+use common::types::CniResult;
+
+use crate::config::{Config, IngressPolicy};
+use crate::error::FirewallError;
+use crate::names::{
+    ADMIN_JUMP_COMMENT, CNI_FORWARD_CHAIN, FORWARD_CHAIN, FORWARD_JUMP_COMMENT, STAGE1_CHAIN,
+    STAGE2_CHAIN, isolation_comment, isolation_default_comment,
+};
+
+/// What one attachment needs opened: its addresses and, for an ingress policy, its bridge.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Target {
+    /// Every address of prevResult (as the reference: all IPs, whatever their interface),
+    /// without duplicates, in order.
+    pub ips: Vec<IpAddr>,
+    /// The bridge (`interfaces[0].name`) when an ingress policy other than `open` is set.
+    pub bridge: Option<String>,
+}
+
+impl Target {
+    /// The target of an ADD or CHECK.
+    ///
+    /// # Errors
+    /// When the policy needs a bridge and prevResult names none (the reference's messages).
+    pub fn from_result(result: &CniResult, config: &Config) -> Result<Target, FirewallError> {
+        let mut ips = Vec::new();
+        for ip in &result.ips {
+            let addr = ip.address.addr();
+            if !ips.contains(&addr) {
+                ips.push(addr);
+            }
+        }
+        let bridge = match config.ingress {
+            IngressPolicy::Open => None,
+            policy => Some(bridge_name(result, policy)?),
+        };
+        Ok(Target { ips, bridge })
+    }
+
+    /// The addresses of one family.
+    pub fn ips_of(&self, family: Family) -> impl Iterator<Item = IpAddr> + '_ {
+        self.ips
+            .iter()
+            .copied()
+            .filter(move |ip| Family::of(ip) == family)
+    }
+
+    /// The families that have addresses (IPv4 first).
+    #[must_use]
+    pub fn families(&self) -> Vec<Family> {
+        Family::BOTH
+            .into_iter()
+            .filter(|f| self.ips_of(*f).next().is_some())
+            .collect()
+    }
+}
+
+fn bridge_name(result: &CniResult, policy: IngressPolicy) -> Result<String, FirewallError> {
+    let Some(first) = result.interfaces.first() else {
+        return Err(FirewallError::NoBridge(format!(
+            "interface needs to be set for ingress policy {:?}, make sure to chain \"firewall\" plugin with \"bridge\"",
+            policy.name()
+        )));
+    };
+    if first.name.is_empty() {
+        return Err(FirewallError::NoBridge("got empty bridge name".to_owned()));
+    }
+    Ok(first.name.clone())
+}
+
+/// `10.0.0.2/32` or `fd00::2/128`, as iptables-save prints a host address.
+#[must_use]
+pub fn host_cidr(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => format!("{v4}/32"),
+        IpAddr::V6(v6) => format!("{v6}/128"),
+    }
+}
+
+/// A rule: its chain and its arguments in iptables-save's canonical form.
+pub type IptRule = (&'static str, Vec<String>);
+
+fn args(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// `FORWARD`'s jump to `CNI-FORWARD`.
+#[must_use]
+pub fn forward_jump() -> Vec<String> {
+    args(&[
+        "-m",
+        "comment",
+        "--comment",
+        FORWARD_JUMP_COMMENT,
+        "-j",
+        CNI_FORWARD_CHAIN,
+    ])
+}
+
+/// `CNI-FORWARD`'s jump to the admin chain.
+#[must_use]
+pub fn admin_jump(admin: &str) -> Vec<String> {
+    args(&[
+        "-m",
+        "comment",
+        "--comment",
+        ADMIN_JUMP_COMMENT,
+        "-j",
+        admin,
+    ])
+}
+
+/// The two per-address accepts (return traffic to the address, anything from it).
+#[must_use]
+pub fn ip_rules(ip: IpAddr) -> [Vec<String>; 2] {
+    let cidr = host_cidr(ip);
+    [
+        args(&[
+            "-d",
+            &cidr,
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "RELATED,ESTABLISHED",
+            "-j",
+            "ACCEPT",
+        ]),
+        args(&["-s", &cidr, "-j", "ACCEPT"]),
+    ]
+}
+
+/// Where a skeleton or isolation rule goes when it is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    First,
+    Last,
+}
+
+/// The isolation rules of a bridge under `policy`, in the order the reference ensures them.
+fn isolation_rules(bridge: &str, policy: IngressPolicy) -> Vec<(&'static str, Place, Vec<String>)> {
+    let own = isolation_comment(policy.name());
+    let shared = isolation_default_comment();
+    let mut rules = vec![
+        (
+            FORWARD_CHAIN,
+            Place::First,
+            args(&["-m", "comment", "--comment", &own, "-j", STAGE1_CHAIN]),
+        ),
+        (
+            STAGE1_CHAIN,
+            Place::First,
+            args(&[
+                "-i",
+                bridge,
+                "!",
+                "-o",
+                bridge,
+                "-m",
+                "comment",
+                "--comment",
+                &own,
+                "-j",
+                STAGE2_CHAIN,
+            ]),
+        ),
+    ];
+    if policy == IngressPolicy::Isolated {
+        rules.push((
+            STAGE1_CHAIN,
+            Place::First,
+            args(&[
+                "-i",
+                bridge,
+                "-o",
+                bridge,
+                "-m",
+                "comment",
+                "--comment",
+                &own,
+                "-j",
+                "DROP",
+            ]),
+        ));
+    }
+    let ret = args(&["-m", "comment", "--comment", &shared, "-j", "RETURN"]);
+    rules.push((STAGE1_CHAIN, Place::Last, ret.clone()));
+    rules.push((
+        STAGE2_CHAIN,
+        Place::First,
+        args(&[
+            "-o",
+            bridge,
+            "-m",
+            "comment",
+            "--comment",
+            &shared,
+            "-j",
+            "DROP",
+        ]),
+    ));
+    rules.push((STAGE2_CHAIN, Place::Last, ret));
+    rules
+}
+
+/// Restore lines that make `dump` hold what ADD of `target` needs in `family`: the chains the
+/// dump lacks (`-N`; never `:CHAIN`, which would flush an existing one), the jumps if absent
+/// anywhere in their chain (inserted first), the per-address accepts if absent (appended), and
+/// the bridge's isolation rules. Empty when everything is in place.
+///
+/// # Errors
+/// An argument that cannot be written on a restore line.
+pub fn iptables_add(
+    dump: &TableDump,
+    family: Family,
+    config: &Config,
+    target: &Target,
+) -> Result<Vec<String>, IptablesError> {
+    let mut lines = Vec::new();
+    for chain in [CNI_FORWARD_CHAIN, config.admin_chain.as_str()] {
+        if !dump.has_chain(chain) {
+            lines.push(restore_line::<&str>("-N", chain, &[])?);
+        }
+    }
+    let fwd = forward_jump();
+    if !dump.has_rule(FORWARD_CHAIN, &fwd) {
+        lines.push(restore_line("-I", FORWARD_CHAIN, &fwd)?);
+    }
+    let admin = admin_jump(&config.admin_chain);
+    if !dump.has_rule(CNI_FORWARD_CHAIN, &admin) {
+        lines.push(restore_line("-I", CNI_FORWARD_CHAIN, &admin)?);
+    }
+    for ip in target.ips_of(family) {
+        for rule in ip_rules(ip) {
+            if !dump.has_rule(CNI_FORWARD_CHAIN, &rule) {
+                lines.push(restore_line("-A", CNI_FORWARD_CHAIN, &rule)?);
+            }
+        }
+    }
+    if let Some(bridge) = &target.bridge {
+        lines.extend(iptables_isolation(dump, config.ingress, bridge)?);
+    }
+    Ok(lines)
+}
+
+/// Restore lines that add the isolation chains and rules of `bridge` under `policy` that
+/// `dump` lacks (the firewalld backend uses these alone, as the reference does).
+///
+/// # Errors
+/// An argument that cannot be written on a restore line.
+pub fn iptables_isolation(
+    dump: &TableDump,
+    policy: IngressPolicy,
+    bridge: &str,
+) -> Result<Vec<String>, IptablesError> {
+    let mut lines = Vec::new();
+    if policy == IngressPolicy::Open {
+        return Ok(lines);
+    }
+    for chain in [STAGE1_CHAIN, STAGE2_CHAIN] {
+        if !dump.has_chain(chain) {
+            lines.push(restore_line::<&str>("-N", chain, &[])?);
+        }
+    }
+    let mut added: Vec<(&str, Vec<String>)> = Vec::new();
+    for (chain, place, rule) in isolation_rules(bridge, policy) {
+        let pending = added.iter().any(|(c, r)| *c == chain && *r == rule);
+        if dump.has_rule(chain, &rule) || pending {
+            continue;
+        }
+        let op = if place == Place::First { "-I" } else { "-A" };
+        lines.push(restore_line(op, chain, &rule)?);
+        added.push((chain, rule));
+    }
+    Ok(lines)
+}
+
+/// The first rule CHECK finds missing in `family`, as `(chain, args)`; `None` when complete.
+/// Checks the chains, both jumps, this attachment's accepts and its bridge's isolation rules.
+#[must_use]
+pub fn iptables_missing(
+    dump: &TableDump,
+    family: Family,
+    config: &Config,
+    target: &Target,
+) -> Option<(String, Vec<String>)> {
+    for chain in [CNI_FORWARD_CHAIN, config.admin_chain.as_str()] {
+        if !dump.has_chain(chain) {
+            return Some((chain.to_owned(), Vec::new()));
+        }
+    }
+    let mut wanted: Vec<(&str, Vec<String>)> = vec![
+        (FORWARD_CHAIN, forward_jump()),
+        (CNI_FORWARD_CHAIN, admin_jump(&config.admin_chain)),
+    ];
+    for ip in target.ips_of(family) {
+        wanted.extend(ip_rules(ip).map(|r| (CNI_FORWARD_CHAIN, r)));
+    }
+    if let Some(bridge) = &target.bridge {
+        wanted.extend(
+            isolation_rules(bridge, config.ingress)
+                .into_iter()
+                .map(|(c, _, r)| (c, r)),
+        );
+    }
+    wanted
+        .into_iter()
+        .find(|(chain, rule)| !dump.has_rule(chain, rule))
+        .map(|(chain, rule)| (chain.to_owned(), rule))
+}
+
+/// Restore lines deleting every copy of the per-address accepts of `ips` in `family` that
+/// `dump` holds. Chains, jumps and isolation rules are shared and stay.
+///
+/// # Errors
+/// An argument that cannot be written on a restore line.
+pub fn iptables_del(
+    dump: &TableDump,
+    family: Family,
+    ips: &[IpAddr],
+) -> Result<Vec<String>, IptablesError> {
+    let mut lines = Vec::new();
+    for ip in ips.iter().filter(|ip| Family::of(ip) == family) {
+        for rule in ip_rules(*ip) {
+            let copies = dump
+                .rules(CNI_FORWARD_CHAIN)
+                .iter()
+                .filter(|r| **r == rule)
+                .count();
+            for _ in 0..copies {
+                lines.push(restore_line("-D", CNI_FORWARD_CHAIN, &rule)?);
+            }
+        }
+    }
+    Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BackendChoice;
+
+    fn config(ingress: IngressPolicy) -> Config {
+        Config {
+            backend: BackendChoice::Iptables,
+            admin_chain: "CNI-ADMIN".into(),
+            zone: "trusted".into(),
+            ingress,
+        }
+    }
+
+    fn target(bridge: Option<&str>) -> Target {
+        Target {
+            ips: vec!["10.1.0.5".parse().unwrap(), "fd01::5".parse().unwrap()],
+            bridge: bridge.map(str::to_owned),
+        }
+    }
+
+    const EMPTY: &str =
+        "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n";
+
+    /// The filter table Go firewall v1.1.1 leaves after ADD of 10.1.0.5 with `same-bridge`
+    /// on `br0` (captured with iptables-save in a scratch namespace).
+    const GO_SAME_BRIDGE: &str = r#"*filter
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:CNI-ADMIN - [0:0]
+:CNI-FORWARD - [0:0]
+:CNI-ISOLATION-STAGE-1 - [0:0]
+:CNI-ISOLATION-STAGE-2 - [0:0]
+-A FORWARD -m comment --comment "CNI firewall plugin rules (ingressPolicy: same-bridge)" -j CNI-ISOLATION-STAGE-1
+-A FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD
+-A CNI-FORWARD -m comment --comment "CNI firewall plugin admin overrides" -j CNI-ADMIN
+-A CNI-FORWARD -d 10.1.0.5/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+-A CNI-FORWARD -s 10.1.0.5/32 -j ACCEPT
+-A CNI-ISOLATION-STAGE-1 -i br0 ! -o br0 -m comment --comment "CNI firewall plugin rules (ingressPolicy: same-bridge)" -j CNI-ISOLATION-STAGE-2
+-A CNI-ISOLATION-STAGE-1 -m comment --comment "CNI firewall plugin rules (ingressPolicy: same-bridge)" -j RETURN
+-A CNI-ISOLATION-STAGE-2 -o br0 -m comment --comment "CNI firewall plugin rules (ingressPolicy: same-bridge)" -j DROP
+-A CNI-ISOLATION-STAGE-2 -m comment --comment "CNI firewall plugin rules (ingressPolicy: same-bridge)" -j RETURN
+COMMIT
+"#;
+
+    #[test]
+    fn add_on_an_empty_table_declares_chains_then_jumps_then_accepts() {
+        let dump = TableDump::parse(EMPTY).unwrap();
+        let lines = iptables_add(
+            &dump,
+            Family::V4,
+            &config(IngressPolicy::Open),
+            &target(None),
+        )
+        .unwrap();
+        assert_eq!(
+            lines,
+            [
+                "-N CNI-FORWARD",
+                "-N CNI-ADMIN",
+                r#"-I FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD"#,
+                r#"-I CNI-FORWARD -m comment --comment "CNI firewall plugin admin overrides" -j CNI-ADMIN"#,
+                "-A CNI-FORWARD -d 10.1.0.5/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+                "-A CNI-FORWARD -s 10.1.0.5/32 -j ACCEPT",
+            ]
+        );
+        let v6 = iptables_add(
+            &dump,
+            Family::V6,
+            &config(IngressPolicy::Open),
+            &target(None),
+        )
+        .unwrap();
+        assert!(v6.contains(&"-A CNI-FORWARD -s fd01::5/128 -j ACCEPT".to_owned()));
+    }
+
+    #[test]
+    fn add_over_the_go_layout_is_a_no_op_and_check_finds_everything() {
+        let dump = TableDump::parse(GO_SAME_BRIDGE).unwrap();
+        let c = config(IngressPolicy::SameBridge);
+        let t = Target {
+            ips: vec!["10.1.0.5".parse().unwrap()],
+            bridge: Some("br0".into()),
+        };
+        assert!(iptables_add(&dump, Family::V4, &c, &t).unwrap().is_empty());
+        assert_eq!(iptables_missing(&dump, Family::V4, &c, &t), None);
+        // Another address is missing, and so is the isolated policy's own rule.
+        let other = Target {
+            ips: vec!["10.1.0.6".parse().unwrap()],
+            bridge: Some("br0".into()),
+        };
+        let (chain, rule) = iptables_missing(&dump, Family::V4, &c, &other).unwrap();
+        assert_eq!(chain, "CNI-FORWARD");
+        assert_eq!(rule[1], "10.1.0.6/32");
+        let isolated = config(IngressPolicy::Isolated);
+        let lines = iptables_add(&dump, Family::V4, &isolated, &t).unwrap();
+        assert_eq!(
+            lines,
+            [
+                r#"-I FORWARD -m comment --comment "CNI firewall plugin rules (ingressPolicy: isolated)" -j CNI-ISOLATION-STAGE-1"#,
+                r#"-I CNI-ISOLATION-STAGE-1 -i br0 ! -o br0 -m comment --comment "CNI firewall plugin rules (ingressPolicy: isolated)" -j CNI-ISOLATION-STAGE-2"#,
+                r#"-I CNI-ISOLATION-STAGE-1 -i br0 -o br0 -m comment --comment "CNI firewall plugin rules (ingressPolicy: isolated)" -j DROP"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn add_on_an_empty_table_with_same_bridge_rebuilds_the_go_layout_in_order() {
+        let dump = TableDump::parse(EMPTY).unwrap();
+        let c = config(IngressPolicy::SameBridge);
+        let t = Target {
+            ips: vec!["10.1.0.5".parse().unwrap()],
+            bridge: Some("br0".into()),
+        };
+        let lines = iptables_add(&dump, Family::V4, &c, &t).unwrap();
+        assert_eq!(lines.len(), 2 + 2 + 2 + 2 + 5);
+        assert!(lines[..2].iter().all(|l| l.starts_with("-N ")));
+        assert!(
+            lines[6..8]
+                .iter()
+                .all(|l| l.starts_with("-N CNI-ISOLATION"))
+        );
+    }
+
+    #[test]
+    fn del_removes_every_copy_of_the_accepts_and_nothing_shared() {
+        let doubled = GO_SAME_BRIDGE.replace(
+            "-A CNI-FORWARD -s 10.1.0.5/32 -j ACCEPT\n",
+            "-A CNI-FORWARD -s 10.1.0.5/32 -j ACCEPT\n-A CNI-FORWARD -s 10.1.0.5/32 -j ACCEPT\n",
+        );
+        let dump = TableDump::parse(&doubled).unwrap();
+        let ips = ["10.1.0.5".parse().unwrap(), "10.1.0.9".parse().unwrap()];
+        let lines = iptables_del(&dump, Family::V4, &ips).unwrap();
+        assert_eq!(
+            lines,
+            [
+                "-D CNI-FORWARD -d 10.1.0.5/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+                "-D CNI-FORWARD -s 10.1.0.5/32 -j ACCEPT",
+                "-D CNI-FORWARD -s 10.1.0.5/32 -j ACCEPT",
+            ]
+        );
+        assert!(iptables_del(&dump, Family::V6, &ips).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_policy_without_a_bridge_in_prev_result_is_the_references_error() {
+        let result = CniResult::default();
+        let err = Target::from_result(&result, &config(IngressPolicy::Isolated)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("interface needs to be set for ingress policy \"isolated\"")
+        );
+        assert_eq!(
+            Target::from_result(&result, &config(IngressPolicy::Open)).unwrap(),
+            Target::default()
+        );
+    }
+}
