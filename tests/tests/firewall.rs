@@ -1,0 +1,617 @@
+//! `firewall` end to end: Debian's Go `bridge` + `host-local`, then our `firewall`, with real
+//! TCP between the client namespace of a [`Topology`] and the container, for the iptables and
+//! nftables backends; bridge isolation between two bridges; GC; and the differential tests
+//! against Debian's Go `firewall` (iptables layout, Go ADD → our CHECK/DEL and the reverse).
+
+// An integration test crate is a test module of its own.
+#![allow(clippy::tests_outside_test_module)]
+
+// Helpers unwrap like tests do: the whole file is test code.
+#[cfg(test)]
+mod e2e {
+
+    use std::net::{IpAddr, SocketAddr};
+    use std::time::Duration;
+
+    use anyhow::{Context, Result, ensure};
+    use serde_json::{Value, json};
+    use tests::netns::CLIENT_V4;
+    use tests::traffic::{TcpServer, tcp_request};
+    use tests::{
+        NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
+    };
+
+    /// How long a connection that must succeed may take.
+    const OPEN: Duration = Duration::from_secs(3);
+    /// How long to wait before calling a flow blocked (dropped packets never answer).
+    const BLOCKED: Duration = Duration::from_millis(700);
+
+    fn can_connect(from: &TestNetns, to: SocketAddr) -> bool {
+        tcp_request(from, to, b"", BLOCKED).is_ok_and(|reply| reply == b"hello")
+    }
+
+    fn assert_open(from: &TestNetns, to: SocketAddr, why: &str) {
+        assert!(
+            tcp_request(from, to, b"", OPEN).is_ok_and(|reply| reply == b"hello"),
+            "{why}: {} → {to} should connect",
+            from.name()
+        );
+    }
+
+    fn assert_blocked(from: &TestNetns, to: SocketAddr, why: &str) {
+        assert!(
+            !can_connect(from, to),
+            "{why}: {} → {to} should be blocked",
+            from.name()
+        );
+    }
+
+    /// The container's first IPv4 address in a result.
+    fn container_v4(result: &Value) -> IpAddr {
+        result["ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|ip| ip["address"].as_str())
+            .map(|a| a.split('/').next().unwrap().parse::<IpAddr>().unwrap())
+            .find(IpAddr::is_ipv4)
+            .unwrap()
+    }
+
+    /// `iptables-save -t filter` of `ns` without comments and counters, one line per entry.
+    fn filter_table(ns: &TestNetns, tool: &str) -> Vec<String> {
+        ns.exec_ok(tool, &["-t", "filter"])
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| match l.find(" [") {
+                Some(i) if l.starts_with(':') => l[..i].to_owned(),
+                _ => l.to_owned(),
+            })
+            .collect()
+    }
+
+    /// The shared iptables skeleton that DEL leaves in place.
+    fn is_skeleton(line: &str) -> bool {
+        [
+        ":CNI-FORWARD -",
+        ":CNI-ADMIN -",
+        r#"-A FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD"#,
+        r#"-A CNI-FORWARD -m comment --comment "CNI firewall plugin admin overrides" -j CNI-ADMIN"#,
+    ]
+    .contains(&line)
+    }
+
+    fn conflist(
+        network: &str,
+        bridge: &str,
+        subnets: &[&str],
+        dir: &std::path::Path,
+        fw: Value,
+    ) -> NetworkConfigList {
+        let mut firewall = fw;
+        firewall["type"] = json!("firewall");
+        NetworkConfigList::new(
+            network,
+            "1.0.0",
+            vec![main_plugin::bridge(bridge, subnets, dir), firewall],
+        )
+    }
+
+    /// The firewall's own config for a direct exec: the list's last plugin with the envelope and
+    /// `prevResult`.
+    fn firewall_conf(list: &NetworkConfigList, prev: Option<&Value>) -> Value {
+        let mut conf = list.to_value()["plugins"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        conf["cniVersion"] = json!(list.cni_version);
+        conf["name"] = json!(list.name);
+        if let Some(prev) = prev {
+            conf["prevResult"] = prev.clone();
+        }
+        conf
+    }
+
+    /// Runs the firewall plugin (`plugin` is `firewall` or a path) once.
+    fn exec(
+        rt: &Runtime,
+        plugin: &str,
+        command: &str,
+        cid: &str,
+        netns: &str,
+        conf: &Value,
+    ) -> PluginOutput {
+        let path = rt.cni_path();
+        rt.exec_plugin(
+            plugin,
+            Some(command),
+            &[
+                ("CNI_CONTAINERID", cid),
+                ("CNI_NETNS", netns),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", &path.to_string_lossy()),
+                // Direct execs use the host namespace itself as CNI_NETNS.
+                ("CNI_NETNS_OVERRIDE", "1"),
+            ],
+            conf.to_string().as_bytes(),
+        )
+        .unwrap()
+    }
+
+    fn ok(out: &PluginOutput, what: &str) {
+        assert!(
+            out.status.success(),
+            "{what}: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Forwarding through the host with its iptables FORWARD policy DROP, for one backend.
+    fn forward_policy_drop(backend: &str) {
+        let topo = Topology::new(&format!("fw{}", &backend[..3])).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        topo.host
+            .exec_ok("iptables", &["-P", "FORWARD", "DROP"])
+            .unwrap();
+        let before = filter_table(&topo.host, "iptables-save");
+        let rt = Runtime::new(&topo.host).unwrap();
+        let list = conflist(
+            "fwnet",
+            "fwbr0",
+            &["10.61.0.0/24", "fd61::/64"],
+            dir.path(),
+            json!({ "backend": backend }),
+        );
+        let cid = format!("fw-e2e-{backend}");
+        let attach = RuntimeConf::new(&cid, topo.container.path(), "eth0");
+        let result = rt.add(&list, &attach).unwrap();
+        let ctr = SocketAddr::new(container_v4(&result), 8080);
+        let _server =
+            TcpServer::banner(&topo.container, SocketAddr::new(ctr.ip(), 8080), "hello").unwrap();
+        let client = SocketAddr::new(CLIENT_V4.parse().unwrap(), 8081);
+        let _client_server = TcpServer::banner(&topo.client, client, "hello").unwrap();
+        rt.check(&list, &attach).unwrap();
+        let netns = topo.container.path().to_string_lossy().into_owned();
+
+        if backend == "iptables" {
+            // The reference's semantics: the container may open connections (and gets the
+            // replies); connections into it are not opened (that is portmap's job).
+            assert_open(&topo.container, client, "after ADD");
+            assert_blocked(&topo.client, ctr, "a new inbound connection");
+            // The firewall's DEL alone: the flow stops, CHECK notices.
+            let conf = firewall_conf(&list, Some(&result));
+            ok(&exec(&rt, "firewall", "DEL", &cid, &netns, &conf), "DEL");
+            assert_blocked(&topo.container, client, "after the firewall's DEL");
+            assert!(
+                rt.check(&list, &attach).is_err(),
+                "CHECK must see the rules missing"
+            );
+            ok(&exec(&rt, "firewall", "ADD", &cid, &netns, &conf), "ADD");
+            assert_open(&topo.container, client, "after ADD again");
+            rt.check(&list, &attach).unwrap();
+            // The admin chain is evaluated before the plugin's accepts.
+            topo.host
+                .exec_ok(
+                    "iptables",
+                    &["-A", "CNI-ADMIN", "-d", CLIENT_V4, "-j", "DROP"],
+                )
+                .unwrap();
+            assert_blocked(&topo.container, client, "admin DROP rule");
+            topo.host.exec_ok("iptables", &["-F", "CNI-ADMIN"]).unwrap();
+            assert_open(&topo.container, client, "admin chain flushed");
+        } else {
+            // Truthful about coexistence: our accept ends only our table's evaluation; iptables'
+            // FORWARD policy DROP (another table on the same hook) still drops (README).
+            assert_blocked(
+                &topo.container,
+                client,
+                "nftables accept under an iptables FORWARD DROP",
+            );
+            // The documented operator action: no dropping policy in another forward table.
+            topo.host
+                .exec_ok("iptables", &["-P", "FORWARD", "ACCEPT"])
+                .unwrap();
+            assert_open(&topo.container, client, "after ADD");
+            let conf = firewall_conf(&list, Some(&result));
+            ok(&exec(&rt, "firewall", "DEL", &cid, &netns, &conf), "DEL");
+            assert!(
+                rt.check(&list, &attach).is_err(),
+                "CHECK must see the rules missing"
+            );
+            ok(&exec(&rt, "firewall", "ADD", &cid, &netns, &conf), "ADD");
+            rt.check(&list, &attach).unwrap();
+            // The admin chain is evaluated before everything else of ours, and a drop is final.
+            topo.host
+                .exec_ok(
+                    "nft",
+                    &[
+                        "add",
+                        "rule",
+                        "inet",
+                        "cni_firewall",
+                        "admin",
+                        "ip",
+                        "daddr",
+                        CLIENT_V4,
+                        "drop",
+                    ],
+                )
+                .unwrap();
+            assert_blocked(&topo.container, client, "admin drop rule");
+            topo.host
+                .exec_ok("nft", &["flush", "chain", "inet", "cni_firewall", "admin"])
+                .unwrap();
+            assert_open(&topo.container, client, "admin chain flushed");
+            topo.host
+                .exec_ok("iptables", &["-P", "FORWARD", "DROP"])
+                .unwrap();
+        }
+
+        rt.del(&list, &attach).unwrap();
+        let after: Vec<String> = filter_table(&topo.host, "iptables-save")
+            .into_iter()
+            .filter(|l| !is_skeleton(l))
+            .collect();
+        assert_eq!(
+            after, before,
+            "DEL leaves the filter table as before ADD, but the skeleton"
+        );
+        if backend == "nftables" {
+            let table = topo
+                .host
+                .exec_ok("nft", &["list", "table", "inet", "cni_firewall"])
+                .unwrap();
+            assert!(
+                !table.contains("fwnet/") && !table.contains("att-"),
+                "{table}"
+            );
+        }
+        // DEL again, without prevResult and with the netns gone: nothing left, still success.
+        let conf = firewall_conf(&list, None);
+        ok(
+            &exec(
+                &rt,
+                "firewall",
+                "DEL",
+                &cid,
+                "/run/netns/gone-for-good",
+                &conf,
+            ),
+            "DEL again",
+        );
+    }
+
+    #[test]
+    fn iptables_backend_opens_forwarding_only_while_its_rules_are_in_place() {
+        forward_policy_drop("iptables");
+    }
+
+    #[test]
+    fn nftables_backend_accepts_admin_drops_win_and_del_restores() {
+        forward_policy_drop("nftables");
+    }
+
+    /// Two bridges (`a` with two containers, `b` with one), both networks with `policy`.
+    fn isolation(backend: &str, policy: &str) {
+        let host = TestNetns::new(&format!("fwi{}{}", &backend[..1], &policy[..2])).unwrap();
+        host.set_sysctl("net.ipv4.ip_forward", "1").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let rt = Runtime::new(&host).unwrap();
+        let fw = json!({ "backend": backend, "ingressPolicy": policy });
+        let net_a = conflist("fwneta", "fwbra", &["10.62.0.0/24"], dir.path(), fw.clone());
+        let net_b = conflist("fwnetb", "fwbrb", &["10.63.0.0/24"], dir.path(), fw);
+        let ctrs: Vec<TestNetns> = (0..3)
+            .map(|i| TestNetns::new(&format!("fwc{i}")).unwrap())
+            .collect();
+        let mut addrs = Vec::new();
+        let mut servers = Vec::new();
+        for (i, (ctr, net)) in ctrs.iter().zip([&net_a, &net_a, &net_b]).enumerate() {
+            let attach = RuntimeConf::new(&format!("fw-iso-{i}"), ctr.path(), "eth0");
+            let result = rt.add(net, &attach).unwrap();
+            let addr = SocketAddr::new(container_v4(&result), 8080);
+            servers.push(TcpServer::banner(ctr, addr, "hello").unwrap());
+            addrs.push(addr);
+        }
+        let same = can_connect(&ctrs[0], addrs[1]);
+        let across = can_connect(&ctrs[0], addrs[2]);
+        let back = can_connect(&ctrs[2], addrs[0]);
+        match policy {
+            "open" => assert!(same && across && back, "open: {same} {across} {back}"),
+            "same-bridge" => assert!(
+                same && !across && !back,
+                "same-bridge: {same} {across} {back}"
+            ),
+            _ => assert!(
+                !same && !across && !back,
+                "isolated: {same} {across} {back}"
+            ),
+        }
+        for (i, (ctr, net)) in ctrs.iter().zip([&net_a, &net_a, &net_b]).enumerate() {
+            rt.del(
+                net,
+                &RuntimeConf::new(&format!("fw-iso-{i}"), ctr.path(), "eth0"),
+            )
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn iptables_open_policy_lets_bridges_talk() {
+        isolation("iptables", "open");
+    }
+
+    #[test]
+    fn iptables_same_bridge_policy_blocks_only_other_bridges() {
+        isolation("iptables", "same-bridge");
+    }
+
+    #[test]
+    fn iptables_isolated_policy_blocks_other_bridges_and_its_own() {
+        isolation("iptables", "isolated");
+    }
+
+    #[test]
+    fn nftables_open_policy_lets_bridges_talk() {
+        isolation("nftables", "open");
+    }
+
+    #[test]
+    fn nftables_same_bridge_policy_blocks_only_other_bridges() {
+        isolation("nftables", "same-bridge");
+    }
+
+    #[test]
+    fn nftables_isolated_policy_blocks_other_bridges_and_its_own() {
+        isolation("nftables", "isolated");
+    }
+
+    /// A synthetic dual-stack prevResult on bridge `br0`.
+    fn prev_result(v4: &str, v6: &str) -> Value {
+        json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [{ "name": "br0" }, { "name": "veth1", "sandbox": "/x" }],
+            "ips": [
+                { "address": format!("{v4}/24"), "interface": 1 },
+                { "address": format!("{v6}/64"), "interface": 1 },
+            ],
+        })
+    }
+
+    fn direct_conf(backend: &str, policy: &str, prev: Option<Value>) -> Value {
+        let mut conf = json!({
+            "cniVersion": "1.0.0", "name": "fwdirect", "type": "firewall",
+            "backend": backend, "ingressPolicy": policy,
+        });
+        if let Some(prev) = prev {
+            conf["prevResult"] = prev;
+        }
+        conf
+    }
+
+    #[test]
+    fn gc_removes_the_objects_of_attachments_that_are_not_valid_in_both_backends() -> Result<()> {
+        for backend in ["iptables", "nftables"] {
+            let host = TestNetns::new("fwgc")?;
+            let rt = Runtime::new(&host)?;
+            let netns = host.path().to_string_lossy().into_owned();
+            for (cid, v4, v6) in [
+                ("gc-live", "10.64.0.2", "fd64::2"),
+                ("gc-stale", "10.64.0.3", "fd64::3"),
+            ] {
+                ok(
+                    &exec(
+                        &rt,
+                        "firewall",
+                        "ADD",
+                        cid,
+                        &netns,
+                        &direct_conf(backend, "open", Some(prev_result(v4, v6))),
+                    ),
+                    "ADD",
+                );
+            }
+            // Another network's attachment must survive this network's GC.
+            let mut other = direct_conf(backend, "open", Some(prev_result("10.64.0.4", "fd64::4")));
+            other["name"] = json!("fwother");
+            ok(
+                &exec(&rt, "firewall", "ADD", "gc-other", &netns, &other),
+                "ADD other",
+            );
+            let mut gc = direct_conf(backend, "open", None);
+            gc["cniVersion"] = json!("1.1.0");
+            gc["cni.dev/valid-attachments"] =
+                json!([{ "containerID": "gc-live", "ifname": "eth0" }]);
+            let out = rt.exec_plugin(
+                "firewall",
+                Some("GC"),
+                &[("CNI_PATH", "/usr/lib/cni")],
+                gc.to_string().as_bytes(),
+            )?;
+            ensure!(
+                out.status.success(),
+                "GC: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+            let state = if backend == "iptables" {
+                host.exec_ok("iptables-save", &["-t", "filter"])?
+            } else {
+                host.exec_ok("nft", &["list", "table", "inet", "cni_firewall"])?
+            };
+            ensure!(
+                state.contains("10.64.0.2") && state.contains("10.64.0.4"),
+                "{backend}: {state}"
+            );
+            ensure!(
+                !state.contains("10.64.0.3"),
+                "{backend}: stale rules survived GC: {state}"
+            );
+            // CHECK of the live one still passes; STATUS answers.
+            let mut check = direct_conf(backend, "open", Some(prev_result("10.64.0.2", "fd64::2")));
+            check["cniVersion"] = json!("1.1.0");
+            ok(
+                &exec(&rt, "firewall", "CHECK", "gc-live", &netns, &check),
+                "CHECK",
+            );
+            let out = rt.exec_plugin(
+                "firewall",
+                Some("STATUS"),
+                &[("CNI_PATH", "/usr/lib/cni")],
+                gc.to_string().as_bytes(),
+            )?;
+            ensure!(
+                out.status.success(),
+                "STATUS: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn bad_config_and_missing_prev_result_are_named_errors() -> Result<()> {
+        let host = TestNetns::new("fwbad")?;
+        let rt = Runtime::new(&host)?;
+        let netns = host.path().to_string_lossy().into_owned();
+        let out = exec(
+            &rt,
+            "firewall",
+            "ADD",
+            "bad1",
+            &netns,
+            &direct_conf("ipfw", "open", Some(prev_result("10.65.0.2", "fd65::2"))),
+        );
+        let err = out.error().context("no error object")?;
+        ensure!(
+            err.code == 7 && err.msg.contains("backend") && err.msg.contains("ipfw"),
+            "{err:?}"
+        );
+        let out = exec(
+            &rt,
+            "firewall",
+            "ADD",
+            "bad1",
+            &netns,
+            &direct_conf("iptables", "open", None),
+        );
+        let err = out.error().context("no error object")?;
+        ensure!(err.msg.contains("missing prevResult"), "{err:?}");
+        // Nothing was installed by the refused calls.
+        ensure!(
+            !host
+                .exec_ok("iptables-save", &["-t", "filter"])?
+                .contains("CNI-FORWARD")
+        );
+        Ok(())
+    }
+
+    /// The filter tables of both families of `ns`.
+    fn both_tables(ns: &TestNetns) -> (Vec<String>, Vec<String>) {
+        (
+            filter_table(ns, "iptables-save"),
+            filter_table(ns, "ip6tables-save"),
+        )
+    }
+
+    #[test]
+    fn iptables_layout_matches_the_go_plugin_after_the_same_add() -> Result<()> {
+        let go = TestNetns::new("fwdgo")?;
+        let ours = TestNetns::new("fwdrs")?;
+        let go_rt = Runtime::new(&go)?;
+        let our_rt = Runtime::new(&ours)?;
+        let reference = tests::bins::reference_binary("firewall")?;
+        for (i, (v4, v6)) in [("10.66.0.2", "fd66::2"), ("10.66.0.3", "fd66::3")]
+            .into_iter()
+            .enumerate()
+        {
+            let conf = direct_conf("iptables", "same-bridge", Some(prev_result(v4, v6)));
+            let cid = format!("diff-{i}");
+            ok(
+                &exec(
+                    &go_rt,
+                    &reference.to_string_lossy(),
+                    "ADD",
+                    &cid,
+                    &go.path().to_string_lossy(),
+                    &conf,
+                ),
+                "Go ADD",
+            );
+            ok(
+                &exec(
+                    &our_rt,
+                    "firewall",
+                    "ADD",
+                    &cid,
+                    &ours.path().to_string_lossy(),
+                    &conf,
+                ),
+                "our ADD",
+            );
+        }
+        let sorted = |mut v: Vec<String>| {
+            // Chain declarations may be listed in any order; rules keep theirs.
+            let (mut decl, rules): (Vec<String>, Vec<String>) =
+                v.drain(..).partition(|l| l.starts_with(':'));
+            decl.sort();
+            decl.extend(rules);
+            decl
+        };
+        let (go4, go6) = both_tables(&go);
+        let (our4, our6) = both_tables(&ours);
+        assert_eq!(sorted(our4), sorted(go4));
+        assert_eq!(sorted(our6), sorted(go6));
+        Ok(())
+    }
+
+    #[test]
+    fn go_add_then_our_check_and_del_and_the_reverse() -> Result<()> {
+        let reference = tests::bins::reference_binary("firewall")?
+            .to_string_lossy()
+            .into_owned();
+        for (first, second) in [
+            (reference.as_str(), "firewall"),
+            ("firewall", reference.as_str()),
+        ] {
+            let host = TestNetns::new("fwxdel")?;
+            let rt = Runtime::new(&host)?;
+            let netns = host.path().to_string_lossy().into_owned();
+            let before = both_tables(&host);
+            let conf = direct_conf(
+                "iptables",
+                "same-bridge",
+                Some(prev_result("10.67.0.2", "fd67::2")),
+            );
+            ok(&exec(&rt, first, "ADD", "xdel", &netns, &conf), "ADD");
+            ok(
+                &exec(&rt, second, "CHECK", "xdel", &netns, &conf),
+                "CHECK by the other",
+            );
+            ok(
+                &exec(&rt, second, "DEL", "xdel", &netns, &conf),
+                "DEL by the other",
+            );
+            let (v4, v6) = both_tables(&host);
+            for line in v4.iter().chain(&v6) {
+                ensure!(
+                    !line.contains("10.67.0.2") && !line.contains("fd67::2"),
+                    "left behind: {line}"
+                );
+            }
+            ensure!(v4.len() > before.0.len(), "the shared skeleton stays");
+            // CHECK now fails in both implementations.
+            for plugin in [first, second] {
+                ensure!(
+                    !exec(&rt, plugin, "CHECK", "xdel", &netns, &conf)
+                        .status
+                        .success(),
+                    "{plugin} CHECK after DEL"
+                );
+            }
+        }
+        Ok(())
+    }
+}
