@@ -17,6 +17,8 @@ declare -A want=(
   [curl]=/usr/bin/curl
   [util-linux]=/usr/bin/nsenter
   [containernetworking-plugins]=/usr/lib/cni/bridge
+  [firewalld]=/usr/sbin/firewalld
+  [dbus]=/usr/bin/dbus-daemon
 )
 missing=()
 for pkg in "${!want[@]}"; do

@@ -1,0 +1,258 @@
+//! `firewall`'s firewalld backend against a real firewalld: a private `dbus-daemon` (system
+//! bus policy, listening on a socket in a tempdir) and `firewalld --nofork --nopid`, both
+//! running inside a throwaway network namespace, so firewalld programs only that namespace.
+//! The machine's own bus and firewall are never touched; both daemons are killed and the
+//! tempdir removed at the end, also on failure (drop guards).
+
+// An integration test crate is a test module of its own.
+#![allow(clippy::tests_outside_test_module)]
+
+#[cfg(test)]
+mod real_firewalld {
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use anyhow::{Context, Result, bail, ensure};
+    use serde_json::{Value, json};
+    use tests::process::kill_and_reap;
+    use tests::{PluginOutput, Runtime, TestNetns};
+
+    /// Kills a daemon when dropped.
+    struct Daemon(Child);
+
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            kill_and_reap(&mut self.0);
+        }
+    }
+
+    /// A private system bus and firewalld in `ns`. Field order is drop order: firewalld
+    /// goes before its bus, the tempdir last.
+    struct Firewalld {
+        _firewalld: Daemon,
+        _bus: Daemon,
+        address: String,
+        _dir: tempfile::TempDir,
+    }
+
+    const BUS_CONF: &str = r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path=SOCKET</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+  </policy>
+  <includedir>/usr/share/dbus-1/system.d</includedir>
+  <includedir>/etc/dbus-1/system.d</includedir>
+</busconfig>
+"#;
+
+    fn dbus_send(ns: &TestNetns, address: &str, dest: &str, args: &[&str]) -> Result<String> {
+        let mut all = vec![
+            format!("--bus={address}"),
+            "--print-reply".to_owned(),
+            "--reply-timeout=5000".to_owned(),
+            format!("--dest={dest}"),
+        ];
+        all.extend(args.iter().map(|s| (*s).to_owned()));
+        ns.exec_ok("dbus-send", &all)
+    }
+
+    impl Firewalld {
+        fn start(ns: &TestNetns) -> Result<Firewalld> {
+            let dir = tempfile::Builder::new().prefix("fw-dbus").tempdir()?;
+            let socket: PathBuf = dir.path().join("bus");
+            let conf = dir.path().join("bus.conf");
+            std::fs::write(&conf, BUS_CONF.replace("SOCKET", &socket.to_string_lossy()))?;
+            let bus = Daemon(
+                ns.spawn(
+                    Command::new("dbus-daemon")
+                        .arg(format!("--config-file={}", conf.display()))
+                        .args(["--nofork", "--nopidfile"])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null()),
+                )?,
+            );
+            let address = format!("unix:path={}", socket.display());
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !socket.exists() {
+                ensure!(
+                    Instant::now() < deadline,
+                    "dbus-daemon did not create {socket:?}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let firewalld = Daemon(
+                ns.spawn(
+                    Command::new("firewalld")
+                        .args(["--nofork", "--nopid"])
+                        .env("DBUS_SYSTEM_BUS_ADDRESS", &address)
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null()),
+                )?,
+            );
+            let daemons = Firewalld {
+                _firewalld: firewalld,
+                _bus: bus,
+                address,
+                _dir: dir,
+            };
+            // firewalld takes its name only once its firewall is loaded.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let owned = dbus_send(
+                    ns,
+                    &daemons.address,
+                    "org.freedesktop.DBus",
+                    &[
+                        "/org/freedesktop/DBus",
+                        "org.freedesktop.DBus.NameHasOwner",
+                        "string:org.fedoraproject.FirewallD1",
+                    ],
+                )?;
+                if owned.contains("boolean true") {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("firewalld did not own org.fedoraproject.FirewallD1 within 60 s");
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            // The zone interface answers only once startup is complete.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while daemons.sources(ns).is_err() {
+                ensure!(
+                    Instant::now() < deadline,
+                    "firewalld zone API never answered"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Ok(daemons)
+        }
+
+        /// `zone.getSources("trusted")`.
+        fn sources(&self, ns: &TestNetns) -> Result<String> {
+            dbus_send(
+                ns,
+                &self.address,
+                "org.fedoraproject.FirewallD1",
+                &[
+                    "/org/fedoraproject/FirewallD1",
+                    "org.fedoraproject.FirewallD1.zone.getSources",
+                    "string:trusted",
+                ],
+            )
+        }
+    }
+
+    fn conf(backend: &str, prev: bool) -> Value {
+        let mut conf = json!({
+            "cniVersion": "1.1.0", "name": "fwdnet", "type": "firewall", "backend": backend,
+        });
+        if prev {
+            conf["prevResult"] = json!({
+                "cniVersion": "1.1.0",
+                "interfaces": [{ "name": "br0" }, { "name": "veth1", "sandbox": "/x" }],
+                "ips": [
+                    { "address": "10.68.0.2/24", "interface": 1 },
+                    { "address": "fd68::2/64", "interface": 1 },
+                ],
+            });
+        }
+        conf
+    }
+
+    fn exec(
+        rt: &Runtime,
+        fw: &Firewalld,
+        ns: &TestNetns,
+        command: &str,
+        conf: &Value,
+    ) -> Result<PluginOutput> {
+        let netns = ns.path().to_string_lossy().into_owned();
+        rt.exec_plugin(
+            "firewall",
+            Some(command),
+            &[
+                ("CNI_CONTAINERID", "fwd-ctr"),
+                ("CNI_NETNS", &netns),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", "/usr/lib/cni"),
+                ("CNI_NETNS_OVERRIDE", "1"),
+                ("DBUS_SYSTEM_BUS_ADDRESS", &fw.address),
+            ],
+            conf.to_string().as_bytes(),
+        )
+    }
+
+    fn ok(out: &PluginOutput, what: &str) -> Result<()> {
+        ensure!(
+            out.status.success(),
+            "{what}: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn add_check_del_gc_status_against_a_real_firewalld_in_a_namespace() -> Result<()> {
+        let ns = TestNetns::new("fwd")?;
+        let fw = Firewalld::start(&ns).context("starting a private firewalld")?;
+        let rt = Runtime::new(&ns)?;
+        for backend in ["firewalld", ""] {
+            ok(
+                &exec(&rt, &fw, &ns, "STATUS", &conf(backend, false))?,
+                "STATUS",
+            )?;
+            ok(&exec(&rt, &fw, &ns, "ADD", &conf(backend, true))?, "ADD")?;
+            let sources = fw.sources(&ns)?;
+            ensure!(
+                sources.contains("\"10.68.0.2/32\"") && sources.contains("\"fd68::2/128\""),
+                "{sources}"
+            );
+            // A second ADD tolerates ZONE_ALREADY_SET.
+            ok(
+                &exec(&rt, &fw, &ns, "ADD", &conf(backend, true))?,
+                "ADD again",
+            )?;
+            ok(
+                &exec(&rt, &fw, &ns, "CHECK", &conf(backend, true))?,
+                "CHECK",
+            )?;
+            // Auto-detection chose firewalld: no iptables chain was made.
+            let filter = ns.exec_ok("iptables-save", &["-t", "filter"])?;
+            ensure!(!filter.contains("CNI-FORWARD"), "{filter}");
+            // DEL without prevResult finds the IPs in the attachment's state.
+            ok(&exec(&rt, &fw, &ns, "DEL", &conf(backend, false))?, "DEL")?;
+            let sources = fw.sources(&ns)?;
+            ensure!(
+                !sources.contains("10.68.0.2") && !sources.contains("fd68::2"),
+                "{sources}"
+            );
+            let check = exec(&rt, &fw, &ns, "CHECK", &conf(backend, true))?;
+            ensure!(!check.status.success(), "CHECK after DEL must fail");
+            ok(
+                &exec(&rt, &fw, &ns, "DEL", &conf(backend, true))?,
+                "DEL again",
+            )?;
+        }
+        // GC removes the sources of an attachment that is not valid any more.
+        ok(
+            &exec(&rt, &fw, &ns, "ADD", &conf("firewalld", true))?,
+            "ADD",
+        )?;
+        let mut gc = conf("firewalld", false);
+        gc["cni.dev/valid-attachments"] = json!([]);
+        ok(&exec(&rt, &fw, &ns, "GC", &gc)?, "GC")?;
+        let sources = fw.sources(&ns)?;
+        ensure!(!sources.contains("10.68.0.2"), "{sources}");
+        Ok(())
+    }
+}
