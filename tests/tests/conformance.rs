@@ -60,6 +60,11 @@ fn subjects() -> Vec<Subject> {
                               "egressRate": 8_000_000, "egressBurst": 80_000 })
             },
         },
+        Subject {
+            name: "firewall",
+            versions: &["0.4.0", "1.0.0", "1.1.0"],
+            keys: |_| json!({ "backend": "iptables" }),
+        },
     ]
 }
 

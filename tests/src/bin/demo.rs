@@ -75,6 +75,7 @@ fn run() -> Result<()> {
             json!({ "type": "sbr", "table": 100 }),
             json!({ "type": "bandwidth", "ingressRate": 50_000_000, "ingressBurst": 500_000,
                     "egressRate": 20_000_000, "egressBurst": 200_000 }),
+            json!({ "type": "firewall", "backend": "iptables" }),
         ],
     );
     let runtime = Runtime::new(&topo.host)?;
@@ -175,6 +176,28 @@ fn run() -> Result<()> {
         "container -> client {}  TCP banner {:?}",
         banner.local_addr(),
         String::from_utf8_lossy(&got)
+    ));
+
+    topo.host.exec_ok(
+        "iptables",
+        &[
+            "-A",
+            "CNI-ADMIN",
+            "-s",
+            CLIENT_V4,
+            "-d",
+            &container_ip,
+            "-j",
+            "DROP",
+        ],
+    )?;
+    ensure!(
+        http_get(&topo.client, web, "/", Duration::from_millis(500)).is_err(),
+        "the admin chain's DROP did not block the client"
+    );
+    topo.host.exec_ok("iptables", &["-F", "CNI-ADMIN"])?;
+    ok(&format!(
+        "client    -> container {web}  blocked while CNI-ADMIN drops it (the operator's chain is evaluated first)"
     ));
 
     section(5, "CHECK");
@@ -336,6 +359,13 @@ fn plugin_effects(plugin_type: &str, scratch: &Path, topo: &Topology) -> Result<
             .lines()
             .filter(|l| l.contains(" tbf ") || l.contains(" ingress "))
             .map(|l| format!("shaping on the host: {}", l.trim()))
+            .collect()),
+        "firewall" => Ok(topo
+            .host
+            .exec_ok("iptables-save", &["-t", "filter"])?
+            .lines()
+            .filter(|l| l.contains("CNI-") && l.starts_with("-A"))
+            .map(|l| format!("iptables {l}"))
             .collect()),
         _ => Ok(Vec::new()),
     }
