@@ -10,7 +10,7 @@ use super::state::State;
 use super::{FirewallBackend, Owner};
 use crate::config::Config;
 use crate::error::FirewallError;
-use crate::names::FILTER_TABLE;
+use crate::names::{CNI_FORWARD_CHAIN, FILTER_TABLE};
 use crate::plan::{Target, iptables_add, iptables_del, iptables_missing};
 
 /// The iptables backend.
@@ -70,6 +70,11 @@ impl FirewallBackend for Iptables {
             let result = (|| {
                 let tools = Tools::new(family);
                 let dump = tools.save(FILTER_TABLE)?;
+                if done.is_empty() && !dump.has_chain(CNI_FORWARD_CHAIN) {
+                    // A namespace without our skeleton has no attachments of ours: state under
+                    // its inode number is a dead namespace's.
+                    self.state.reset()?;
+                }
                 let lines = iptables_add(&dump, family, &self.config, target)?;
                 tools.restore(FILTER_TABLE, &lines)?;
                 Ok::<_, FirewallError>(lines)

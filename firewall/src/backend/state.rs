@@ -63,6 +63,22 @@ impl State {
         Ok(FileLock::acquire(self.dir.join("lock"), LOCK_WAIT)?)
     }
 
+    /// Forgets every attachment: the caller found the namespace without our skeleton, so any
+    /// state here belongs to an earlier namespace that had the same inode number.
+    ///
+    /// # Errors
+    /// A directory that cannot be removed.
+    pub fn reset(&self) -> Result<(), FirewallError> {
+        for dir in [self.attachments.dir(), self.ips.dir()] {
+            match std::fs::remove_dir_all(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(FirewallError::Netns(e)),
+            }
+        }
+        Ok(())
+    }
+
     /// The recorded IPs of an attachment.
     ///
     /// # Errors
@@ -143,6 +159,10 @@ mod tests {
             Some(AttachmentState { ips: vec![ip] })
         );
         state.forget("net:new:eth0", &[ip]).unwrap();
+        assert!(!state.claimed_by_other(ip, "x").unwrap());
+        assert!(state.attachments_of("net").unwrap().is_empty());
+        state.record("net:stale:eth0", &[ip]).unwrap();
+        state.reset().unwrap();
         assert!(!state.claimed_by_other(ip, "x").unwrap());
         assert!(state.attachments_of("net").unwrap().is_empty());
         let _lock = state.lock().unwrap();

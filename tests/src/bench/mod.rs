@@ -10,6 +10,7 @@
 //! Nothing here asserts a timing: the bench reports, tests never time.
 
 pub mod bandwidth;
+pub mod firewall;
 pub mod nft;
 pub mod sbr;
 pub mod tuning;
@@ -50,6 +51,7 @@ pub const SUITES: &[Suite] = &[
     ("tuning", tuning::run),
     ("bandwidth", bandwidth::run),
     ("sbr", sbr::run),
+    ("firewall", firewall::run),
     ("nft", nft::run),
 ];
 
