@@ -20,8 +20,14 @@ use crate::plan::{Target, host_cidr, iptables_isolation};
 const DBUS_NAME: &str = "org.freedesktop.DBus";
 const DBUS_PATH: &str = "/org/freedesktop/DBus";
 
-/// firewalld's answers that mean "nothing to remove".
-const ALREADY_GONE: [&str; 3] = ["NOT_ENABLED", "UNKNOWN_SOURCE", "ServiceUnknown"];
+/// Answers that mean "nothing to remove": firewalld's own, or no firewalld (its runtime
+/// configuration went with it).
+const ALREADY_GONE: [&str; 4] = [
+    "NOT_ENABLED",
+    "UNKNOWN_SOURCE",
+    "ServiceUnknown",
+    "cannot connect to the system bus",
+];
 
 /// Connects to the system bus.
 fn connect() -> Result<Connection, String> {
