@@ -28,7 +28,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "==> installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
+  # The firewalld test runs its own firewalld in a throwaway namespace. The package must not
+  # start (or enable) the machine's own: services stay down while a policy-rc.d says so.
+  own_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d
+  if [[ " ${missing[*]} " == *" firewalld "* ]] && [ -d /run/systemd/system ]; then
+    systemctl disable firewalld >/dev/null 2>&1 || true
+  fi
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
