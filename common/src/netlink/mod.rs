@@ -8,6 +8,7 @@
 
 mod ifb;
 mod route;
+mod route_get;
 mod socket;
 pub mod tc;
 

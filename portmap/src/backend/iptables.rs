@@ -1,0 +1,603 @@
+//! The iptables backend: the reference's layout in table `nat`, written with one
+//! `iptables-restore --noflush` transaction per family per call.
+//!
+//! Rules are computed in `iptables-save`'s canonical form (addresses with their prefix,
+//! `-s`/`-d` first, `-m tcp` after `-p tcp --dport`, `--dports` for multiport), so what exists
+//! is recognised in the dump and only what is missing is written; the read-modify-write is
+//! serialised with our own lock file.
+
+use std::net::IpAddr;
+
+use common::iptables::{Family, Iptables, TableDump, restore_line};
+use ipnet::IpNet;
+
+use crate::config::{Conditions, Config, IpFamily, Proto};
+use crate::error::PortmapError;
+use crate::names;
+
+const NAT: &str = "nat";
+
+fn ipt_err(e: common::iptables::IptablesError) -> PortmapError {
+    PortmapError::Iptables(e)
+}
+
+/// The iptables family of an IP family.
+pub fn family(f: IpFamily) -> Family {
+    match f {
+        IpFamily::V4 => Family::V4,
+        IpFamily::V6 => Family::V6,
+    }
+}
+
+fn args(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| (*s).to_string()).collect()
+}
+
+/// `1<<bit` as the reference prints it: `0x2000/0x2000`.
+pub fn mark_def(bit: u32) -> String {
+    let m = 1u32 << bit;
+    format!("{m:#x}/{m:#x}")
+}
+
+/// An address or prefix as `iptables-save` prints it (`10.0.0.0/24`, `1.2.3.4/32`).
+fn canonical_net(s: &str) -> String {
+    if let Ok(net) = s.parse::<IpNet>() {
+        return net.trunc().to_string();
+    }
+    if let Ok(a) = s.parse::<IpAddr>() {
+        return IpNet::from(a).to_string();
+    }
+    s.to_string()
+}
+
+/// Moves `[!] -s/-d/-i/-o X` to the front (in that order), as `iptables-save` prints them.
+fn canonical_conditions(conds: &[String]) -> (Vec<String>, Vec<String>) {
+    let mut front: Vec<(usize, Vec<String>)> = Vec::new();
+    let mut rest = Vec::new();
+    let mut i = 0;
+    while i < conds.len() {
+        let neg = conds[i] == "!";
+        let at = if neg { i + 1 } else { i };
+        let opt = conds.get(at).map(String::as_str);
+        let rank = match opt {
+            Some("-s" | "--source" | "--src") => Some(0),
+            Some("-d" | "--destination" | "--dst") => Some(1),
+            Some("-i" | "--in-interface") => Some(2),
+            Some("-o" | "--out-interface") => Some(3),
+            _ => None,
+        };
+        match (rank, conds.get(at + 1)) {
+            (Some(rank), Some(value)) => {
+                let mut part = Vec::new();
+                if neg {
+                    part.push("!".to_string());
+                }
+                let short = ["-s", "-d", "-i", "-o"][rank];
+                part.push(short.to_string());
+                part.push(if rank < 2 {
+                    canonical_net(value)
+                } else {
+                    value.clone()
+                });
+                front.push((rank, part));
+                i = at + 2;
+            }
+            _ => {
+                rest.push(conds[i].clone());
+                i += 1;
+            }
+        }
+    }
+    front.sort_by_key(|(rank, _)| *rank);
+    (front.into_iter().flat_map(|(_, p)| p).collect(), rest)
+}
+
+/// The rules of the `CNI-DN-<hash>` chain for container address `ip`, in mapping order.
+pub fn dnat_rules(config: &Config, ip: IpNet) -> Vec<Vec<String>> {
+    let fam = IpFamily::of(ip.addr());
+    let mark_chain = config
+        .external_set_mark_chain
+        .clone()
+        .unwrap_or_else(|| names::IPT_SETMARK.to_string());
+    let mut rules = Vec::new();
+    for m in config.mappings.iter().filter(|m| m.host_ip.applies_to(fam)) {
+        let dst: Vec<String> = m
+            .host_ip
+            .addr()
+            .map(|a| vec!["-d".to_string(), IpNet::from(a).to_string()])
+            .unwrap_or_default();
+        let port = m.host_port.to_string();
+        let proto = m.proto.name();
+        let tail = |more: &[&str]| {
+            let mut r = dst.clone();
+            r.extend(args(&["-p", proto, "-m", proto, "--dport", &port]));
+            r.extend(args(more));
+            r
+        };
+        if config.snat {
+            let mut hairpin = Vec::new();
+            if !config.masq_all {
+                hairpin.extend(["-s".to_string(), ip.trunc().to_string()]);
+            }
+            hairpin.extend(tail(&["-j", &mark_chain]));
+            rules.push(hairpin);
+            if fam == IpFamily::V4 && !config.masq_all {
+                let mut local = args(&["-s", "127.0.0.1/32"]);
+                local.extend(tail(&["-j", &mark_chain]));
+                rules.push(local);
+            }
+        }
+        let to = match ip.addr() {
+            IpAddr::V4(a) => format!("{a}:{}", m.container_port),
+            IpAddr::V6(a) => format!("[{a}]:{}", m.container_port),
+        };
+        rules.push(tail(&["-j", "DNAT", "--to-destination", &to]));
+    }
+    rules
+}
+
+/// The entry rules in `CNI-HOSTPORT-DNAT`: per protocol (sorted), per chunk of 15 host ports
+/// in mapping order (wrong-family hostIP entries included, as the reference does).
+pub fn entry_rules(config: &Config, container_id: &str, fam: IpFamily) -> Vec<Vec<String>> {
+    let chain = names::dnat_chain(&config.network, container_id);
+    let comment = names::ipt_entry_comment(&config.network, container_id);
+    let mut protos: Vec<Proto> = config.mappings.iter().map(|m| m.proto).collect();
+    protos.sort_unstable();
+    protos.dedup();
+    let (front, rest) = match config.conditions(fam) {
+        Conditions::Iptables(c) => canonical_conditions(c),
+        _ => (Vec::new(), Vec::new()),
+    };
+    let mut rules = Vec::new();
+    for proto in protos {
+        let ports: Vec<String> = config
+            .mappings
+            .iter()
+            .filter(|m| m.proto == proto)
+            .map(|m| m.host_port.to_string())
+            .collect();
+        for chunk in ports.chunks(names::IPT_MULTIPORT_MAX) {
+            let mut r = front.clone();
+            r.extend(args(&[
+                "-p",
+                proto.name(),
+                "-m",
+                "comment",
+                "--comment",
+                &comment,
+            ]));
+            r.extend(args(&["-m", "multiport", "--dports", &chunk.join(",")]));
+            r.extend(rest.iter().cloned());
+            r.extend(args(&["-j", &chain]));
+            rules.push(r);
+        }
+    }
+    rules
+}
+
+/// The restore lines that bring `dump` to the state the reference's ADD leaves: missing chains
+/// with `-N`, missing rules appended (the POSTROUTING jump inserted first).
+///
+/// # Errors
+/// An argument that cannot be written in a restore script.
+pub fn add_lines(
+    dump: &TableDump,
+    config: &Config,
+    container_id: &str,
+    ip: IpNet,
+) -> Result<Vec<String>, PortmapError> {
+    let fam = IpFamily::of(ip.addr());
+    let mut lines = Vec::new();
+    let mut created: Vec<String> = Vec::new();
+    let mut ensure_chain = |lines: &mut Vec<String>, chain: &str| -> Result<(), PortmapError> {
+        if !dump.has_chain(chain) && !created.iter().any(|c| c == chain) {
+            lines.push(restore_line::<&str>("-N", chain, &[]).map_err(ipt_err)?);
+            created.push(chain.to_string());
+        }
+        Ok(())
+    };
+    let ensure_rule = |lines: &mut Vec<String>, chain: &str, rule: &[String], insert: bool| {
+        if dump.has_rule(chain, rule) {
+            return Ok(());
+        }
+        let line = if insert {
+            let mut with_pos = vec!["1".to_string()];
+            with_pos.extend(rule.iter().cloned());
+            restore_line("-I", chain, &with_pos)
+        } else {
+            restore_line("-A", chain, rule)
+        };
+        lines.push(line.map_err(ipt_err)?);
+        Ok::<(), PortmapError>(())
+    };
+    if config.snat && config.external_set_mark_chain.is_none() {
+        let mark = mark_def(config.mark_masq_bit);
+        ensure_chain(&mut lines, names::IPT_SETMARK)?;
+        ensure_rule(
+            &mut lines,
+            names::IPT_SETMARK,
+            &args(&[
+                "-m",
+                "comment",
+                "--comment",
+                names::IPT_SETMARK_COMMENT,
+                "-j",
+                "MARK",
+                "--set-xmark",
+                &mark,
+            ]),
+            false,
+        )?;
+        ensure_chain(&mut lines, names::IPT_MASQ)?;
+        ensure_rule(
+            &mut lines,
+            names::IPT_MASQ,
+            &args(&["-m", "mark", "--mark", &mark, "-j", "MASQUERADE"]),
+            false,
+        )?;
+        ensure_rule(
+            &mut lines,
+            "POSTROUTING",
+            &args(&[
+                "-m",
+                "comment",
+                "--comment",
+                names::IPT_MASQ_COMMENT,
+                "-j",
+                names::IPT_MASQ,
+            ]),
+            true,
+        )?;
+    }
+    ensure_chain(&mut lines, names::IPT_TOPLEVEL_DNAT)?;
+    for entry in ["PREROUTING", "OUTPUT"] {
+        ensure_rule(
+            &mut lines,
+            entry,
+            &args(&[
+                "-m",
+                "addrtype",
+                "--dst-type",
+                "LOCAL",
+                "-j",
+                names::IPT_TOPLEVEL_DNAT,
+            ]),
+            false,
+        )?;
+    }
+    let chain = names::dnat_chain(&config.network, container_id);
+    ensure_chain(&mut lines, &chain)?;
+    let mut seen: Vec<Vec<String>> = Vec::new();
+    for rule in dnat_rules(config, ip) {
+        // Append-unique, also against the rules of this very call.
+        if !seen.contains(&rule) {
+            ensure_rule(&mut lines, &chain, &rule, false)?;
+            seen.push(rule);
+        }
+    }
+    let mut seen_entries: Vec<Vec<String>> = Vec::new();
+    for rule in entry_rules(config, container_id, fam) {
+        if !seen_entries.contains(&rule) {
+            ensure_rule(&mut lines, names::IPT_TOPLEVEL_DNAT, &rule, false)?;
+            seen_entries.push(rule);
+        }
+    }
+    Ok(lines)
+}
+
+/// The restore lines removing the attachment's chains (and the entry rules jumping to them),
+/// including the legacy `CNI-SN-<hash>` chain. Shared chains stay.
+///
+/// # Errors
+/// An argument that cannot be written in a restore script.
+pub fn del_lines(
+    dump: &TableDump,
+    network: &str,
+    container_id: &str,
+) -> Result<Vec<String>, PortmapError> {
+    let mut lines = Vec::new();
+    for (entry, chain) in [
+        (
+            names::IPT_TOPLEVEL_DNAT,
+            names::dnat_chain(network, container_id),
+        ),
+        (
+            names::IPT_LEGACY_SNAT,
+            names::legacy_snat_chain(network, container_id),
+        ),
+    ] {
+        for rule in dump.rules(entry) {
+            if rule.len() >= 2 && rule[rule.len() - 2] == "-j" && rule[rule.len() - 1] == chain {
+                lines.push(restore_line("-D", entry, rule).map_err(ipt_err)?);
+            }
+        }
+        if dump.has_chain(&chain) {
+            lines.push(restore_line::<&str>("-F", &chain, &[]).map_err(ipt_err)?);
+            lines.push(restore_line::<&str>("-X", &chain, &[]).map_err(ipt_err)?);
+        }
+    }
+    Ok(lines)
+}
+
+fn lock() -> Result<common::lock::FileLock, PortmapError> {
+    Ok(common::lock::FileLock::acquire(
+        names::IPT_LOCK_FILE,
+        common::lock::DEFAULT_WAIT,
+    )?)
+}
+
+/// ADD: one transaction per container family; a failure in the second family rolls back the
+/// first.
+///
+/// # Errors
+/// Tool failures (code 11 for lock timeouts).
+pub fn add(config: &Config, container_id: &str, ips: &[IpNet]) -> Result<(), PortmapError> {
+    let _lock = lock()?;
+    let mut done: Vec<Iptables> = Vec::new();
+    for ip in ips {
+        let ipt = Iptables::new(family(IpFamily::of(ip.addr())));
+        let result = ipt
+            .save(NAT)
+            .map_err(ipt_err)
+            .and_then(|dump| add_lines(&dump, config, container_id, *ip))
+            .and_then(|lines| ipt.restore(NAT, &lines).map_err(ipt_err));
+        if let Err(e) = result {
+            for ipt in &done {
+                if let Err(undo) = teardown(ipt, &config.network, container_id) {
+                    log::warn!("rollback of {} failed: {undo}", ipt.family());
+                }
+            }
+            return Err(e);
+        }
+        done.push(ipt);
+    }
+    Ok(())
+}
+
+fn teardown(ipt: &Iptables, network: &str, container_id: &str) -> Result<(), PortmapError> {
+    let dump = ipt.save(NAT).map_err(ipt_err)?;
+    let lines = del_lines(&dump, network, container_id)?;
+    ipt.restore(NAT, &lines).map_err(ipt_err)
+}
+
+/// DEL for the given families: tools that are missing are skipped (nothing of ours can exist
+/// without them); other failures are collected.
+///
+/// # Errors
+/// The failures, joined.
+pub fn del(network: &str, container_id: &str, families: &[IpFamily]) -> Result<(), PortmapError> {
+    let _lock = lock()?;
+    let mut errors = Vec::new();
+    for f in families {
+        let ipt = Iptables::new(family(*f));
+        match teardown(&ipt, network, container_id) {
+            Ok(()) => {}
+            Err(PortmapError::Iptables(e)) if e.is_missing() => {}
+            Err(e) => errors.push(e),
+        }
+    }
+    match errors.into_iter().next() {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
+}
+
+/// CHECK: the chain, each of its rules and each entry rule must exist.
+///
+/// # Errors
+/// [`PortmapError::Check`] naming what is missing.
+pub fn check(config: &Config, container_id: &str, ips: &[IpNet]) -> Result<(), PortmapError> {
+    for ip in ips {
+        let fam = IpFamily::of(ip.addr());
+        let dump = Iptables::new(family(fam)).save(NAT).map_err(ipt_err)?;
+        let chain = names::dnat_chain(&config.network, container_id);
+        let which = if fam == IpFamily::V4 { "ipv4" } else { "ipv6" };
+        if !dump.has_chain(&chain) {
+            return Err(PortmapError::Check(format!(
+                "could not check {which} dnat: chain {chain} not found in iptables table nat"
+            )));
+        }
+        for rule in dnat_rules(config, *ip) {
+            if !dump.has_rule(&chain, &rule) {
+                return Err(PortmapError::Check(format!(
+                    "could not check {which} dnat: rule {rule:?} in chain {chain} not found in table nat"
+                )));
+            }
+        }
+        for rule in entry_rules(config, container_id, fam) {
+            if !dump.has_rule(names::IPT_TOPLEVEL_DNAT, &rule) {
+                return Err(PortmapError::Check(format!(
+                    "could not check {which} dnat: rule {rule:?} in chain {} not found in table nat",
+                    names::IPT_TOPLEVEL_DNAT
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// GC: tears down every `CNI-DN-` chain of `network` whose container is not in `live`, found
+/// by the entry rules' comments.
+///
+/// # Errors
+/// Tool failures other than a missing tool.
+pub fn gc(network: &str, live: &[String]) -> Result<(), PortmapError> {
+    let _lock = lock()?;
+    for f in [IpFamily::V4, IpFamily::V6] {
+        let ipt = Iptables::new(family(f));
+        let dump = match ipt.save(NAT) {
+            Ok(d) => d,
+            Err(e) if e.is_missing() => continue,
+            Err(e) => return Err(ipt_err(e)),
+        };
+        let prefix = format!("dnat name: \"{network}\" id: \"");
+        let mut lines = Vec::new();
+        let mut stale: Vec<String> = Vec::new();
+        for rule in dump.rules(names::IPT_TOPLEVEL_DNAT) {
+            let Some(pos) = rule.iter().position(|a| a == "--comment") else {
+                continue;
+            };
+            let Some(id) = rule
+                .get(pos + 1)
+                .and_then(|c| c.strip_prefix(&prefix))
+                .and_then(|rest| rest.strip_suffix('"'))
+            else {
+                continue;
+            };
+            if !live.iter().any(|l| l == id) && !stale.iter().any(|s| s == id) {
+                stale.push(id.to_string());
+            }
+        }
+        for id in stale {
+            lines.extend(del_lines(&dump, network, &id)?);
+        }
+        ipt.restore(NAT, &lines).map_err(ipt_err)?;
+    }
+    Ok(())
+}
+
+/// STATUS: the IPv4 tools work.
+///
+/// # Errors
+/// The tool failure.
+pub fn status() -> Result<(), PortmapError> {
+    Iptables::new(Family::V4).probe().map_err(ipt_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BackendChoice, HostIp, PortMapping};
+
+    fn config(mappings: Vec<PortMapping>) -> Config {
+        Config {
+            network: "net".into(),
+            backend: BackendChoice::Auto,
+            snat: true,
+            masq_all: false,
+            mark_masq_bit: 13,
+            external_set_mark_chain: None,
+            conditions_v4: Conditions::None,
+            conditions_v6: Conditions::None,
+            mappings,
+        }
+    }
+
+    fn m(host_port: u16, container_port: u16, proto: Proto, host_ip: HostIp) -> PortMapping {
+        PortMapping {
+            host_port,
+            container_port,
+            proto,
+            host_ip,
+        }
+    }
+
+    fn joined(rules: &[Vec<String>]) -> Vec<String> {
+        rules.iter().map(|r| r.join(" ")).collect()
+    }
+
+    #[test]
+    fn mark_bits_print_like_the_reference() {
+        assert_eq!(mark_def(13), "0x2000/0x2000");
+        assert_eq!(mark_def(5), "0x20/0x20");
+    }
+
+    #[test]
+    fn dnat_rules_cover_hairpin_localhost_and_dnat_in_save_form() {
+        let c = config(vec![
+            m(8080, 80, Proto::Tcp, HostIp::All),
+            m(
+                53,
+                53,
+                Proto::Udp,
+                HostIp::Addr("10.1.1.1".parse().unwrap()),
+            ),
+            m(9, 9, Proto::Udp, HostIp::Addr("fd00::1".parse().unwrap())),
+        ]);
+        assert_eq!(
+            joined(&dnat_rules(&c, "10.0.0.2/24".parse().unwrap())),
+            [
+                "-s 10.0.0.0/24 -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK",
+                "-s 127.0.0.1/32 -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK",
+                "-p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.0.0.2:80",
+                "-s 10.0.0.0/24 -d 10.1.1.1/32 -p udp -m udp --dport 53 -j CNI-HOSTPORT-SETMARK",
+                "-s 127.0.0.1/32 -d 10.1.1.1/32 -p udp -m udp --dport 53 -j CNI-HOSTPORT-SETMARK",
+                "-d 10.1.1.1/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.0.0.2:53",
+            ]
+        );
+        let mut c = config(vec![m(8080, 80, Proto::Tcp, HostIp::All)]);
+        c.masq_all = true;
+        c.external_set_mark_chain = Some("KUBE-MARK-MASQ".into());
+        assert_eq!(
+            joined(&dnat_rules(&c, "fd00::2/64".parse().unwrap())),
+            [
+                "-p tcp -m tcp --dport 8080 -j KUBE-MARK-MASQ",
+                "-p tcp -m tcp --dport 8080 -j DNAT --to-destination [fd00::2]:80",
+            ]
+        );
+        c.snat = false;
+        assert_eq!(dnat_rules(&c, "fd00::2/64".parse().unwrap()).len(), 1);
+    }
+
+    #[test]
+    fn entry_rules_group_per_protocol_in_chunks_of_15_with_conditions() {
+        let mut maps: Vec<PortMapping> = (1..=16)
+            .map(|p| m(p, 80, Proto::Udp, HostIp::All))
+            .collect();
+        maps.push(m(8080, 80, Proto::Tcp, HostIp::All));
+        let mut c = config(maps);
+        c.conditions_v4 = Conditions::Iptables(vec![
+            "-m".into(),
+            "mark".into(),
+            "--mark".into(),
+            "0x1".into(),
+            "-s".into(),
+            "10.0.0.1".into(),
+        ]);
+        let rules = joined(&entry_rules(&c, "ctr", IpFamily::V4));
+        let chain = names::dnat_chain("net", "ctr");
+        assert_eq!(rules.len(), 3);
+        assert_eq!(
+            rules[0],
+            format!(
+                "-s 10.0.0.1/32 -p tcp -m comment --comment dnat name: \"net\" id: \"ctr\" -m multiport --dports 8080 -m mark --mark 0x1 -j {chain}"
+            )
+        );
+        assert!(rules[1].contains("--dports 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15 "));
+        assert!(rules[2].contains("--dports 16 "));
+    }
+
+    #[test]
+    fn add_lines_create_only_what_the_dump_lacks() {
+        let c = config(vec![m(8080, 80, Proto::Tcp, HostIp::All)]);
+        let ip: IpNet = "10.0.0.2/24".parse().unwrap();
+        let empty = TableDump::parse(":PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n").unwrap();
+        let lines = add_lines(&empty, &c, "ctr", ip).unwrap();
+        let chain = names::dnat_chain("net", "ctr");
+        assert_eq!(lines[0], "-N CNI-HOSTPORT-SETMARK");
+        assert!(lines.contains(&"-I POSTROUTING 1 -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ".to_string()));
+        assert!(lines.contains(&format!("-N {chain}")));
+        // Applying them gives a dump in which nothing is missing any more.
+        let mut text = String::from(
+            ":PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n",
+        );
+        for l in &lines {
+            if let Some(n) = l.strip_prefix("-N ") {
+                text.push_str(&format!(":{n} - [0:0]\n"));
+            }
+        }
+        for l in &lines {
+            if let Some(r) = l.strip_prefix("-I POSTROUTING 1 ") {
+                text.push_str(&format!("-A POSTROUTING {r}\n"));
+            } else if l.starts_with("-A ") {
+                text.push_str(&format!("{l}\n"));
+            }
+        }
+        let full = TableDump::parse(&text).unwrap();
+        assert!(add_lines(&full, &c, "ctr", ip).unwrap().is_empty());
+        let del = del_lines(&full, "net", "ctr").unwrap();
+        assert_eq!(del.len(), 3, "{del:?}");
+        assert!(del[0].starts_with("-D CNI-HOSTPORT-DNAT -p tcp"));
+        assert_eq!(del[1], format!("-F {chain}"));
+    }
+}

@@ -1,0 +1,669 @@
+//! Configuration: the wire keys (decoded as Go does) → a validated [`Config`] (pure).
+
+use std::net::IpAddr;
+
+use common::conf::NetConf;
+use common::error::CniError;
+use common::nft::L4Proto;
+use common::types::CniResult;
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use crate::error::PortmapError;
+
+/// The plugin's own keys, as sent.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PortmapKeys {
+    backend: Option<String>,
+    snat: Option<bool>,
+    #[serde(rename = "masqAll")]
+    masq_all: Option<bool>,
+    #[serde(rename = "markMasqBit")]
+    mark_masq_bit: Option<i64>,
+    #[serde(rename = "externalSetMarkChain")]
+    external_set_mark_chain: Option<String>,
+    #[serde(rename = "conditionsV4")]
+    conditions_v4: Option<Vec<String>>,
+    #[serde(rename = "conditionsV6")]
+    conditions_v6: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct RuntimeConfig {
+    #[serde(rename = "portMappings")]
+    port_mappings: Vec<WireMapping>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct WireMapping {
+    #[serde(rename = "hostPort")]
+    host_port: i64,
+    #[serde(rename = "containerPort")]
+    container_port: i64,
+    protocol: String,
+    #[serde(rename = "hostIP")]
+    host_ip: Option<String>,
+}
+
+/// The default `markMasqBit`.
+pub const DEFAULT_MARK_MASQ_BIT: u32 = 13;
+
+/// Which mechanism programs the mappings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Native nftables maps over netlink.
+    Nftables,
+    /// The reference's iptables layout through `iptables-restore`.
+    Iptables,
+}
+
+/// The backend as configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// Named in the config.
+    Fixed(Backend),
+    /// Absent or `""`: nftables when the kernel has it, unless iptables-only options are set.
+    Auto,
+}
+
+/// A transport protocol of a mapping.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    /// `tcp`.
+    Tcp,
+    /// `udp`.
+    Udp,
+    /// `sctp`.
+    Sctp,
+}
+
+impl Proto {
+    /// The name iptables and nft use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+            Proto::Sctp => "sctp",
+        }
+    }
+
+    /// The nftables protocol value.
+    pub fn l4(self) -> L4Proto {
+        match self {
+            Proto::Tcp => L4Proto::Tcp,
+            Proto::Udp => L4Proto::Udp,
+            Proto::Sctp => L4Proto::Sctp,
+        }
+    }
+}
+
+/// Which host addresses a mapping listens on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum HostIp {
+    /// No `hostIP`: every local address of both families.
+    All,
+    /// `0.0.0.0` or `::`: every local address of that family only.
+    Any(IpFamily),
+    /// One host address.
+    Addr(IpAddr),
+}
+
+/// An IP family.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum IpFamily {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+impl IpFamily {
+    /// The family of `addr`.
+    pub fn of(addr: IpAddr) -> IpFamily {
+        if addr.is_ipv4() {
+            IpFamily::V4
+        } else {
+            IpFamily::V6
+        }
+    }
+}
+
+impl HostIp {
+    /// Whether the mapping applies to a container address of `family`.
+    pub fn applies_to(self, family: IpFamily) -> bool {
+        match self {
+            HostIp::All => true,
+            HostIp::Any(f) => f == family,
+            HostIp::Addr(a) => IpFamily::of(a) == family,
+        }
+    }
+
+    /// The specific address, if any.
+    pub fn addr(self) -> Option<IpAddr> {
+        match self {
+            HostIp::Addr(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+/// One validated port mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct PortMapping {
+    /// The host port.
+    pub host_port: u16,
+    /// The container port.
+    pub container_port: u16,
+    /// The protocol.
+    pub proto: Proto,
+    /// The host addresses.
+    pub host_ip: HostIp,
+}
+
+/// One nftables condition of the supported subset.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum NftCondition {
+    /// `ip saddr 10.0.0.0/8`, `ip6 saddr fd00::/8`.
+    Saddr(IpNet),
+    /// `ip daddr …`, `ip6 daddr …`.
+    Daddr(IpNet),
+    /// `iifname "eth0"`.
+    IifName(String),
+    /// `oifname "eth0"`.
+    OifName(String),
+    /// `meta mark 0x10` (or `mark 0x10`).
+    Mark(u32),
+}
+
+/// The extra match conditions of one family.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Conditions {
+    /// None.
+    #[default]
+    None,
+    /// iptables arguments, appended to the entry rules.
+    Iptables(Vec<String>),
+    /// nftables matches, gating this attachment's mappings.
+    Nftables(Vec<NftCondition>),
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The network name.
+    pub network: String,
+    /// The backend as configured.
+    pub backend: BackendChoice,
+    /// Masquerade hairpin and localhost traffic (and set `route_localnet`).
+    pub snat: bool,
+    /// Masquerade every source of mapped traffic.
+    pub masq_all: bool,
+    /// The iptables masquerade mark bit.
+    pub mark_masq_bit: u32,
+    /// The iptables chain to jump to instead of `CNI-HOSTPORT-SETMARK`.
+    pub external_set_mark_chain: Option<String>,
+    /// `conditionsV4`.
+    pub conditions_v4: Conditions,
+    /// `conditionsV6`.
+    pub conditions_v6: Conditions,
+    /// `runtimeConfig.portMappings`.
+    pub mappings: Vec<PortMapping>,
+}
+
+impl Config {
+    /// The conditions of `family`.
+    pub fn conditions(&self, family: IpFamily) -> &Conditions {
+        match family {
+            IpFamily::V4 => &self.conditions_v4,
+            IpFamily::V6 => &self.conditions_v6,
+        }
+    }
+}
+
+fn invalid(msg: String) -> PortmapError {
+    PortmapError::Config(msg)
+}
+
+/// Classifies a raw conditions list as the reference does: by its first token.
+fn classify(raw: &Option<Vec<String>>) -> Option<Backend> {
+    let first = raw.as_ref()?.first()?;
+    if first.is_empty() {
+        return None;
+    }
+    if first.starts_with('-') || first.starts_with('!') {
+        Some(Backend::Iptables)
+    } else {
+        Some(Backend::Nftables)
+    }
+}
+
+/// Validates the decoded configuration.
+///
+/// # Errors
+/// Code 7 naming the offending key or mapping entry.
+pub fn parse(conf: &NetConf<PortmapKeys>) -> Result<Config, CniError> {
+    let rc: RuntimeConfig = conf.runtime_config()?;
+    Ok(validate(&conf.name, &conf.plugin, &rc.port_mappings)?)
+}
+
+fn validate(
+    network: &str,
+    keys: &PortmapKeys,
+    wire: &[WireMapping],
+) -> Result<Config, PortmapError> {
+    if keys.mark_masq_bit.is_some() && keys.external_set_mark_chain.is_some() {
+        return Err(invalid(
+            "cannot specify externalSetMarkChain and markMasqBit".to_string(),
+        ));
+    }
+    let mark_masq_bit = match keys.mark_masq_bit {
+        None => DEFAULT_MARK_MASQ_BIT,
+        Some(b) => u32::try_from(b)
+            .ok()
+            .filter(|b| *b <= 31)
+            .ok_or_else(|| invalid(format!("markMasqBit must be between 0 and 31, got {b}")))?,
+    };
+    let v4_kind = classify(&keys.conditions_v4);
+    let v6_kind = classify(&keys.conditions_v6);
+    let mut ipt_only = Vec::new();
+    let mut nft_only = Vec::new();
+    if keys.external_set_mark_chain.is_some() {
+        ipt_only.push("externalSetMarkChain");
+    }
+    for (key, kind) in [("conditionsV4", v4_kind), ("conditionsV6", v6_kind)] {
+        match kind {
+            Some(Backend::Iptables) => ipt_only.push(key),
+            Some(Backend::Nftables) => nft_only.push(key),
+            None => {}
+        }
+    }
+    let backend = match keys.backend.as_deref() {
+        None => {
+            if !ipt_only.is_empty() && !nft_only.is_empty() {
+                return Err(invalid(format!(
+                    "configuration mixes iptables-specific options {ipt_only:?} and nftables-specific options {nft_only:?}"
+                )));
+            }
+            BackendChoice::Auto
+        }
+        Some("nftables") => BackendChoice::Fixed(Backend::Nftables),
+        Some("iptables") => BackendChoice::Fixed(Backend::Iptables),
+        Some(other) => return Err(invalid(format!("unrecognized backend {other:?}"))),
+    };
+    let list = |v: &[&str]| format!("[{}]", v.join(" "));
+    match backend {
+        BackendChoice::Fixed(Backend::Iptables) if !nft_only.is_empty() => {
+            return Err(invalid(format!(
+                "iptables backend was requested but configuration contains nftables-specific options {}",
+                list(&nft_only)
+            )));
+        }
+        BackendChoice::Fixed(Backend::Nftables) if !ipt_only.is_empty() => {
+            return Err(invalid(format!(
+                "nftables backend was requested but configuration contains iptables-specific options {}",
+                list(&ipt_only)
+            )));
+        }
+        _ => {}
+    }
+    let conditions = |key: &str, raw: &Option<Vec<String>>, kind, family| match kind {
+        None => Ok(Conditions::None),
+        Some(Backend::Iptables) => Ok(Conditions::Iptables(raw.clone().unwrap_or_default())),
+        Some(Backend::Nftables) => {
+            parse_nft_conditions(key, raw.as_deref().unwrap_or_default(), family)
+                .map(Conditions::Nftables)
+        }
+    };
+    let conditions_v4 = conditions("conditionsV4", &keys.conditions_v4, v4_kind, IpFamily::V4)?;
+    let conditions_v6 = conditions("conditionsV6", &keys.conditions_v6, v6_kind, IpFamily::V6)?;
+    let mappings = wire
+        .iter()
+        .enumerate()
+        .map(|(i, m)| validate_mapping(i, m))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Config {
+        network: network.to_string(),
+        backend,
+        snat: keys.snat.unwrap_or(true),
+        masq_all: keys.masq_all.unwrap_or(false),
+        mark_masq_bit,
+        external_set_mark_chain: keys.external_set_mark_chain.clone(),
+        conditions_v4,
+        conditions_v6,
+        mappings,
+    })
+}
+
+fn validate_mapping(i: usize, m: &WireMapping) -> Result<PortMapping, PortmapError> {
+    let at = |what: String| invalid(format!("runtimeConfig.portMappings[{i}]: {what}"));
+    let port = |n: i64, key: &str| {
+        u16::try_from(n)
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| at(format!("invalid {key} {n}: must be 1-65535")))
+    };
+    let container_port = port(m.container_port, "containerPort")?;
+    let host_port = port(m.host_port, "hostPort")?;
+    let proto = match m.protocol.to_ascii_lowercase().as_str() {
+        "tcp" => Proto::Tcp,
+        "udp" => Proto::Udp,
+        "sctp" => Proto::Sctp,
+        _ => {
+            return Err(at(format!(
+                "unknown protocol {:?}: must be tcp, udp or sctp",
+                m.protocol
+            )));
+        }
+    };
+    let host_ip = match m.host_ip.as_deref() {
+        None => HostIp::All,
+        Some(s) => match s.parse::<IpAddr>() {
+            Ok(a) if a.is_unspecified() => HostIp::Any(IpFamily::of(a)),
+            Ok(a) => HostIp::Addr(a),
+            Err(_) => return Err(at(format!("invalid hostIP {s:?}"))),
+        },
+    };
+    Ok(PortMapping {
+        host_port,
+        container_port,
+        proto,
+        host_ip,
+    })
+}
+
+/// Parses nftables conditions: the entries are joined with spaces and read as a sequence of
+/// `ip|ip6 saddr|daddr ADDR[/LEN]`, `iifname NAME`, `oifname NAME`, `[meta] mark VALUE`.
+fn parse_nft_conditions(
+    key: &str,
+    raw: &[String],
+    family: IpFamily,
+) -> Result<Vec<NftCondition>, PortmapError> {
+    let text = raw.join(" ");
+    let mut tokens = text.split_whitespace().peekable();
+    let mut out = Vec::new();
+    let bad = |token: &str, why: &str| {
+        invalid(format!(
+            "{key}: unsupported nftables condition at {token:?}: {why} (supported: ip/ip6 saddr/daddr ADDR[/LEN], iifname NAME, oifname NAME, meta mark VALUE)"
+        ))
+    };
+    while let Some(token) = tokens.next() {
+        match token {
+            "ip" | "ip6" => {
+                let want = if token == "ip" {
+                    IpFamily::V4
+                } else {
+                    IpFamily::V6
+                };
+                if want != family {
+                    return Err(bad(token, "wrong address family for this list"));
+                }
+                let dir = tokens
+                    .next()
+                    .ok_or_else(|| bad(token, "missing saddr/daddr"))?;
+                let value = tokens.next().ok_or_else(|| bad(dir, "missing address"))?;
+                if value == "!=" {
+                    return Err(bad(value, "negation is not supported"));
+                }
+                let net = parse_net(value, family)
+                    .ok_or_else(|| bad(value, "not an address or prefix of this family"))?;
+                out.push(match dir {
+                    "saddr" => NftCondition::Saddr(net),
+                    "daddr" => NftCondition::Daddr(net),
+                    _ => return Err(bad(dir, "expected saddr or daddr")),
+                });
+            }
+            "iifname" | "oifname" => {
+                let value = tokens
+                    .next()
+                    .ok_or_else(|| bad(token, "missing interface name"))?;
+                let name = value.trim_matches('"');
+                if value == "!=" || name.is_empty() || name.len() > 15 || name.contains('*') {
+                    return Err(bad(value, "expected an exact interface name of 1-15 bytes"));
+                }
+                out.push(if token == "iifname" {
+                    NftCondition::IifName(name.to_string())
+                } else {
+                    NftCondition::OifName(name.to_string())
+                });
+            }
+            "meta" | "mark" => {
+                if token == "meta" && tokens.next_if_eq(&"mark").is_none() {
+                    return Err(bad(token, "only meta mark is supported"));
+                }
+                let value = tokens
+                    .next()
+                    .ok_or_else(|| bad(token, "missing mark value"))?;
+                let mark = parse_u32(value).ok_or_else(|| bad(value, "expected a mark number"))?;
+                out.push(NftCondition::Mark(mark));
+            }
+            other => return Err(bad(other, "unknown token")),
+        }
+    }
+    Ok(out)
+}
+
+fn parse_net(s: &str, family: IpFamily) -> Option<IpNet> {
+    let net = s
+        .parse::<IpNet>()
+        .ok()
+        .or_else(|| s.parse::<IpAddr>().ok().map(IpNet::from))?;
+    (IpFamily::of(net.addr()) == family).then_some(net)
+}
+
+fn parse_u32(s: &str) -> Option<u32> {
+    match s.strip_prefix("0x") {
+        Some(hex) => u32::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// The container's addresses (with prefix) picked from `prevResult` as the reference does:
+/// the first IPv4 and the first IPv6 whose interface, when its index is valid, is `ifname`
+/// inside a sandbox.
+pub fn container_ips(prev: &CniResult, ifname: &str) -> (Option<IpNet>, Option<IpNet>) {
+    let mut v4 = None;
+    let mut v6 = None;
+    for ip in &prev.ips {
+        if let Some(iface) = ip.interface.and_then(|i| prev.interfaces.get(i)) {
+            let in_sandbox = iface.sandbox.as_deref().is_some_and(|s| !s.is_empty());
+            if iface.name != ifname || !in_sandbox {
+                continue;
+            }
+        }
+        let slot = if ip.address.addr().is_ipv4() {
+            &mut v4
+        } else {
+            &mut v6
+        };
+        if slot.is_none() {
+            *slot = Some(ip.address);
+        }
+    }
+    (v4, v6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn conf(v: serde_json::Value) -> Result<Config, CniError> {
+        let mut v = v;
+        v["name"] = json!("net");
+        v["cniVersion"] = json!("1.0.0");
+        v["type"] = json!("portmap");
+        let conf: NetConf<PortmapKeys> = NetConf::from_value(v)?;
+        parse(&conf)
+    }
+
+    fn err(v: serde_json::Value) -> String {
+        let e = conf(v).expect_err("must fail");
+        assert_eq!(e.code.as_u32(), 7, "{}", e.msg);
+        e.msg
+    }
+
+    #[test]
+    fn defaults_match_the_reference() {
+        let c = conf(json!({})).unwrap();
+        assert!(c.snat);
+        assert!(!c.masq_all);
+        assert_eq!(c.mark_masq_bit, 13);
+        assert_eq!(c.backend, BackendChoice::Auto);
+        assert!(c.mappings.is_empty());
+    }
+
+    #[test]
+    fn keys_match_case_insensitively_and_protocols_in_any_case() {
+        let c = conf(json!({"SNAT": false, "runtimeConfig": {"portMappings": [
+            {"HostPort": 8080, "ContainerPort": 80, "Protocol": "TCP", "HostIP": "10.1.1.1"}
+        ]}}))
+        .unwrap();
+        assert!(!c.snat);
+        assert_eq!(
+            c.mappings,
+            vec![PortMapping {
+                host_port: 8080,
+                container_port: 80,
+                proto: Proto::Tcp,
+                host_ip: HostIp::Addr("10.1.1.1".parse().unwrap()),
+            }]
+        );
+    }
+
+    #[test]
+    fn wildcard_host_ips_bind_their_own_family_only() {
+        let c = conf(json!({"runtimeConfig": {"portMappings": [
+            {"hostPort": 1, "containerPort": 1, "protocol": "udp", "hostIP": "0.0.0.0"},
+            {"hostPort": 2, "containerPort": 1, "protocol": "udp", "hostIP": "::"},
+            {"hostPort": 3, "containerPort": 1, "protocol": "udp", "hostIP": ""}
+        ]}}))
+        .unwrap();
+        assert!(c.mappings[0].host_ip.applies_to(IpFamily::V4));
+        assert!(!c.mappings[0].host_ip.applies_to(IpFamily::V6));
+        assert!(c.mappings[1].host_ip.applies_to(IpFamily::V6));
+        assert!(!c.mappings[1].host_ip.applies_to(IpFamily::V4));
+        assert_eq!(c.mappings[2].host_ip, HostIp::All);
+    }
+
+    #[test]
+    fn invalid_values_are_code_7_naming_the_entry() {
+        let cases = [
+            (
+                json!({"hostPort": 0, "containerPort": 80, "protocol": "tcp"}),
+                "portMappings[0]: invalid hostPort 0",
+            ),
+            (
+                json!({"hostPort": 70000, "containerPort": 80, "protocol": "tcp"}),
+                "invalid hostPort 70000",
+            ),
+            (
+                json!({"hostPort": 80, "containerPort": -1, "protocol": "tcp"}),
+                "invalid containerPort -1",
+            ),
+            (
+                json!({"hostPort": 80, "containerPort": 80, "protocol": "icmp"}),
+                "unknown protocol \"icmp\"",
+            ),
+            (
+                json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp", "hostIP": "nope"}),
+                "invalid hostIP \"nope\"",
+            ),
+        ];
+        for (mapping, want) in cases {
+            let msg = err(json!({"runtimeConfig": {"portMappings": [mapping]}}));
+            assert!(msg.contains(want), "{msg} lacks {want}");
+        }
+    }
+
+    #[test]
+    fn mark_bit_is_checked_and_exclusive_with_the_external_chain() {
+        assert!(err(json!({"markMasqBit": 32})).contains("markMasqBit must be between 0 and 31"));
+        assert!(err(json!({"markMasqBit": -1})).contains("markMasqBit"));
+        assert!(
+            err(json!({"markMasqBit": 13, "externalSetMarkChain": "KUBE-MARK-MASQ"}))
+                .contains("cannot specify externalSetMarkChain and markMasqBit")
+        );
+        assert_eq!(conf(json!({"markMasqBit": 5})).unwrap().mark_masq_bit, 5);
+    }
+
+    #[test]
+    fn options_of_the_other_backend_are_rejected_with_the_reference_messages() {
+        assert_eq!(
+            err(json!({"backend": "iptables", "conditionsV4": ["ip", "saddr", "1.2.3.4"]})),
+            "iptables backend was requested but configuration contains nftables-specific options [conditionsV4]"
+        );
+        assert_eq!(
+            err(
+                json!({"backend": "nftables", "externalSetMarkChain": "X", "conditionsV6": ["!", "-s", "::1"]})
+            ),
+            "nftables backend was requested but configuration contains iptables-specific options [externalSetMarkChain conditionsV6]"
+        );
+        assert_eq!(err(json!({"backend": "pf"})), "unrecognized backend \"pf\"");
+    }
+
+    #[test]
+    fn empty_backend_means_auto_and_is_resolved_by_options() {
+        let c = conf(json!({"backend": "", "conditionsV4": ["-s", "1.2.3.4"]})).unwrap();
+        assert_eq!(c.backend, BackendChoice::Auto);
+        assert_eq!(
+            c.conditions_v4,
+            Conditions::Iptables(vec!["-s".into(), "1.2.3.4".into()])
+        );
+    }
+
+    #[test]
+    fn nft_conditions_parse_the_documented_subset_and_name_bad_tokens() {
+        let c = conf(
+            json!({"conditionsV4": ["ip saddr 10.0.0.0/8", "iifname \"eth0\"", "meta mark 0x10"],
+                            "conditionsV6": ["ip6", "daddr", "fd00::1"]}),
+        )
+        .unwrap();
+        assert_eq!(
+            c.conditions_v4,
+            Conditions::Nftables(vec![
+                NftCondition::Saddr("10.0.0.0/8".parse().unwrap()),
+                NftCondition::IifName("eth0".into()),
+                NftCondition::Mark(0x10),
+            ])
+        );
+        assert_eq!(
+            c.conditions_v6,
+            Conditions::Nftables(vec![NftCondition::Daddr("fd00::1/128".parse().unwrap())])
+        );
+        let msg = err(json!({"conditionsV4": ["ip saddr 10.0.0.0/8 tcp dport 22"]}));
+        assert!(
+            msg.contains("conditionsV4") && msg.contains("\"tcp\""),
+            "{msg}"
+        );
+        let msg = err(json!({"conditionsV4": ["ip6 saddr fd00::/8"]}));
+        assert!(msg.contains("\"ip6\""), "{msg}");
+    }
+
+    #[test]
+    fn container_ips_follow_the_sandbox_and_ifname_rule() {
+        let prev = CniResult::from_prev_result(
+            &json!({"cniVersion": "1.0.0",
+            "interfaces": [{"name": "host0"}, {"name": "eth0", "sandbox": "/run/netns/x"}],
+            "ips": [
+                {"interface": 0, "address": "192.168.0.1/24"},
+                {"interface": 1, "address": "10.0.0.2/24"},
+                {"address": "fd00::2/64"},
+                {"interface": 1, "address": "10.0.0.3/24"}
+            ]}),
+            "1.0.0",
+        )
+        .unwrap();
+        let (v4, v6) = container_ips(&prev, "eth0");
+        assert_eq!(v4, Some("10.0.0.2/24".parse().unwrap()));
+        assert_eq!(v6, Some("fd00::2/64".parse().unwrap()));
+    }
+}

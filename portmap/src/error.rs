@@ -1,0 +1,61 @@
+//! The plugin's errors and their CNI codes.
+
+use common::error::{CniError, ErrorCode};
+
+/// A portmap failure.
+#[derive(Debug, thiserror::Error)]
+pub enum PortmapError {
+    /// Invalid configuration (code 7).
+    #[error("{0}")]
+    Config(String),
+    /// A host port is already mapped by another attachment.
+    #[error("host port {what} is already mapped by {owner}")]
+    Conflict {
+        /// `tcp/8080` or `10.1.1.1 tcp/8080`.
+        what: String,
+        /// The owner's comment (`network/containerID/ifname`) or the Go plugin's chain.
+        owner: String,
+    },
+    /// nftables refused or failed.
+    #[error("unable to set up nftables port mappings: {0}")]
+    Nft(#[source] common::nft::NftError),
+    /// iptables failed.
+    #[error("unable to set up iptables port mappings: {0}")]
+    Iptables(#[source] common::iptables::IptablesError),
+    /// Our iptables lock could not be taken.
+    #[error(transparent)]
+    Lock(#[from] common::lock::LockError),
+    /// CHECK found drift.
+    #[error("{0}")]
+    Check(String),
+    /// `route_localnet` could not be enabled.
+    #[error("unable to enable route_localnet: {0}")]
+    RouteLocalnet(String),
+    /// The state store failed.
+    #[error("portmap state: {0}")]
+    Store(#[source] common::store::StoreError),
+    /// No backend is usable (STATUS).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl From<PortmapError> for CniError {
+    fn from(err: PortmapError) -> Self {
+        use common::iptables::IptablesError;
+        let code = match &err {
+            PortmapError::Config(_) => ErrorCode::InvalidConfig,
+            PortmapError::Lock(common::lock::LockError::Timeout { .. })
+            | PortmapError::Iptables(
+                IptablesError::Locked { .. } | IptablesError::Timeout { .. },
+            ) => ErrorCode::TryAgainLater,
+            PortmapError::Lock(_) | PortmapError::Store(_) => ErrorCode::Io,
+            PortmapError::Unavailable(_) => ErrorCode::PluginNotAvailable,
+            PortmapError::Conflict { .. }
+            | PortmapError::Nft(_)
+            | PortmapError::Iptables(_)
+            | PortmapError::Check(_)
+            | PortmapError::RouteLocalnet(_) => ErrorCode::Internal,
+        };
+        CniError::from_error(code, &err)
+    }
+}

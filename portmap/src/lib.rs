@@ -1,0 +1,425 @@
+//! `portmap`: forwards host ports to a container (DNAT), with masquerading for hairpin and
+//! localhost traffic, as a chained CNI plugin. A drop-in for the reference plugin; see
+//! `portmap/README.md`.
+//!
+//! Verbs: ADD programs the mappings of `runtimeConfig.portMappings` for the container addresses
+//! of `prevResult`; CHECK verifies exactly them; DEL removes them (also without
+//! `runtimeConfig`/`prevResult`, and the Go plugin's rules of the attachment); GC removes those of
+//! attachments not in `cni.dev/valid-attachments`; STATUS probes the backend.
+//!
+//! Kernel objects:
+//! - nftables backend (default): tables `ip cni_portmap` / `ip6 cni_portmap` with maps
+//!   `ports`, `hostip_ports`, `gated_ports`, `gated_hostip_ports`, sets `hairpin`,
+//!   `localhost`, `masq_all` and chains `prerouting`, `output`, `postrouting`, `hostports`,
+//!   `gate_<hash>` (`nft list table ip cni_portmap`); elements are commented
+//!   `network/containerID/ifname`.
+//! - iptables backend: the reference's `nat` chains `CNI-HOSTPORT-DNAT`, `CNI-DN-<hash>`,
+//!   `CNI-HOSTPORT-SETMARK`, `CNI-HOSTPORT-MASQ` (`iptables-save -t nat`).
+//! - `net.ipv4.conf.<host if>.route_localnet = 1` when `snat` (IPv4); UDP conntrack entries of
+//!   the mapped host ports are deleted on ADD and DEL (`conntrack -D -p udp --dport N`).
+//! - state files under `/run/cni/portmap/`.
+
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod names;
+pub mod plan;
+pub mod state;
+
+use common::conf::NetConf;
+use common::conntrack::{Conntrack, FlowFilter};
+use common::error::{CniError, ErrorCode};
+use common::nft::Nft;
+use common::skel::{Call, Plugin};
+use common::types::CniResult;
+use ipnet::IpNet;
+
+use crate::backend::{iptables, nftables};
+use crate::config::{Backend, BackendChoice, Config, IpFamily, PortmapKeys};
+use crate::error::PortmapError;
+use crate::plan::Attachment;
+use crate::state::State;
+
+/// The plugin.
+#[derive(Debug, Clone, Copy)]
+pub struct Portmap;
+
+struct Loaded {
+    config: Config,
+    prev: Option<CniResult>,
+    att: Attachment,
+}
+
+fn load(call: &Call) -> Result<Loaded, CniError> {
+    let conf: NetConf<PortmapKeys> = call.conf()?;
+    let config = config::parse(&conf)?;
+    let prev = conf.prev_result()?;
+    Ok(Loaded {
+        att: Attachment {
+            network: conf.name.clone(),
+            container_id: call.container_id.clone(),
+            ifname: call.ifname.clone(),
+        },
+        config,
+        prev,
+    })
+}
+
+fn require_prev(prev: Option<CniResult>) -> Result<CniResult, CniError> {
+    prev.ok_or_else(|| {
+        CniError::invalid_config("must be called as a chained plugin: prevResult is missing")
+    })
+}
+
+/// The container addresses of families that have mappings.
+fn mapped_ips(config: &Config, prev: &CniResult, ifname: &str) -> Vec<IpNet> {
+    let (v4, v6) = config::container_ips(prev, ifname);
+    [v4, v6]
+        .into_iter()
+        .flatten()
+        .filter(|ip| plan::has_mappings_for(config, IpFamily::of(ip.addr())))
+        .collect()
+}
+
+fn nft_handle() -> Result<Nft, PortmapError> {
+    Nft::new().map_err(PortmapError::Nft)
+}
+
+/// The backend to use: the configured one, or for auto iptables when iptables-only options are
+/// set, else nftables when nf_tables answers.
+fn resolve(config: &Config) -> Backend {
+    match config.backend {
+        BackendChoice::Fixed(b) => b,
+        BackendChoice::Auto => {
+            let ipt_only = config.external_set_mark_chain.is_some()
+                || matches!(config.conditions_v4, config::Conditions::Iptables(_))
+                || matches!(config.conditions_v6, config::Conditions::Iptables(_));
+            if ipt_only {
+                return Backend::Iptables;
+            }
+            let usable = Nft::new()
+                .and_then(|mut n| nftables::table_exists(&mut n, IpFamily::V4))
+                .is_ok();
+            if usable {
+                Backend::Nftables
+            } else {
+                log::info!("nf_tables is not usable here: using the iptables backend");
+                Backend::Iptables
+            }
+        }
+    }
+}
+
+/// Deletes UDP conntrack entries of the mapped host ports (failures are only logged: the
+/// mappings themselves are in place).
+fn flush_udp(config: &Config, families: &[IpFamily]) {
+    let mut ct = None;
+    for family in families {
+        let targets = plan::udp_flush_targets(config, *family);
+        if targets.is_empty() {
+            continue;
+        }
+        if ct.is_none() {
+            match Conntrack::new() {
+                Ok(c) => ct = Some(c),
+                Err(e) => {
+                    log::warn!("failed to open conntrack: {e}");
+                    return;
+                }
+            }
+        }
+        let Some(c) = ct.as_mut() else { return };
+        for (port, daddr) in targets {
+            let filter = FlowFilter {
+                proto: common::nft::L4Proto::Udp,
+                dport: port,
+                daddr,
+            };
+            if let Err(e) = c.delete(plan::nfproto(*family), &filter) {
+                log::warn!("failed to delete stale UDP conntrack entries for port {port}: {e}");
+            }
+        }
+    }
+}
+
+/// Sets `route_localnet` on the host interface routing to `ip`, as the reference does.
+fn enable_route_localnet(ip: std::net::IpAddr) -> Result<(), PortmapError> {
+    let err = |e: String| PortmapError::RouteLocalnet(e);
+    let mut nl = common::netlink::Netlink::new().map_err(|e| err(e.to_string()))?;
+    let oif = nl
+        .route_get_oif(ip)
+        .map_err(|e| err(e.to_string()))?
+        .ok_or_else(|| err(format!("no interface routes to {ip}")))?;
+    let link = nl.link_by_index(oif).map_err(|e| err(e.to_string()))?;
+    let key = common::sysctl::SysctlKey::interface("ipv4", &link.name, "route_localnet")
+        .map_err(|e| err(e.to_string()))?;
+    common::sysctl::Sysctl::new(common::sysctl::PROC_SYS)
+        .write(&key, "1")
+        .map_err(|e| err(e.to_string()))
+}
+
+fn families(ips: &[IpNet]) -> Vec<IpFamily> {
+    ips.iter().map(|ip| IpFamily::of(ip.addr())).collect()
+}
+
+fn add(call: &Call) -> Result<CniResult, CniError> {
+    let Loaded { config, prev, att } = load(call)?;
+    let prev = require_prev(prev)?;
+    if config.mappings.is_empty() {
+        return Ok(prev);
+    }
+    let ips = mapped_ips(&config, &prev, &call.ifname);
+    if ips.is_empty() {
+        return Ok(prev);
+    }
+    let backend = resolve(&config);
+    let store = state::store()?;
+    let file = state::file(&att);
+    let old: Option<State> = store.read(&file).map_err(PortmapError::Store)?;
+    let new = State::new(backend, &config, &att, &ips);
+    if let Some(old) = old.as_ref().filter(|o| **o != new) {
+        // A re-ADD with other mappings: drop the old ones first so none is left unowned.
+        remove(&config, old)?;
+    }
+    store.write(&file, &new).map_err(PortmapError::Store)?;
+    let result = match backend {
+        Backend::Nftables => {
+            nft_handle().and_then(|mut n| nftables::add(&mut n, &config, &att, &ips))
+        }
+        Backend::Iptables => iptables::add(&config, &att.container_id, &ips),
+    }
+    .and_then(|()| {
+        let v4 = ips.iter().find(|ip| ip.addr().is_ipv4());
+        match v4 {
+            Some(ip) if config.snat => enable_route_localnet(ip.addr()).inspect_err(|_| {
+                if let Err(e) = remove(&config, &new) {
+                    log::warn!("rollback after a failed ADD failed: {e}");
+                }
+            }),
+            _ => Ok(()),
+        }
+    });
+    if let Err(e) = result {
+        if let Err(e) = store.remove(&file) {
+            log::warn!("failed to remove state after a failed ADD: {e}");
+        }
+        return Err(e.into());
+    }
+    flush_udp(&config, &families(&ips));
+    Ok(prev)
+}
+
+/// Removes what `state` records.
+fn remove(config: &Config, state: &State) -> Result<(), PortmapError> {
+    let recorded = state.apply_to(config);
+    let att = state.attachment();
+    match state.backend {
+        Backend::Nftables => nftables::del_planned(&mut nft_handle()?, &recorded, &att, &state.ips),
+        Backend::Iptables => {
+            iptables::del(&state.network, &state.container_id, &families(&state.ips))
+        }
+    }
+}
+
+fn check(call: &Call) -> Result<(), CniError> {
+    let Loaded { config, prev, att } = load(call)?;
+    let prev = require_prev(prev)?;
+    if config.mappings.is_empty() {
+        return Ok(());
+    }
+    let ips = mapped_ips(&config, &prev, &call.ifname);
+    if ips.is_empty() {
+        return Ok(());
+    }
+    // The backend that made it, when we did; else what ADD would pick.
+    let recorded: Option<State> = state::store()?
+        .read(&state::file(&att))
+        .map_err(PortmapError::Store)?;
+    let backend = recorded.map_or_else(|| resolve(&config), |s| s.backend);
+    match backend {
+        Backend::Nftables => nftables::check(&mut nft_handle()?, &config, &att, &ips)?,
+        Backend::Iptables => iptables::check(&config, &att.container_id, &ips)?,
+    }
+    Ok(())
+}
+
+/// Whether the Go plugin's iptables chain of this attachment may exist in `family`, found
+/// without exec: iptables-nft keeps its `nat` table in nf_tables; the legacy tools leave
+/// `nat` in `/proc/net/ip*_tables_names` (then only the dump can tell, so say yes).
+fn go_iptables_chain_may_exist(nft: &mut Nft, family: IpFamily, chain: &str) -> bool {
+    let table = common::nft::Table::new(
+        match family {
+            IpFamily::V4 => common::nft::Family::Ip,
+            IpFamily::V6 => common::nft::Family::Ip6,
+        },
+        "nat",
+    );
+    let in_nft = nft.chain_exists(&table, chain).unwrap_or(false);
+    let names = match family {
+        IpFamily::V4 => "/proc/net/ip_tables_names",
+        IpFamily::V6 => "/proc/net/ip6_tables_names",
+    };
+    let legacy = std::fs::read_to_string(names).is_ok_and(|s| s.lines().any(|l| l == "nat"));
+    in_nft || legacy
+}
+
+fn del(call: &Call) -> Result<(), CniError> {
+    let Loaded { config, att, .. } = load(call)?;
+    let store = state::store()?;
+    let file = state::file(&att);
+    let recorded: Option<State> = store.read(&file).map_err(PortmapError::Store)?;
+    let mut errors: Vec<PortmapError> = Vec::new();
+    let mut flushed = config.clone();
+    match &recorded {
+        Some(state) => {
+            if let Err(e) = remove(&config, state) {
+                errors.push(e);
+            }
+            flushed = state.apply_to(&config);
+        }
+        None if !config.mappings.is_empty() => {
+            // No record (made by the Go plugin, or the state was lost): find ours by owner.
+            let owner = att.owner();
+            match nft_handle() {
+                Ok(mut nft) => {
+                    if let Err(e) = nftables::del_listed(&mut nft, &|c| c == owner) {
+                        errors.push(e);
+                    }
+                }
+                Err(e) => log::debug!("nftables not usable for DEL: {e}"),
+            }
+        }
+        None => {}
+    }
+    let mut nft = nft_handle().ok();
+    if recorded
+        .as_ref()
+        .is_none_or(|s| s.backend != Backend::Iptables)
+    {
+        // The Go plugin's iptables chain of this attachment (upgrade from the Go plugin).
+        let chain = names::dnat_chain(&att.network, &att.container_id);
+        let fams: Vec<IpFamily> = [IpFamily::V4, IpFamily::V6]
+            .into_iter()
+            .filter(|f| {
+                nft.as_mut()
+                    .is_none_or(|n| go_iptables_chain_may_exist(n, *f, &chain))
+            })
+            .collect();
+        if !fams.is_empty() {
+            if let Err(e) = iptables::del(&att.network, &att.container_id, &fams) {
+                errors.push(e);
+            }
+        }
+    }
+    if let Some(nft) = nft.as_mut() {
+        if let Err(e) = nftables::del_go_rules(nft, &att.container_id) {
+            errors.push(e);
+        }
+    }
+    if let Some(state) = &recorded {
+        flush_udp(&flushed, &families(&state.ips));
+    } else if !config.mappings.is_empty() {
+        flush_udp(&config, &[IpFamily::V4, IpFamily::V6]);
+    }
+    if errors.is_empty() {
+        if recorded.is_some() {
+            store.remove(&file).map_err(PortmapError::Store)?;
+        }
+        return Ok(());
+    }
+    let msg: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    Err(CniError::new(ErrorCode::Internal, msg.join("; ")))
+}
+
+fn gc(call: &Call) -> Result<(), CniError> {
+    let conf: NetConf<PortmapKeys> = call.conf()?;
+    let config = config::parse(&conf)?;
+    let valid = conf.valid_attachments.clone().unwrap_or_default();
+    let live = |id: &str, ifname: &str| {
+        valid
+            .iter()
+            .any(|a| a.container_id == id && a.ifname == ifname)
+    };
+    let mut errors: Vec<PortmapError> = Vec::new();
+    // Recorded attachments first: they also cover owners too long to parse back.
+    let store = state::store()?;
+    for name in store.list().map_err(PortmapError::Store)? {
+        let Ok(Some(st)) = store.read::<State>(&name) else {
+            continue;
+        };
+        if st.network != conf.name || live(&st.container_id, &st.ifname) {
+            continue;
+        }
+        match remove(&config, &st) {
+            Ok(()) => {
+                let _ = store.remove(&name);
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    if let Ok(mut nft) = nft_handle() {
+        let doomed = |comment: &str| {
+            names::parse_owner(comment)
+                .is_some_and(|(net, id, ifname)| net == conf.name && !live(id, ifname))
+        };
+        if let Err(e) = nftables::del_listed(&mut nft, &doomed) {
+            errors.push(e);
+        }
+    }
+    if resolve(&config) == Backend::Iptables {
+        let ids: Vec<String> = valid.iter().map(|a| a.container_id.clone()).collect();
+        if let Err(e) = iptables::gc(&conf.name, &ids) {
+            errors.push(e);
+        }
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let msg: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    Err(CniError::new(ErrorCode::Internal, msg.join("; ")))
+}
+
+fn status(call: &Call) -> Result<(), CniError> {
+    let conf: NetConf<PortmapKeys> = call.conf()?;
+    let config = config::parse(&conf)?;
+    let unavailable = |e: PortmapError| PortmapError::Unavailable(e.to_string());
+    match resolve(&config) {
+        Backend::Nftables => {
+            let mut nft = nft_handle().map_err(unavailable)?;
+            nftables::table_exists(&mut nft, IpFamily::V4)
+                .map_err(|e| unavailable(PortmapError::Nft(e)))?;
+        }
+        Backend::Iptables => iptables::status().map_err(unavailable)?,
+    }
+    Ok(())
+}
+
+impl Plugin for Portmap {
+    fn name(&self) -> &'static str {
+        "portmap"
+    }
+
+    fn supported_versions(&self) -> &'static [&'static str] {
+        common::version::ALL
+    }
+
+    fn add(&self, call: &Call) -> Result<CniResult, CniError> {
+        add(call)
+    }
+
+    fn check(&self, call: &Call) -> Result<(), CniError> {
+        check(call)
+    }
+
+    fn del(&self, call: &Call) -> Result<(), CniError> {
+        del(call)
+    }
+
+    fn status(&self, call: &Call) -> Result<(), CniError> {
+        status(call)
+    }
+
+    fn gc(&self, call: &Call) -> Result<(), CniError> {
+        gc(call)
+    }
+}

@@ -1,0 +1,113 @@
+//! The per-attachment state file: what ADD programmed, so DEL works without `runtimeConfig`
+//! or `prevResult` and without listing whole maps.
+//!
+//! Files live under `/run/cni/portmap/net-<inode>/` (tmpfs: gone on reboot, like the kernel
+//! state they describe), one directory per network namespace the plugin runs in.
+
+use std::os::unix::fs::MetadataExt;
+
+use common::store::StateStore;
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Backend, Conditions, Config, NftCondition, PortMapping};
+use crate::error::PortmapError;
+use crate::names;
+use crate::plan::Attachment;
+
+/// What ADD recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// The backend that programmed the attachment.
+    pub backend: Backend,
+    /// Network name.
+    pub network: String,
+    /// Container ID.
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    /// Interface name.
+    pub ifname: String,
+    /// The container addresses mapped to.
+    pub ips: Vec<IpNet>,
+    /// The mappings.
+    pub mappings: Vec<PortMapping>,
+    /// `snat`.
+    pub snat: bool,
+    /// `masqAll`.
+    #[serde(rename = "masqAll")]
+    pub masq_all: bool,
+    /// nftables `conditionsV4`.
+    #[serde(rename = "conditionsV4", default)]
+    pub conditions_v4: Vec<NftCondition>,
+    /// nftables `conditionsV6`.
+    #[serde(rename = "conditionsV6", default)]
+    pub conditions_v6: Vec<NftCondition>,
+}
+
+impl State {
+    /// The record of an ADD.
+    pub fn new(backend: Backend, config: &Config, att: &Attachment, ips: &[IpNet]) -> State {
+        let nft = |c: &Conditions| match c {
+            Conditions::Nftables(v) => v.clone(),
+            _ => Vec::new(),
+        };
+        State {
+            backend,
+            network: att.network.clone(),
+            container_id: att.container_id.clone(),
+            ifname: att.ifname.clone(),
+            ips: ips.to_vec(),
+            mappings: config.mappings.clone(),
+            snat: config.snat,
+            masq_all: config.masq_all,
+            conditions_v4: nft(&config.conditions_v4),
+            conditions_v6: nft(&config.conditions_v6),
+        }
+    }
+
+    /// `config` with the recorded mappings and nftables options (for DEL and GC).
+    pub fn apply_to(&self, config: &Config) -> Config {
+        let mut c = config.clone();
+        c.mappings = self.mappings.clone();
+        c.snat = self.snat;
+        c.masq_all = self.masq_all;
+        if self.backend == Backend::Nftables {
+            c.conditions_v4 = Conditions::Nftables(self.conditions_v4.clone());
+            c.conditions_v6 = Conditions::Nftables(self.conditions_v6.clone());
+        }
+        c
+    }
+
+    /// The attachment it belongs to.
+    pub fn attachment(&self) -> Attachment {
+        Attachment {
+            network: self.network.clone(),
+            container_id: self.container_id.clone(),
+            ifname: self.ifname.clone(),
+        }
+    }
+}
+
+/// The store of the namespace this process runs in.
+///
+/// # Errors
+/// When the namespace cannot be identified.
+pub fn store() -> Result<StateStore, PortmapError> {
+    let ino = std::fs::metadata("/proc/self/ns/net")
+        .map_err(|e| {
+            PortmapError::Store(common::store::StoreError::Io {
+                op: "identify the network namespace of",
+                path: "/proc/self/ns/net".into(),
+                source: e,
+            })
+        })?
+        .ino();
+    Ok(StateStore::new(
+        std::path::Path::new(names::STATE_DIR).join(format!("net-{ino}")),
+    ))
+}
+
+/// The file name of an attachment's state.
+pub fn file(att: &Attachment) -> String {
+    names::state_file(&att.network, &att.container_id, &att.ifname)
+}
