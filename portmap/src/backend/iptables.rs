@@ -187,6 +187,7 @@ pub fn add_lines(
     ip: IpNet,
 ) -> Result<Vec<String>, PortmapError> {
     let fam = IpFamily::of(ip.addr());
+    find_conflict(dump, config, container_id, fam)?;
     let mut lines = Vec::new();
     let mut created: Vec<String> = Vec::new();
     let mut ensure_chain = |lines: &mut Vec<String>, chain: &str| -> Result<(), PortmapError> {
@@ -283,6 +284,62 @@ pub fn add_lines(
         }
     }
     Ok(lines)
+}
+
+/// The value after `opt` in a rule.
+fn opt_value<'a>(rule: &'a [String], opt: &str) -> Option<&'a str> {
+    let pos = rule.iter().position(|a| a == opt)?;
+    rule.get(pos + 1).map(String::as_str)
+}
+
+/// Refuses host ports that another attachment's `CNI-DN-` chain already DNATs (same host
+/// address or both on every address, same protocol and port), naming its owner.
+///
+/// # Errors
+/// [`PortmapError::Conflict`].
+fn find_conflict(
+    dump: &TableDump,
+    config: &Config,
+    container_id: &str,
+    fam: IpFamily,
+) -> Result<(), PortmapError> {
+    let ours = names::dnat_chain(&config.network, container_id);
+    for chain in dump.chains() {
+        if !chain.starts_with("CNI-DN-") || *chain == ours {
+            continue;
+        }
+        for rule in dump.rules(chain) {
+            if opt_value(rule, "-j") != Some("DNAT") {
+                continue;
+            }
+            let dst = opt_value(rule, "-d");
+            let proto = opt_value(rule, "-p");
+            let port = opt_value(rule, "--dport");
+            let clash = config.mappings.iter().find(|m| {
+                m.host_ip.applies_to(fam)
+                    && proto == Some(m.proto.name())
+                    && port == Some(m.host_port.to_string().as_str())
+                    && dst.map(str::to_string)
+                        == m.host_ip.addr().map(|a| IpNet::from(a).to_string())
+            });
+            let Some(m) = clash else { continue };
+            let owner = dump
+                .rules(names::IPT_TOPLEVEL_DNAT)
+                .iter()
+                .find(|r| r.last() == Some(chain))
+                .and_then(|r| opt_value(r, "--comment"))
+                .map_or_else(
+                    || format!("chain {chain}"),
+                    |c| format!("{c} (chain {chain})"),
+                );
+            let what = match m.host_ip.addr() {
+                Some(a) => format!("{a} {}/{}", m.proto.name(), m.host_port),
+                None => format!("{}/{}", m.proto.name(), m.host_port),
+            };
+            return Err(PortmapError::Conflict { what, owner });
+        }
+    }
+    Ok(())
 }
 
 /// The restore lines removing the attachment's chains (and the entry rules jumping to them),
