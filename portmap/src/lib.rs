@@ -235,7 +235,20 @@ fn check(call: &Call) -> Result<(), CniError> {
     let recorded: Option<State> = state::store()?
         .read(&state::file(&att))
         .map_err(PortmapError::Store)?;
-    let backend = recorded.map_or_else(|| resolve(&config), |s| s.backend);
+    let backend = match recorded {
+        Some(s) => s.backend,
+        // Made by the Go plugin with its default (iptables) backend: check that layout.
+        None if config.backend == BackendChoice::Auto
+            && nft_handle().is_ok_and(|mut n| {
+                let chain = names::dnat_chain(&att.network, &att.container_id);
+                ips.iter()
+                    .any(|ip| go_iptables_chain_may_exist(&mut n, IpFamily::of(ip.addr()), &chain))
+            }) =>
+        {
+            Backend::Iptables
+        }
+        None => resolve(&config),
+    };
     match backend {
         Backend::Nftables => nftables::check(&mut nft_handle()?, &config, &att, &ips)?,
         Backend::Iptables => iptables::check(&config, &att.container_id, &ips)?,
