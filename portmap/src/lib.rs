@@ -318,16 +318,16 @@ fn del(call: &Call) -> Result<(), CniError> {
                     .is_none_or(|n| go_iptables_chain_may_exist(n, *f, &chain))
             })
             .collect();
-        if !fams.is_empty() {
-            if let Err(e) = iptables::del(&att.network, &att.container_id, &fams) {
-                errors.push(e);
-            }
-        }
-    }
-    if let Some(nft) = nft.as_mut() {
-        if let Err(e) = nftables::del_go_rules(nft, &att.container_id) {
+        if !fams.is_empty()
+            && let Err(e) = iptables::del(&att.network, &att.container_id, &fams)
+        {
             errors.push(e);
         }
+    }
+    if let Some(nft) = nft.as_mut()
+        && let Err(e) = nftables::del_go_rules(nft, &att.container_id)
+    {
+        errors.push(e);
     }
     if let Some(state) = &recorded {
         flush_udp(&flushed, &families(&state.ips));

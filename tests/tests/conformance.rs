@@ -65,6 +65,11 @@ fn subjects() -> Vec<Subject> {
             versions: &["0.4.0", "1.0.0", "1.1.0"],
             keys: |_| json!({ "backend": "iptables" }),
         },
+        Subject {
+            name: "portmap",
+            versions: common::version::ALL,
+            keys: |_| json!({ "capabilities": { "portMappings": true } }),
+        },
     ]
 }
 

@@ -25,12 +25,13 @@ struct Fixture {
 
 impl Fixture {
     fn new(backend: &'static str) -> Fixture {
-        let topo = Topology::new("pm").unwrap();
-        let runtime = Runtime::new(&topo.host).unwrap();
+        let topo = Topology::new("pm").unwrap_or_else(|e| panic!("topology: {e:#}"));
+        let runtime = Runtime::new(&topo.host).unwrap_or_else(|e| panic!("runtime: {e:#}"));
+        let scratch = tempfile::tempdir().unwrap_or_else(|e| panic!("scratch: {e}"));
         Fixture {
             topo,
             runtime,
-            scratch: tempfile::tempdir().unwrap(),
+            scratch,
             backend,
         }
     }
@@ -41,7 +42,7 @@ impl Fixture {
             "backend": self.backend,
             "capabilities": {"portMappings": true},
         });
-        for (k, v) in keys.as_object().unwrap() {
+        for (k, v) in keys.as_object().into_iter().flatten() {
             portmap[k] = v.clone();
         }
         NetworkConfigList::new(
@@ -62,14 +63,18 @@ impl Fixture {
     fn ip(result: &Value, v6: bool) -> IpAddr {
         result["ips"]
             .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| {
-                let a = i["address"].as_str().unwrap();
-                a.split('/').next().unwrap().parse::<IpAddr>().unwrap()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| {
+                i["address"]
+                    .as_str()?
+                    .split('/')
+                    .next()?
+                    .parse::<IpAddr>()
+                    .ok()
             })
             .find(|a| a.is_ipv6() == v6)
-            .unwrap()
+            .unwrap_or_else(|| panic!("no address of that family in {result}"))
     }
 
     /// Elements left in our maps and sets, gate chains, and the attachment's iptables rules.
@@ -103,7 +108,10 @@ impl Fixture {
 }
 
 fn host(port: u16) -> SocketAddr {
-    SocketAddr::new(HOST_UPLINK_V4.parse().unwrap(), port)
+    let ip: IpAddr = HOST_UPLINK_V4
+        .parse()
+        .unwrap_or_else(|e| panic!("{HOST_UPLINK_V4}: {e}"));
+    SocketAddr::new(ip, port)
 }
 
 fn tcp(h: u16, c: u16) -> Value {
@@ -321,7 +329,9 @@ fn a_conflicting_host_port_is_refused_and_changes_nothing(backend: &'static str)
     ensure!(f.leftovers()? == snapshot, "re-ADD changed the ruleset");
     let snapshot = f.leftovers()?;
     let rt2 = f.rt("ctr2", &second, json!([tcp(9000, 80), tcp(8080, 80)]));
-    let err = f.runtime.add(&list, &rt2).expect_err("conflict must fail");
+    let Err(err) = f.runtime.add(&list, &rt2) else {
+        anyhow::bail!("a conflicting ADD succeeded");
+    };
     let msg = format!("{err:#}");
     ensure!(msg.contains("8080") && msg.contains("ctr1"), "{msg}");
     ensure!(

@@ -17,7 +17,7 @@ fn list(scratch: &std::path::Path, keys: Value) -> NetworkConfigList {
 
 fn list_on(scratch: &std::path::Path, subnets: &[&str], keys: Value) -> NetworkConfigList {
     let mut portmap = json!({"type": "portmap", "capabilities": {"portMappings": true}});
-    for (k, v) in keys.as_object().unwrap() {
+    for (k, v) in keys.as_object().into_iter().flatten() {
         portmap[k] = v.clone();
     }
     NetworkConfigList::new(
