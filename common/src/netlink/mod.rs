@@ -8,7 +8,6 @@
 
 mod ifb;
 mod route;
-mod route_get;
 mod socket;
 pub mod tc;
 
