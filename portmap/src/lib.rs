@@ -181,7 +181,7 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
         // A re-ADD with other mappings: drop the old ones first so none is left unowned.
         remove(&config, old)?;
     }
-    store.write(&file, &new).map_err(PortmapError::Store)?;
+    state::write(&store, &file, &new)?;
     let result = match backend {
         Backend::Nftables => {
             nft_handle().and_then(|mut n| nftables::add(&mut n, &config, &att, &ips))
@@ -203,6 +203,7 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
         if let Err(e) = store.remove(&file) {
             log::warn!("failed to remove state after a failed ADD: {e}");
         }
+        state::prune(&store);
         return Err(e.into());
     }
     flush_udp(&config, &families(&ips));
@@ -337,6 +338,7 @@ fn del(call: &Call) -> Result<(), CniError> {
     if errors.is_empty() {
         if recorded.is_some() {
             store.remove(&file).map_err(PortmapError::Store)?;
+            state::prune(&store);
         }
         return Ok(());
     }
@@ -370,6 +372,7 @@ fn gc(call: &Call) -> Result<(), CniError> {
             Err(e) => errors.push(e),
         }
     }
+    state::prune(&store);
     if let Ok(mut nft) = nft_handle() {
         let doomed = |comment: &str| {
             names::parse_owner(comment)

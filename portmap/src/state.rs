@@ -111,3 +111,55 @@ pub fn store() -> Result<StateStore, PortmapError> {
 pub fn file(att: &Attachment) -> String {
     names::state_file(&att.network, &att.container_id, &att.ifname)
 }
+
+/// Writes `state` to `name`. A concurrent DEL may remove the (then empty) directory between
+/// its creation and the write, so a vanished directory is retried a few times.
+///
+/// # Errors
+/// The store's failure.
+pub fn write(store: &StateStore, name: &str, state: &State) -> Result<(), PortmapError> {
+    let mut tries = 0;
+    loop {
+        match store.write(name, state) {
+            Err(common::store::StoreError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && tries < 3 =>
+            {
+                tries += 1;
+            }
+            other => return other.map_err(PortmapError::Store),
+        }
+    }
+}
+
+/// Removes the store's directory once it holds no state, so namespaces that come and go leave
+/// nothing under `/run/cni/portmap`. A directory that is not empty (a concurrent ADD wrote to
+/// it) or already gone is left as it is.
+pub fn prune(store: &StateStore) {
+    match std::fs::remove_dir(store.dir()) {
+        Ok(()) => {}
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOTEMPTY | libc::EEXIST | libc::ENOENT)
+            ) => {}
+        Err(e) => log::debug!("failed to remove {}: {e}", store.dir().display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prune_removes_only_an_empty_directory_and_tolerates_a_missing_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = StateStore::new(tmp.path().join("net-1"));
+        store.write("a.json", &1).unwrap();
+        prune(&store);
+        assert!(store.dir().exists(), "a directory with state must stay");
+        store.remove("a.json").unwrap();
+        prune(&store);
+        assert!(!store.dir().exists());
+        prune(&store);
+    }
+}

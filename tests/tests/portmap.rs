@@ -7,11 +7,15 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, anyhow, ensure};
+use nix::mount::{MsFlags, mount};
+use nix::sched::{CloneFlags, unshare};
 use serde_json::{Value, json};
 use tests::netns::{CLIENT_V4, HOST_UPLINK_V4, HOST_UPLINK_V6};
 use tests::traffic::{TcpServer, UdpServer, tcp_request, udp_request, udp_request_from};
-use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, Topology, main_plugin};
+use tests::{
+    NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(3);
 const NETWORK: &str = "pmtest";
@@ -77,9 +81,41 @@ impl Fixture {
             .unwrap_or_else(|| panic!("no address of that family in {result}"))
     }
 
-    /// Elements left in our maps and sets, gate chains, and the attachment's iptables rules.
+    /// Our portmap alone, with `conf` completed by the network name and backend.
+    fn exec(
+        &self,
+        command: &str,
+        id: &str,
+        env: &[(&str, &str)],
+        conf: Value,
+    ) -> Result<PluginOutput> {
+        let mut conf = conf;
+        conf["name"] = json!(NETWORK);
+        conf["type"] = json!("portmap");
+        conf["backend"] = json!(self.backend);
+        let mut vars = vec![("CNI_CONTAINERID", id), ("CNI_IFNAME", "eth0")];
+        vars.extend_from_slice(env);
+        self.runtime
+            .exec_plugin("portmap", Some(command), &vars, conf.to_string().as_bytes())
+    }
+
+    /// The plugin's state directory for the host namespace.
+    fn state_dir(&self) -> Result<std::path::PathBuf> {
+        use std::os::unix::fs::MetadataExt as _;
+        let ino = std::fs::metadata(self.topo.host.path())?.ino();
+        Ok(std::path::PathBuf::from(format!(
+            "/run/cni/portmap/net-{ino}"
+        )))
+    }
+
+    /// Elements left in our maps and sets, gate chains, the attachment's iptables rules, and
+    /// the state directory of the host namespace (DEL removes it once it is empty).
     fn leftovers(&self) -> Result<Vec<String>> {
         let mut left = Vec::new();
+        let dir = self.state_dir()?;
+        if dir.exists() {
+            left.push(format!("state directory {}", dir.display()));
+        }
         for fam in ["ip", "ip6"] {
             let out = self
                 .topo
@@ -104,6 +140,15 @@ impl Fixture {
             }
         }
         Ok(left)
+    }
+}
+
+impl Drop for Fixture {
+    /// A failed test may leave state behind; the namespace it describes goes away now.
+    fn drop(&mut self) {
+        if let Ok(dir) = self.state_dir() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -144,6 +189,9 @@ both_backends!(
     a_conflicting_host_port_is_refused_and_changes_nothing,
     udp_flow_is_retargeted_after_del_and_readd,
     del_without_runtime_config_removes_the_mapping,
+    gc_removes_attachments_that_are_not_valid_and_keeps_the_others,
+    a_failed_route_localnet_rolls_back_the_mappings,
+    status_reports_a_usable_backend,
 );
 
 fn tcp_and_udp_reach_the_container_via_the_host_address_until_del(
@@ -394,5 +442,288 @@ fn del_without_runtime_config_removes_the_mapping(backend: &'static str) -> Resu
     ensure!(get(&f.topo.client, host(8080)).is_err(), "still mapped");
     ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     f.runtime.del(&list, &rt)?;
+    Ok(())
+}
+
+fn gc_removes_attachments_that_are_not_valid_and_keeps_the_others(
+    backend: &'static str,
+) -> Result<()> {
+    let f = Fixture::new(backend);
+    let second = TestNetns::new("pm-ctr2")?;
+    let list = f.list(&["10.97.0.0/24"], json!({}));
+    let rt1 = f.rt("ctr1", &f.topo.container, json!([tcp(8080, 80)]));
+    let rt2 = f.rt("ctr2", &second, json!([tcp(8081, 80)]));
+    let ip1 = Fixture::ip(&f.runtime.add(&list, &rt1)?, false);
+    let ip2 = Fixture::ip(&f.runtime.add(&list, &rt2)?, false);
+    let _a = TcpServer::banner(&f.topo.container, SocketAddr::new(ip1, 80), "one")?;
+    let _b = TcpServer::banner(&second, SocketAddr::new(ip2, 80), "two")?;
+    assert_eq!(get(&f.topo.client, host(8080))?, "one");
+    // GC speaks CNI 1.1.0, which the Go main plugins do not: call ours directly.
+    let gc = json!({"cniVersion": "1.1.0",
+        "cni.dev/valid-attachments": [{"containerID": "ctr2", "ifname": "eth0"}]});
+    let out = f.exec("GC", "", &[], gc)?;
+    ensure!(out.status.success(), "GC: {out:?}");
+    ensure!(
+        get(&f.topo.client, host(8080)).is_err(),
+        "ctr1 is not valid but still mapped"
+    );
+    assert_eq!(get(&f.topo.client, host(8081))?, "two");
+    f.runtime
+        .check(&list, &rt2)
+        .context("CHECK of the kept attachment")?;
+    let left = f.leftovers()?;
+    ensure!(
+        left.iter().all(|l| !l.contains("ctr1")),
+        "ctr1 left after GC: {left:?}"
+    );
+    f.runtime.del(&list, &rt1)?;
+    f.runtime.del(&list, &rt2)?;
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+    Ok(())
+}
+
+/// Runs `f` on a thread with a private mount namespace prepared by `setup`; plugins spawned
+/// from that thread see its mounts, nothing propagates back to the machine.
+fn with_private_mounts<T: Send>(
+    setup: impl FnOnce() -> Result<()> + Send,
+    f: impl FnOnce() -> Result<T> + Send,
+) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| -> Result<T> {
+            unshare(CloneFlags::CLONE_NEWNS).context("unshare(CLONE_NEWNS) needs root")?;
+            mount(
+                None::<&str>,
+                "/",
+                None::<&str>,
+                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                None::<&str>,
+            )?;
+            setup()?;
+            f()
+        })
+        .join()
+        .map_err(|_| anyhow!("private mount thread panicked"))?
+    })
+}
+
+fn bind(from: &std::path::Path, to: &str, read_only: bool) -> Result<()> {
+    mount(Some(from), to, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+        .with_context(|| format!("bind {} on {to}", from.display()))?;
+    if read_only {
+        mount(
+            None::<&str>,
+            to,
+            None::<&str>,
+            MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY,
+            None::<&str>,
+        )
+        .with_context(|| format!("remount {to} read-only"))?;
+    }
+    Ok(())
+}
+
+fn a_failed_route_localnet_rolls_back_the_mappings(backend: &'static str) -> Result<()> {
+    let f = Fixture::new(backend);
+    let list = f.list(&["10.97.0.0/24"], json!({}));
+    let rt = f.rt(
+        "ctr1",
+        &f.topo.container,
+        json!([tcp(8080, 80), tcp(8081, 81)]),
+    );
+    // A read-only /proc/sys (as in some containerised runtimes): the sysctl write fails after
+    // the mappings are committed.
+    let err = with_private_mounts(
+        || bind(std::path::Path::new("/proc/sys"), "/proc/sys", true),
+        || Ok(f.runtime.add(&list, &rt)),
+    )?
+    .err()
+    .context("ADD succeeded with a read-only /proc/sys")?;
+    let msg = format!("{err:#}");
+    ensure!(msg.contains("route_localnet"), "{msg}");
+    let left = f.leftovers()?;
+    ensure!(left.is_empty(), "left after the failed ADD: {left:?}");
+    ensure!(get(&f.topo.client, host(8080)).is_err(), "still mapped");
+    f.runtime.del(&list, &rt)?;
+    Ok(())
+}
+
+fn status_reports_a_usable_backend(backend: &'static str) -> Result<()> {
+    let f = Fixture::new(backend);
+    let out = f.exec("STATUS", "", &[], json!({"cniVersion": "1.1.0"}))?;
+    ensure!(
+        out.status.success() && out.stdout.is_empty(),
+        "STATUS: {out:?}"
+    );
+    if backend == "iptables" {
+        // No iptables tools on the node: the backend is unusable.
+        let out = f.exec(
+            "STATUS",
+            "",
+            &[("PATH", "/nonexistent")],
+            json!({"cniVersion": "1.1.0"}),
+        )?;
+        let err = out
+            .error()
+            .context("STATUS without iptables printed no error")?;
+        ensure!(err.code == 50, "{err:?}");
+    }
+    Ok(())
+}
+
+/// A prevResult for our portmap alone: `ip` on eth0 in the container namespace.
+fn prev_result(f: &Fixture, ips: &[&str]) -> Value {
+    let ips: Vec<Value> = ips
+        .iter()
+        .map(|a| json!({"interface": 0, "address": a}))
+        .collect();
+    json!({"cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": f.topo.container.path()}],
+        "ips": ips})
+}
+
+#[test]
+fn lock_contention_gives_code_11_and_changes_nothing() -> Result<()> {
+    let f = Fixture::new("iptables");
+    // Our own /run/cni/portmap, so holding its lock stalls no other test.
+    let run_dir = tempfile::tempdir()?;
+    let netns = f.topo.container.path().to_string_lossy().into_owned();
+    let conf = json!({"cniVersion": "1.0.0",
+        "runtimeConfig": {"portMappings": [tcp(8080, 80)]},
+        "prevResult": prev_result(&f, &["10.97.0.2/24"])});
+    let out = with_private_mounts(
+        || bind(run_dir.path(), "/run/cni/portmap", false),
+        || {
+            let _held = common::lock::FileLock::acquire(
+                run_dir.path().join("iptables.lock"),
+                Duration::from_secs(1),
+            )?;
+            f.exec("ADD", "ctr1", &[("CNI_NETNS", &netns)], conf.clone())
+        },
+    )?;
+    let err = out
+        .error()
+        .context("ADD under a held lock printed no error")?;
+    ensure!(err.code == 11, "{err:?}");
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+    let left: Vec<_> = std::fs::read_dir(run_dir.path())?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .filter(|n| n != "iptables.lock")
+        .collect();
+    ensure!(left.is_empty(), "state left by the failed ADD: {left:?}");
+    Ok(())
+}
+
+#[test]
+fn a_failing_second_family_rolls_back_the_first() -> Result<()> {
+    let f = Fixture::new("iptables");
+    // PATH with the real tools except an ip6tables-restore that always fails.
+    let bin = tempfile::tempdir()?;
+    for tool in ["iptables-save", "iptables-restore", "ip6tables-save"] {
+        let real = which(tool)?;
+        std::os::unix::fs::symlink(real, bin.path().join(tool))?;
+    }
+    let fake = bin.path().join("ip6tables-restore");
+    std::fs::write(&fake, "#!/bin/sh\necho 'injected failure' >&2\nexit 1\n")?;
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let path = bin.path().to_string_lossy().into_owned();
+    let netns = f.topo.container.path().to_string_lossy().into_owned();
+    let conf = json!({"cniVersion": "1.0.0",
+        "runtimeConfig": {"portMappings": [tcp(8080, 80)]},
+        "prevResult": prev_result(&f, &["10.97.0.2/24", "fd97::2/64"])});
+    let out = f.exec(
+        "ADD",
+        "ctr1",
+        &[("CNI_NETNS", &netns), ("PATH", &path)],
+        conf,
+    )?;
+    let err = out
+        .error()
+        .context("ADD with a failing ip6tables printed no error")?;
+    ensure!(err.msg.contains("injected failure"), "{err:?}");
+    let left = f.leftovers()?;
+    ensure!(
+        left.is_empty(),
+        "the IPv4 rules were not rolled back: {left:?}"
+    );
+    Ok(())
+}
+
+fn which(tool: &str) -> Result<std::path::PathBuf> {
+    ["/usr/sbin", "/sbin", "/usr/bin"]
+        .iter()
+        .map(|d| std::path::Path::new(d).join(tool))
+        .find(|p| p.exists())
+        .with_context(|| format!("{tool} not found"))
+}
+
+#[test]
+fn del_removes_the_go_nftables_rules_of_the_attachment_only() -> Result<()> {
+    let f = Fixture::new("nftables");
+    let list = f.list(&["10.97.0.0/24"], json!({}));
+    // Only bridge acts: ours has no mappings to program.
+    let rt = f.rt("ctrgo", &f.topo.container, json!([]));
+    let ctr = Fixture::ip(&f.runtime.add(&list, &rt)?, false);
+    // The Go nftables backend's objects (reference-behaviour.md §2.1) for this container and
+    // for another one.
+    let script = format!(
+        r#"add table ip cni_hostport {{ comment "CNI portmap plugin" ; }}
+add chain ip cni_hostport hostports
+add chain ip cni_hostport hostip_hostports
+add chain ip cni_hostport hostports_all
+add rule ip cni_hostport hostports_all jump hostip_hostports
+add rule ip cni_hostport hostports_all jump hostports
+add chain ip cni_hostport prerouting {{ type nat hook prerouting priority -100 ; }}
+add rule ip cni_hostport prerouting fib daddr type local jump hostports_all
+add chain ip cni_hostport output {{ type nat hook output priority -100 ; }}
+add rule ip cni_hostport output fib daddr type local jump hostports_all
+add chain ip cni_hostport masquerading {{ type nat hook postrouting priority 100 ; }}
+add rule ip cni_hostport hostports tcp dport 8080 dnat to {ctr}:80 comment "ctrgo"
+add rule ip cni_hostport hostports tcp dport 9090 dnat to 10.97.0.200:80 comment "other"
+add rule ip cni_hostport masquerading ip saddr {ctr} ip daddr {ctr} masquerade comment "ctrgo"
+add rule ip cni_hostport masquerading ip saddr 127.0.0.1 ip daddr {ctr} masquerade comment "ctrgo"
+add rule ip cni_hostport masquerading ip saddr 10.97.0.200 ip daddr 10.97.0.200 masquerade comment "other"
+add table ip6 cni_hostport {{ comment "CNI portmap plugin" ; }}
+add chain ip6 cni_hostport hostports
+add chain ip6 cni_hostport masquerading {{ type nat hook postrouting priority 100 ; }}
+add rule ip6 cni_hostport hostports tcp dport 8080 dnat to [fd97::2]:80 comment "ctrgo"
+add rule ip6 cni_hostport hostports tcp dport 9090 dnat to [fd97::200]:80 comment "other"
+"#
+    );
+    let file = f.scratch.path().join("go.nft");
+    std::fs::write(&file, script)?;
+    f.topo
+        .host
+        .exec_ok("nft", &["-f", &file.to_string_lossy()])?;
+    let _t = TcpServer::banner(&f.topo.container, SocketAddr::new(ctr, 80), "go")?;
+    assert_eq!(
+        get(&f.topo.client, host(8080))?,
+        "go",
+        "the Go layout is live"
+    );
+    f.runtime.del(&list, &rt)?;
+    ensure!(get(&f.topo.client, host(8080)).is_err(), "still mapped");
+    for fam in ["ip", "ip6"] {
+        let text = f
+            .topo
+            .host
+            .exec_ok("nft", &["list", "table", fam, "cni_hostport"])?;
+        ensure!(
+            !text.contains("\"ctrgo\""),
+            "{fam}: ctrgo's rules left:\n{text}"
+        );
+        ensure!(
+            text.contains("\"other\""),
+            "{fam}: other's rules removed:\n{text}"
+        );
+    }
+    let text = f
+        .topo
+        .host
+        .exec_ok("nft", &["list", "table", "ip", "cni_hostport"])?;
+    ensure!(
+        text.contains("jump hostports_all") && text.contains("chain masquerading"),
+        "the Go skeleton was touched:\n{text}"
+    );
     Ok(())
 }

@@ -160,9 +160,11 @@ fn cross(add_by_reference: bool) -> Result<()> {
             String::from_utf8_lossy(&check.stdout)
         );
     } else {
-        // Go 1.1.1's CHECK also inspects ip6tables for an IPv4-only container (and compares
-        // IPv4 rules there for a dual-stack one), so it fails even after its own ADD: it must
-        // fail the same way after ours.
+        // A bug of Go 1.1.1, not a layout difference: its CHECK also looks for the chain in
+        // ip6tables for an IPv4-only container (and compares the IPv4 rules there for a
+        // dual-stack one). Go ADD then Go CHECK on this same config fails with the same
+        // "could not check ipv6 dnat: chain CNI-DN-… not found", so after our ADD it may only
+        // fail that way (see the README's differences).
         let theirs = String::from_utf8_lossy(&check.stdout).into_owned();
         ensure!(
             check.status.success() || theirs.contains("could not check ipv6 dnat: chain CNI-DN-"),
