@@ -19,6 +19,8 @@ const SUBNET: &str = "10.96.10.0/24";
 const TIMEOUT: Duration = Duration::from_secs(3);
 /// The MAC address `tuning` gives the container interface.
 const TUNED_MAC: &str = "02:42:0a:60:0a:63";
+/// The host port `portmap` forwards to the container's HTTP server on 8080.
+const HOST_PORT: u16 = 18080;
 
 fn main() -> std::process::ExitCode {
     match run() {
@@ -63,6 +65,7 @@ fn run() -> Result<()> {
         "1.0.0",
         vec![
             main_plugin::bridge("cni-demo0", &[SUBNET], &scratch.path().join("ipam")),
+            json!({ "type": "portmap", "capabilities": { "portMappings": true } }),
             json!({
                 "type": "tuning",
                 "dataDir": scratch.path().join("tuning"),
@@ -81,7 +84,11 @@ fn run() -> Result<()> {
     let runtime = Runtime::new(&topo.host)?;
     let rt = RuntimeConf::new(CONTAINER_ID, topo.container.path(), IFNAME)
         .with_arg("IgnoreUnknown", "1")
-        .with_arg("K8S_POD_NAME", "demo");
+        .with_arg("K8S_POD_NAME", "demo")
+        .with_capability(
+            "portMappings",
+            json!([{ "hostPort": HOST_PORT, "containerPort": 8080, "protocol": "tcp" }]),
+        );
 
     section(
         2,
@@ -154,6 +161,18 @@ fn run() -> Result<()> {
         .context("HTTP from the client to the container")?;
     ok(&format!(
         "client    -> container {web}  HTTP {} (routed through the host)",
+        reply.status
+    ));
+    let mapped: SocketAddr = format!("{HOST_UPLINK_V4}:{HOST_PORT}").parse()?;
+    let reply = http_get(&topo.client, mapped, "/", TIMEOUT)
+        .context("HTTP from the client to the host port portmap forwards")?;
+    ensure!(
+        reply.status == 200,
+        "HTTP status {} via portmap",
+        reply.status
+    );
+    ok(&format!(
+        "client    -> host {mapped} -> container :8080  HTTP {} (portmap DNAT)",
         reply.status
     ));
     let echo_addr: SocketAddr = format!("{CLIENT_V4}:5353").parse()?;
@@ -231,6 +250,9 @@ fn run() -> Result<()> {
         "tuning left its backup file"
     );
     ok("tuning restored the originals (before bridge removed eth0) and removed its backup");
+    let left = portmap_elements(&topo)?;
+    ensure!(left.is_empty(), "portmap left {left:?}");
+    ok("portmap removed its map elements (the table stays, as a long-lived skeleton)");
     runtime.del(&list, &rt)?;
     ok(&format!(
         "a second DEL succeeds too (DEL is idempotent); first DEL took {} ms",
@@ -367,8 +389,47 @@ fn plugin_effects(plugin_type: &str, scratch: &Path, topo: &Topology) -> Result<
             .filter(|l| l.contains("CNI-") && l.starts_with("-A"))
             .map(|l| format!("iptables {l}"))
             .collect()),
+        "portmap" => {
+            let localnet = topo
+                .host
+                .exec_ok("sysctl", &["-n", "net.ipv4.conf.cni-demo0.route_localnet"])?;
+            Ok(portmap_elements(topo)?
+                .into_iter()
+                .map(|e| format!("nftables element of ip cni_portmap {e}"))
+                .chain(std::iter::once(format!(
+                    "net.ipv4.conf.cni-demo0.route_localnet = {} (127.0.0.1:{HOST_PORT} works too)",
+                    localnet.trim()
+                )))
+                .collect())
+        }
         _ => Ok(Vec::new()),
     }
+}
+
+/// The elements of the attachment in portmap's nftables maps and sets, as `nft` lists them.
+fn portmap_elements(topo: &Topology) -> Result<Vec<String>> {
+    let out = topo
+        .host
+        .exec("nft", &["list", "table", "ip", "cni_portmap"])?;
+    let owner = format!("comment \"{NETWORK}/{CONTAINER_ID}/{IFNAME}\"");
+    let mut found = Vec::new();
+    let mut set = String::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let line = line.trim();
+        if let Some(rest) = line
+            .strip_prefix("map ")
+            .or_else(|| line.strip_prefix("set "))
+        {
+            set = rest.trim_end_matches(" {").to_string();
+        }
+        let line = line.trim_start_matches("elements = {").trim();
+        for element in line.split(", ").filter(|e| e.contains(&owner)) {
+            let element = element.replace(&owner, "").replace("  ", " ");
+            let element = element.trim_end_matches(['}', ',', ' ']).trim();
+            found.push(format!("{set}: {element}"));
+        }
+    }
+    Ok(found)
 }
 
 fn container_ipv4(result: &Value) -> Result<String> {
