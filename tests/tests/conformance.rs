@@ -68,7 +68,12 @@ fn subjects() -> Vec<Subject> {
         Subject {
             name: "portmap",
             versions: common::version::ALL,
-            keys: |_| json!({ "capabilities": { "portMappings": true } }),
+            // A static runtimeConfig reaches the plugin (no capability argument replaces it),
+            // so every case programs and removes a real mapping.
+            keys: |_| {
+                json!({ "capabilities": { "portMappings": true }, "runtimeConfig": { "portMappings":
+                    [{ "hostPort": 18080, "containerPort": 80, "protocol": "tcp" }] } })
+            },
         },
     ]
 }
