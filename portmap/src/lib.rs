@@ -85,6 +85,22 @@ fn nft_handle() -> Result<Nft, PortmapError> {
     Nft::new().map_err(PortmapError::Nft)
 }
 
+/// One nf_tables socket per call, opened on first use. Closing a socket of this family while
+/// the kernel still frees objects of a commit that deleted some waits for an RCU grace period
+/// (several milliseconds), so a call keeps its socket until it exits instead of reopening one.
+#[derive(Default)]
+struct NftCell(Option<Nft>);
+
+impl NftCell {
+    fn get(&mut self) -> Result<&mut Nft, PortmapError> {
+        let nft = match self.0.take() {
+            Some(n) => n,
+            None => nft_handle()?,
+        };
+        Ok(self.0.insert(nft))
+    }
+}
+
 /// The backend to use: the configured one, or for auto iptables when iptables-only options are
 /// set, else nftables when nf_tables answers.
 fn resolve(config: &Config) -> Backend {
@@ -113,6 +129,9 @@ fn resolve(config: &Config) -> Backend {
 /// Deletes UDP conntrack entries of the mapped host ports (failures are only logged: the
 /// mappings themselves are in place).
 fn flush_udp(config: &Config, families: &[IpFamily]) {
+    if conntrack_is_empty() {
+        return;
+    }
     let mut ct = None;
     for family in families {
         let targets = plan::udp_flush_targets(config, *family);
@@ -139,6 +158,17 @@ fn flush_udp(config: &Config, families: &[IpFamily]) {
                 log::warn!("failed to delete stale UDP conntrack entries for port {port}: {e}");
             }
         }
+    }
+}
+
+/// Whether this namespace tracks no connection at all, so there is nothing to flush. A
+/// conntrack dump walks the kernel's whole hash table, shared by every namespace (several
+/// milliseconds), even when this namespace has no entry. Without the counter (no conntrack
+/// module) nothing can be tracked either.
+fn conntrack_is_empty() -> bool {
+    match std::fs::read_to_string(names::CONNTRACK_COUNT) {
+        Ok(n) => n.trim() == "0",
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
     }
 }
 
@@ -177,22 +207,23 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
     let file = state::file(&att);
     let old: Option<State> = store.read(&file).map_err(PortmapError::Store)?;
     let new = State::new(backend, &config, &att, &ips);
+    let mut nft = NftCell::default();
     if let Some(old) = old.as_ref().filter(|o| **o != new) {
         // A re-ADD with other mappings: drop the old ones first so none is left unowned.
-        remove(&config, old)?;
+        remove(&mut nft, &config, old)?;
     }
     state::write(&store, &file, &new)?;
     let result = match backend {
-        Backend::Nftables => {
-            nft_handle().and_then(|mut n| nftables::add(&mut n, &config, &att, &ips))
-        }
+        Backend::Nftables => nft
+            .get()
+            .and_then(|n| nftables::add(n, &config, &att, &ips)),
         Backend::Iptables => iptables::add(&config, &att.container_id, &ips),
     }
     .and_then(|()| {
         let v4 = ips.iter().find(|ip| ip.addr().is_ipv4());
         match v4 {
             Some(ip) if config.snat => enable_route_localnet(ip.addr()).inspect_err(|_| {
-                if let Err(e) = remove(&config, &new) {
+                if let Err(e) = remove(&mut nft, &config, &new) {
                     log::warn!("rollback after a failed ADD failed: {e}");
                 }
             }),
@@ -211,11 +242,11 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
 }
 
 /// Removes what `state` records.
-fn remove(config: &Config, state: &State) -> Result<(), PortmapError> {
+fn remove(nft: &mut NftCell, config: &Config, state: &State) -> Result<(), PortmapError> {
     let recorded = state.apply_to(config);
     let att = state.attachment();
     match state.backend {
-        Backend::Nftables => nftables::del_planned(&mut nft_handle()?, &recorded, &att, &state.ips),
+        Backend::Nftables => nftables::del_planned(nft.get()?, &recorded, &att, &state.ips),
         Backend::Iptables => {
             iptables::del(&state.network, &state.container_id, &families(&state.ips))
         }
@@ -283,10 +314,14 @@ fn del(call: &Call) -> Result<(), CniError> {
     let file = state::file(&att);
     let recorded: Option<State> = store.read(&file).map_err(PortmapError::Store)?;
     let mut errors: Vec<PortmapError> = Vec::new();
+    let mut nft = NftCell::default();
+    // Our own elements first. A commit that deletes nf_tables objects makes the kernel wait
+    // for an RCU grace period when the process's netfilter sockets close (at exit), so
+    // everything else this DEL does comes after it and overlaps that wait.
     let mut flushed = config.clone();
     match &recorded {
         Some(state) => {
-            if let Err(e) = remove(&config, state) {
+            if let Err(e) = remove(&mut nft, &config, state) {
                 errors.push(e);
             }
             flushed = state.apply_to(&config);
@@ -294,9 +329,9 @@ fn del(call: &Call) -> Result<(), CniError> {
         None if !config.mappings.is_empty() => {
             // No record (made by the Go plugin, or the state was lost): find ours by owner.
             let owner = att.owner();
-            match nft_handle() {
-                Ok(mut nft) => {
-                    if let Err(e) = nftables::del_listed(&mut nft, &|c| c == owner) {
+            match nft.get() {
+                Ok(n) => {
+                    if let Err(e) = nftables::del_listed(n, &|c| c == owner) {
                         errors.push(e);
                     }
                 }
@@ -305,7 +340,8 @@ fn del(call: &Call) -> Result<(), CniError> {
         }
         None => {}
     }
-    let mut nft = nft_handle().ok();
+    // Then the Go plugin's rules of this attachment (upgrades from the Go plugin): reads,
+    // and a commit only when it has some.
     if recorded
         .as_ref()
         .is_none_or(|s| s.backend != Backend::Iptables)
@@ -315,8 +351,8 @@ fn del(call: &Call) -> Result<(), CniError> {
         let fams: Vec<IpFamily> = [IpFamily::V4, IpFamily::V6]
             .into_iter()
             .filter(|f| {
-                nft.as_mut()
-                    .is_none_or(|n| go_iptables_chain_may_exist(n, *f, &chain))
+                nft.get()
+                    .map_or(true, |n| go_iptables_chain_may_exist(n, *f, &chain))
             })
             .collect();
         if !fams.is_empty()
@@ -325,10 +361,14 @@ fn del(call: &Call) -> Result<(), CniError> {
             errors.push(e);
         }
     }
-    if let Some(nft) = nft.as_mut()
-        && let Err(e) = nftables::del_go_rules(nft, &att.container_id)
+    if let Ok(n) = nft.get()
+        && let Err(e) = nftables::del_go_rules(n, &att.container_id)
     {
         errors.push(e);
+    }
+    if errors.is_empty() && recorded.is_some() {
+        store.remove(&file).map_err(PortmapError::Store)?;
+        state::prune(&store);
     }
     if let Some(state) = &recorded {
         flush_udp(&flushed, &families(&state.ips));
@@ -336,10 +376,6 @@ fn del(call: &Call) -> Result<(), CniError> {
         flush_udp(&config, &[IpFamily::V4, IpFamily::V6]);
     }
     if errors.is_empty() {
-        if recorded.is_some() {
-            store.remove(&file).map_err(PortmapError::Store)?;
-            state::prune(&store);
-        }
         return Ok(());
     }
     let msg: Vec<String> = errors.iter().map(ToString::to_string).collect();
@@ -356,6 +392,7 @@ fn gc(call: &Call) -> Result<(), CniError> {
             .any(|a| a.container_id == id && a.ifname == ifname)
     };
     let mut errors: Vec<PortmapError> = Vec::new();
+    let mut nft = NftCell::default();
     // Recorded attachments first: they also cover owners too long to parse back.
     let store = state::store()?;
     for name in store.list().map_err(PortmapError::Store)? {
@@ -365,7 +402,7 @@ fn gc(call: &Call) -> Result<(), CniError> {
         if st.network != conf.name || live(&st.container_id, &st.ifname) {
             continue;
         }
-        match remove(&config, &st) {
+        match remove(&mut nft, &config, &st) {
             Ok(()) => {
                 let _ = store.remove(&name);
             }
@@ -373,12 +410,12 @@ fn gc(call: &Call) -> Result<(), CniError> {
         }
     }
     state::prune(&store);
-    if let Ok(mut nft) = nft_handle() {
+    if let Ok(n) = nft.get() {
         let doomed = |comment: &str| {
             names::parse_owner(comment)
                 .is_some_and(|(net, id, ifname)| net == conf.name && !live(id, ifname))
         };
-        if let Err(e) = nftables::del_listed(&mut nft, &doomed) {
+        if let Err(e) = nftables::del_listed(n, &doomed) {
             errors.push(e);
         }
     }

@@ -56,6 +56,8 @@ pub const IPT_MULTIPORT_MAX: usize = 15;
 /// iptables: comments longer than this are cut to 253 characters plus `...`.
 const IPT_COMMENT_MAX: usize = 255;
 
+/// The number of conntrack entries of the reading process's namespace.
+pub const CONNTRACK_COUNT: &str = "/proc/sys/net/netfilter/nf_conntrack_count";
 /// Where per-attachment state lives; one subdirectory per network namespace.
 pub const STATE_DIR: &str = "/run/cni/portmap";
 /// Our own lock serialising iptables read-modify-write (never `/run/xtables.lock`).

@@ -112,21 +112,41 @@ pub fn file(att: &Attachment) -> String {
     names::state_file(&att.network, &att.container_id, &att.ifname)
 }
 
-/// Writes `state` to `name`. A concurrent DEL may remove the (then empty) directory between
-/// its creation and the write, so a vanished directory is retried a few times.
+/// Writes `state` to `name`, atomically (a temporary file renamed over it) but without
+/// `fsync`: the file describes kernel objects that a crash or reboot removes as well, so
+/// making it durable buys nothing and costs a disk flush where `/run` is not a tmpfs. A
+/// concurrent DEL may remove the (then empty) directory between its creation and the write,
+/// so a vanished directory is retried a few times.
 ///
 /// # Errors
 /// The store's failure.
 pub fn write(store: &StateStore, name: &str, state: &State) -> Result<(), PortmapError> {
+    let path = store.path(name).map_err(PortmapError::Store)?;
+    let bytes = serde_json::to_vec_pretty(state).map_err(|source| {
+        PortmapError::Store(common::store::StoreError::Corrupt {
+            path: path.clone(),
+            source,
+        })
+    })?;
+    let tmp = store
+        .dir()
+        .join(format!(".{name}.tmp.{}", std::process::id()));
     let mut tries = 0;
     loop {
-        match store.write(name, state) {
-            Err(common::store::StoreError::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound && tries < 3 =>
-            {
-                tries += 1;
+        let result = std::fs::create_dir_all(store.dir())
+            .and_then(|()| std::fs::write(&tmp, &bytes))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        match result {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => tries += 1,
+            Err(source) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(PortmapError::Store(common::store::StoreError::Io {
+                    op: "write",
+                    path,
+                    source,
+                }));
             }
-            other => return other.map_err(PortmapError::Store),
         }
     }
 }
@@ -151,10 +171,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prune_removes_only_an_empty_directory_and_tolerates_a_missing_one() {
+    fn state_round_trips_and_prune_removes_only_an_empty_directory() {
         let tmp = tempfile::tempdir().unwrap();
         let store = StateStore::new(tmp.path().join("net-1"));
         store.write("a.json", &1).unwrap();
+        let att = Attachment {
+            network: "n".into(),
+            container_id: "c".into(),
+            ifname: "eth0".into(),
+        };
+        let config = crate::config::Config {
+            network: "n".into(),
+            backend: crate::config::BackendChoice::Auto,
+            snat: true,
+            masq_all: false,
+            mark_masq_bit: 13,
+            external_set_mark_chain: None,
+            conditions_v4: Conditions::None,
+            conditions_v6: Conditions::None,
+            mappings: Vec::new(),
+        };
+        let st = State::new(Backend::Nftables, &config, &att, &[]);
+        write(&store, "b.json", &st).unwrap();
+        assert_eq!(store.read::<State>("b.json").unwrap(), Some(st));
+        assert_eq!(store.list().unwrap(), ["a.json", "b.json"]);
+        store.remove("b.json").unwrap();
         prune(&store);
         assert!(store.dir().exists(), "a directory with state must stay");
         store.remove("a.json").unwrap();

@@ -12,6 +12,7 @@
 pub mod bandwidth;
 pub mod firewall;
 pub mod nft;
+pub mod portmap;
 pub mod sbr;
 pub mod tuning;
 
@@ -53,6 +54,7 @@ pub const SUITES: &[Suite] = &[
     ("sbr", sbr::run),
     ("firewall", firewall::run),
     ("nft", nft::run),
+    ("portmap", portmap::run),
 ];
 
 /// Timings of one implementation for one step.
