@@ -617,14 +617,19 @@ fn lock_contention_gives_code_11_and_changes_nothing() -> Result<()> {
 #[test]
 fn a_failing_second_family_rolls_back_the_first() -> Result<()> {
     let f = Fixture::new("iptables");
-    // PATH with the real tools except an ip6tables-restore that always fails.
+    // PATH with the real tools except an ip6tables-restore that always fails. It reads its
+    // script first (by absolute path: PATH has nothing else), as the real one does, so the
+    // plugin's write never meets a closed pipe.
     let bin = tempfile::tempdir()?;
     for tool in ["iptables-save", "iptables-restore", "ip6tables-save"] {
         let real = which(tool)?;
         std::os::unix::fs::symlink(real, bin.path().join(tool))?;
     }
     let fake = bin.path().join("ip6tables-restore");
-    std::fs::write(&fake, "#!/bin/sh\necho 'injected failure' >&2\nexit 1\n")?;
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n/bin/cat >/dev/null\necho 'injected failure' >&2\nexit 1\n",
+    )?;
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     let path = bin.path().to_string_lossy().into_owned();
     let netns = f.topo.container.path().to_string_lossy().into_owned();
