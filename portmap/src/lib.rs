@@ -315,14 +315,18 @@ fn del(call: &Call) -> Result<(), CniError> {
     let recorded: Option<State> = store.read(&file).map_err(PortmapError::Store)?;
     let mut errors: Vec<PortmapError> = Vec::new();
     let mut nft = NftCell::default();
-    // Our own elements first. A commit that deletes nf_tables objects makes the kernel wait
-    // for an RCU grace period when the process's netfilter sockets close (at exit), so
-    // everything else this DEL does comes after it and overlaps that wait.
+    // Our own elements first. A commit that deletes nf_tables objects makes the kernel free
+    // them after an RCU grace period, and the socket's last close waits for that: the rest of
+    // this DEL overlaps it, and the socket is finally handed to a detached holder
+    // (`common::linger`) so that the plugin's exit does not wait.
     let mut flushed = config.clone();
+    // Whether a commit deleted nf_tables objects, so the socket's last close would wait.
+    let mut deleted_nft = false;
     match &recorded {
         Some(state) => {
-            if let Err(e) = remove(&mut nft, &config, state) {
-                errors.push(e);
+            match remove(&mut nft, &config, state) {
+                Ok(()) => deleted_nft = state.backend == Backend::Nftables,
+                Err(e) => errors.push(e),
             }
             flushed = state.apply_to(&config);
         }
@@ -330,11 +334,10 @@ fn del(call: &Call) -> Result<(), CniError> {
             // No record (made by the Go plugin, or the state was lost): find ours by owner.
             let owner = att.owner();
             match nft.get() {
-                Ok(n) => {
-                    if let Err(e) = nftables::del_listed(n, &|c| c == owner) {
-                        errors.push(e);
-                    }
-                }
+                Ok(n) => match nftables::del_listed(n, &|c| c == owner) {
+                    Ok(count) => deleted_nft = count > 0,
+                    Err(e) => errors.push(e),
+                },
                 Err(e) => log::debug!("nftables not usable for DEL: {e}"),
             }
         }
@@ -374,6 +377,10 @@ fn del(call: &Call) -> Result<(), CniError> {
         flush_udp(&flushed, &families(&state.ips));
     } else if !config.mappings.is_empty() {
         flush_udp(&config, &[IpFamily::V4, IpFamily::V6]);
+    }
+    if deleted_nft && let Some(n) = nft.0.take() {
+        // Its last close would wait for the kernel to free the deleted elements.
+        n.close_detached();
     }
     if errors.is_empty() {
         return Ok(());

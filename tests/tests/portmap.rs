@@ -224,9 +224,33 @@ fn tcp_and_udp_reach_the_container_via_the_host_address_until_del(
     );
     let left = f.leftovers()?;
     ensure!(left.is_empty(), "left after DEL: {left:?}");
+    // The holder that took DEL's nf_tables socket (common::linger) goes once the plugin exited.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !lingering_holders().is_empty() {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "holders still running: {:?}",
+            lingering_holders()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     // DEL is idempotent.
     f.runtime.del(&list, &rt)?;
     Ok(())
+}
+
+/// Pids of running `common::linger` holders.
+fn lingering_holders() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"--cni-linger"))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
 }
 
 fn a_specific_host_ip_maps_only_that_address(backend: &'static str) -> Result<()> {

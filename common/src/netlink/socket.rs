@@ -27,6 +27,12 @@ pub struct NetlinkSocket {
     buf: Vec<u8>,
 }
 
+impl std::os::fd::AsFd for NetlinkSocket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
 impl NetlinkSocket {
     /// Opens and binds a socket of `protocol` in the calling thread's network namespace.
     ///

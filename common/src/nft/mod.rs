@@ -43,6 +43,7 @@ mod userdata;
 
 use std::fmt;
 use std::io;
+use std::os::fd::AsFd;
 
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, DataAttribute, ListAttribute, NfTablesMessage, RuleAttribute,
@@ -290,6 +291,15 @@ impl Nft {
     /// The namespace cannot be entered, or the socket opened.
     pub fn open_in(ns: &NetNs) -> Result<Nft, NftError> {
         ns.run(Nft::new)?
+    }
+
+    /// Closes the handle after this process exits rather than now, through
+    /// [`crate::linger::hand_off`]: after a batch that deleted objects, the last close of the
+    /// socket waits for the kernel to free them. Falls back to closing now.
+    pub fn close_detached(self) {
+        if let Err(e) = crate::linger::hand_off(self.socket.as_fd()) {
+            log::debug!("closing the nf_tables socket here: {e}");
+        }
     }
 
     /// Applies `batch` as one transaction: every change or none.
