@@ -15,9 +15,10 @@
 //!   policy `CNI-ISOLATION-STAGE-1`/`-2` with per-bridge rules. One `iptables-restore
 //!   --noflush` per family per call; state under `/run/cni-firewall/`.
 //! - `nftables` (`nft list table inet cni_firewall`): a `forward` base chain (policy accept)
-//!   jumping to `admin`, `isolation` and `attachments`; one chain per attachment with its
-//!   accepts, all carrying the owner comment `<network>/<containerID>/<ifname>`. One netlink
-//!   batch per call; nothing is exec'd.
+//!   jumping to `admin`, `isolation` and `attachments`, whose four shared rules accept by the
+//!   sets `containers4`/`containers6` (`nft add element inet cni_firewall containers4 {
+//!   10.0.0.2 comment "<network>/<containerID>/<ifname>" }`): an attachment is its elements.
+//!   One netlink batch per call; nothing is exec'd.
 //! - `firewalld` (`firewall-cmd --zone=trusted --list-sources`): each IP is a source of the zone.
 
 pub mod backend;
@@ -80,7 +81,9 @@ pub fn backend_for(config: &Config) -> Result<Box<dyn FirewallBackend>, Firewall
         chosen => chosen,
     };
     Ok(match choice {
-        BackendChoice::Nftables => Box::new(Nftables::new(config.ingress)?),
+        BackendChoice::Nftables => {
+            Box::new(Nftables::new(config.ingress, State::for_current_netns()?)?)
+        }
         BackendChoice::Firewalld => {
             Box::new(Firewalld::new(config.clone(), State::for_current_netns()?))
         }

@@ -47,8 +47,12 @@ pub const NFT_ADMIN_CHAIN: &str = "admin";
 pub const NFT_ISOLATION_CHAIN: &str = "isolation";
 /// Isolation stage 2: traffic entering a bridge with an ingress policy.
 pub const NFT_ISOLATION_OUT_CHAIN: &str = "isolation-out";
-/// Per-attachment accepts, each carrying its owner comment.
+/// The shared accepts of the container addresses in [`NFT_SET_V4`] and [`NFT_SET_V6`].
 pub const NFT_ATTACHMENTS_CHAIN: &str = "attachments";
+/// The IPv4 addresses of the attachments (`type ipv4_addr`), each with its owner comment.
+pub const NFT_SET_V4: &str = "containers4";
+/// The IPv6 addresses of the attachments (`type ipv6_addr`), each with its owner comment.
+pub const NFT_SET_V6: &str = "containers6";
 /// Priority of our forward base chain: with iptables' `filter` (0).
 pub const NFT_FORWARD_PRIORITY: i32 = 0;
 

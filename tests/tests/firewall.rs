@@ -265,8 +265,14 @@ mod e2e {
                 .host
                 .exec_ok("nft", &["list", "table", "inet", "cni_firewall"])
                 .unwrap();
+            // Only the shared skeleton stays: both sets, empty, and their four accepts.
             assert!(
-                !table.contains("fwnet/") && !table.contains("att-"),
+                !table.contains("fwnet/") && !table.contains("elements"),
+                "{table}"
+            );
+            assert!(
+                table.contains("ip saddr @containers4 accept")
+                    && table.contains("ip6 daddr @containers6 ct state established,related accept"),
                 "{table}"
             );
         }
@@ -466,6 +472,80 @@ mod e2e {
                 out.status.success(),
                 "STATUS: {}",
                 String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        Ok(())
+    }
+
+    /// `iptables-save` and `ip6tables-save`, or our nft table, of `ns`.
+    fn listing(ns: &TestNetns, backend: &str) -> Result<String> {
+        Ok(if backend == "iptables" {
+            ns.exec_ok("iptables-save", &["-t", "filter"])?
+                + &ns.exec_ok("ip6tables-save", &["-t", "filter"])?
+        } else {
+            ns.exec_ok("nft", &["list", "table", "inet", "cni_firewall"])?
+        })
+    }
+
+    #[test]
+    fn a_reused_address_belongs_to_its_newest_owner_in_both_backends() -> Result<()> {
+        for backend in ["iptables", "nftables"] {
+            let host = TestNetns::new("fwreuse")?;
+            let rt = Runtime::new(&host)?;
+            let netns = host.path().to_string_lossy().into_owned();
+            let conf = direct_conf(backend, "open", Some(prev_result("10.68.0.2", "fd68::2")));
+            let bare = direct_conf(backend, "open", None);
+            ok(
+                &exec(&rt, "firewall", "ADD", "old", &netns, &conf),
+                "ADD old",
+            );
+            ok(
+                &exec(&rt, "firewall", "ADD", "new", &netns, &conf),
+                "ADD new",
+            );
+            ok(
+                &exec(&rt, "firewall", "CHECK", "new", &netns, &conf),
+                "CHECK new",
+            );
+            if backend == "nftables" {
+                let table = listing(&host, backend)?;
+                ensure!(
+                    table.contains("fwdirect/new/eth0") && !table.contains("fwdirect/old/eth0"),
+                    "the elements changed owner: {table}"
+                );
+                ensure!(
+                    !exec(&rt, "firewall", "CHECK", "old", &netns, &conf)
+                        .status
+                        .success(),
+                    "CHECK of the older owner must fail: the addresses are not its own"
+                );
+            }
+            // The older owner's late DEL, with and without prevResult, leaves the addresses.
+            ok(
+                &exec(&rt, "firewall", "DEL", "old", &netns, &conf),
+                "DEL old",
+            );
+            ok(
+                &exec(&rt, "firewall", "DEL", "old", &netns, &bare),
+                "DEL old, bare",
+            );
+            ok(
+                &exec(&rt, "firewall", "CHECK", "new", &netns, &conf),
+                "CHECK new after",
+            );
+            let rules = listing(&host, backend)?;
+            ensure!(
+                rules.contains("10.68.0.2") && rules.contains("fd68::2"),
+                "{backend}: the newer owner lost its addresses: {rules}"
+            );
+            ok(
+                &exec(&rt, "firewall", "DEL", "new", &netns, &bare),
+                "DEL new, bare",
+            );
+            let rules = listing(&host, backend)?;
+            ensure!(
+                !rules.contains("10.68.0.2") && !rules.contains("fd68::2"),
+                "{backend}: left behind: {rules}"
             );
         }
         Ok(())

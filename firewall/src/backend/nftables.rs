@@ -2,6 +2,8 @@
 //!
 //! ```text
 //! table inet cni_firewall {
+//!   set containers4 { type ipv4_addr; elements = { 10.0.0.2 comment "<net>/<ctr>/<if>" } }
+//!   set containers6 { type ipv6_addr; elements = { fd00::2 comment "<net>/<ctr>/<if>" } }
 //!   chain forward { type filter hook forward priority filter; policy accept;
 //!     jump admin; jump isolation; jump attachments }
 //!   chain admin { }                                  # the operator's, never touched
@@ -9,29 +11,36 @@
 //!                     iifname "br0" oifname "br0" return  # same-bridge (inserted first)
 //!                     iifname "br0" jump isolation-out }
 //!   chain isolation-out { oifname "br0" drop }
-//!   chain attachments { jump att-<fnv64 of owner> comment "<net>/<ctr>/<if>" … }
-//!   chain att-<fnv64> {
-//!     ip daddr 10.0.0.2 ct state established,related accept comment "<owner>"
-//!     ip saddr 10.0.0.2 accept comment "<owner>" }
+//!   chain attachments {
+//!     ip daddr @containers4 ct state established,related accept
+//!     ip saddr @containers4 accept
+//!     ip6 daddr @containers6 ct state established,related accept
+//!     ip6 saddr @containers6 accept }
 //! }
 //! ```
 //!
-//! Each attachment has a chain of its own, so ADD finds out with one lookup whether it is
-//! already installed (then its chain is flushed and refilled in the same batch) and never
-//! lists the other attachments: its cost does not grow with their number.
+//! The rules are shared and created once with the skeleton; an attachment is only its set
+//! elements, which carry its owner comment. So ADD, DEL and GC add or delete elements (tens of
+//! microseconds in the kernel's commit, where deleting a rule or chain costs milliseconds),
+//! ADD and DEL with prevResult look up their own addresses instead of listing the others, and
+//! no call's cost grows with the number of containers but GC's and DEL's without prevResult.
+
+use std::net::IpAddr;
 
 use common::conf::Attachment;
 use common::nft::{
-    Batch, Chain, ChainHook, ChainType, CtStateFlags, Family, ListedRule, Nft, NftError, Rule,
-    Table,
+    Batch, Chain, ChainHook, ChainType, CtStateFlags, DataType, Element, Family, ListedRule,
+    NfProto, Nft, NftError, Rule, Selector, Set, Table, Value,
 };
 
+use super::state::State;
 use super::{FirewallBackend, Owner};
 use crate::config::IngressPolicy;
 use crate::error::FirewallError;
 use crate::names::{
     NFT_ADMIN_CHAIN, NFT_ATTACHMENTS_CHAIN, NFT_FORWARD_CHAIN, NFT_FORWARD_PRIORITY,
-    NFT_ISOLATION_CHAIN, NFT_ISOLATION_OUT_CHAIN, NFT_TABLE, isolation_comment,
+    NFT_ISOLATION_CHAIN, NFT_ISOLATION_OUT_CHAIN, NFT_SET_V4, NFT_SET_V6, NFT_TABLE,
+    isolation_comment,
 };
 use crate::plan::Target;
 
@@ -41,15 +50,29 @@ pub fn table() -> Table {
     Table::new(Family::Inet, NFT_TABLE)
 }
 
-/// The chain of one attachment, named by a digest of its owner comment.
+/// The set holding addresses of `ip`'s version.
 #[must_use]
-pub fn attachment_chain(comment: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in comment.bytes() {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("att-{hash:016x}")
+pub fn set_of(ip: IpAddr) -> &'static str {
+    if ip.is_ipv4() { NFT_SET_V4 } else { NFT_SET_V6 }
+}
+
+/// Both sets, with their key types.
+fn sets() -> [Set; 2] {
+    [
+        Set::new(NFT_SET_V4, &[DataType::Ipv4Addr]),
+        Set::new(NFT_SET_V6, &[DataType::Ipv6Addr]),
+    ]
+}
+
+/// The element key of an address.
+fn key(ip: IpAddr) -> Vec<Value> {
+    vec![Value::from(ip)]
+}
+
+/// The element of an attachment's address: `10.0.0.2 comment "<owner>"`.
+#[must_use]
+pub fn element(ip: IpAddr, comment: &str) -> Element {
+    Element::new(key(ip)).comment(comment)
 }
 
 /// The base chain's rules, in order.
@@ -61,19 +84,23 @@ fn skeleton() -> [Rule; 3] {
     ]
 }
 
-/// The accepts of one attachment.
+/// The shared accepts of `attachments`, in order: the reference's two per-address rules,
+/// matching the sets instead of one address.
 #[must_use]
-pub fn attachment_rules(comment: &str, target: &Target) -> Vec<Rule> {
+pub fn shared_accepts() -> Vec<Rule> {
     let mut rules = Vec::new();
-    for ip in &target.ips {
+    for (version, set) in [(NfProto::Ipv4, NFT_SET_V4), (NfProto::Ipv6, NFT_SET_V6)] {
         rules.push(
             Rule::new()
-                .daddr(*ip)
+                .in_set(&[Selector::daddr(version)], set)
                 .ct_state(CtStateFlags::ESTABLISHED | CtStateFlags::RELATED)
-                .accept()
-                .comment(comment),
+                .accept(),
         );
-        rules.push(Rule::new().saddr(*ip).accept().comment(comment));
+        rules.push(
+            Rule::new()
+                .in_set(&[Selector::saddr(version)], set)
+                .accept(),
+        );
     }
     rules
 }
@@ -118,22 +145,35 @@ fn rules_or_none(
     }
 }
 
+/// Whether `have` is exactly `want`, in order.
+fn exactly(have: Option<&Vec<ListedRule>>, want: &[Rule]) -> bool {
+    have.is_some_and(|rules| {
+        rules.len() == want.len()
+            && rules
+                .iter()
+                .zip(want)
+                .all(|(have, want)| have.is(want, Family::Inet))
+    })
+}
+
 /// The nftables backend.
 #[derive(Debug)]
 pub struct Nftables {
     nft: Nft,
     policy: IngressPolicy,
+    state: State,
 }
 
 impl Nftables {
-    /// Opens netlink in the calling thread's namespace.
+    /// Opens netlink in the calling thread's namespace; `state` provides the namespace's lock.
     ///
     /// # Errors
     /// When the socket cannot be opened.
-    pub fn new(policy: IngressPolicy) -> Result<Nftables, FirewallError> {
+    pub fn new(policy: IngressPolicy, state: State) -> Result<Nftables, FirewallError> {
         Ok(Nftables {
             nft: Nft::new()?,
             policy,
+            state,
         })
     }
 
@@ -146,23 +186,21 @@ impl Nftables {
             ChainHook::Forward,
             NFT_FORWARD_PRIORITY,
         );
-        let current = rules_or_none(&mut self.nft, &t, NFT_FORWARD_CHAIN)?;
-        let want = skeleton();
-        let intact = current.as_ref().is_some_and(|rules| {
-            rules.len() == want.len()
-                && rules
-                    .iter()
-                    .zip(&want)
-                    .all(|(have, want)| have.is(want, Family::Inet))
-        });
-        if intact {
-            // The jumps reference admin, isolation and attachments, so those exist too
-            // (the kernel refuses to delete a chain that is jumped to); isolation-out is
-            // declared by the isolation rules that need it. Re-adding the base chain would
-            // cost a hook update (~10 ms) on every call.
+        let forward = rules_or_none(&mut self.nft, &t, NFT_FORWARD_CHAIN)?;
+        let accepts = rules_or_none(&mut self.nft, &t, NFT_ATTACHMENTS_CHAIN)?;
+        let jumps = skeleton();
+        let shared = shared_accepts();
+        if exactly(forward.as_ref(), &jumps) && exactly(accepts.as_ref(), &shared) {
+            // The jumps reference admin and isolation, the accepts both sets, so those exist
+            // too (the kernel refuses to delete what is referenced); isolation-out is declared
+            // by the isolation rules that need it. Re-adding the base chain would cost a hook
+            // update (~10 ms) on every call.
             return Ok(());
         }
         batch.add_table(&t);
+        for set in sets() {
+            batch.add_set(&t, &set);
+        }
         for chain in [
             NFT_ADMIN_CHAIN,
             NFT_ISOLATION_CHAIN,
@@ -172,12 +210,19 @@ impl Nftables {
             batch.add_chain(&t, &Chain::regular(chain));
         }
         batch.add_chain(&t, &base);
-        // Not intact: rebuilt whole, so the jumps are never duplicated or out of order.
-        if current.is_some() {
+        // Not intact: both chains are rebuilt whole, so no rule is duplicated or out of order.
+        // The sets and their elements stay.
+        if forward.is_some() {
             batch.flush_chain(&t, NFT_FORWARD_CHAIN);
         }
-        for rule in &want {
+        for rule in &jumps {
             batch.add_rule(&t, NFT_FORWARD_CHAIN, rule);
+        }
+        if accepts.is_some() {
+            batch.flush_chain(&t, NFT_ATTACHMENTS_CHAIN);
+        }
+        for rule in &shared {
+            batch.add_rule(&t, NFT_ATTACHMENTS_CHAIN, rule);
         }
         Ok(())
     }
@@ -206,29 +251,51 @@ impl Nftables {
         Ok(())
     }
 
-    /// Adds to `batch` the removal of the attachments whose jump `select` picks.
+    /// The element of `ip`, or none when it, its set or the table does not exist.
+    fn lookup(&mut self, ip: IpAddr) -> Result<Option<Element>, NftError> {
+        match self.nft.element(&table(), set_of(ip), &key(ip)) {
+            Ok(found) => Ok(found),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every element of both sets (none when the table does not exist).
+    fn list(&mut self) -> Result<Vec<Element>, NftError> {
+        let mut all = Vec::new();
+        for set in [NFT_SET_V4, NFT_SET_V6] {
+            match self.nft.elements(&table(), set) {
+                Ok(elements) => all.extend(elements),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(all)
+    }
+
+    /// Deletes the elements `select` picks by comment, in one batch.
     fn remove_where(
         &mut self,
-        batch: &mut Batch,
+        elements: Vec<Element>,
         select: &dyn Fn(&str) -> bool,
     ) -> Result<(), FirewallError> {
         let t = table();
-        let Some(jumps) = rules_or_none(&mut self.nft, &t, NFT_ATTACHMENTS_CHAIN)? else {
-            return Ok(());
-        };
-        for jump in jumps {
-            let Some(comment) = jump.comment.as_deref() else {
-                continue;
-            };
-            if !select(comment) {
+        let mut keys: [Vec<Vec<Value>>; 2] = [Vec::new(), Vec::new()];
+        for e in elements {
+            if !e.comment.as_deref().is_some_and(select) {
                 continue;
             }
-            batch.delete_rule(&t, NFT_ATTACHMENTS_CHAIN, jump.handle);
-            let chain = attachment_chain(comment);
-            if self.nft.chain_exists(&t, &chain)? {
-                batch.flush_chain(&t, &chain).delete_chain(&t, &chain);
+            match e.key.first() {
+                Some(Value::Ipv4(_)) => keys[0].push(e.key),
+                Some(Value::Ipv6(_)) => keys[1].push(e.key),
+                _ => {}
             }
         }
+        let mut batch = Batch::new();
+        for (set, keys) in [NFT_SET_V4, NFT_SET_V6].into_iter().zip(&keys) {
+            batch.delete_elements(&t, set, keys);
+        }
+        self.nft.apply(&batch)?;
         Ok(())
     }
 }
@@ -239,26 +306,28 @@ impl FirewallBackend for Nftables {
     }
 
     fn add(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+        // Look-up and change of an address's owner must not interleave with another call's.
+        let _lock = self.state.lock()?;
         let t = table();
         let comment = owner.comment();
-        let chain = attachment_chain(&comment);
         let mut batch = Batch::new();
         self.ensure_skeleton(&mut batch)?;
         if let Some(bridge) = &target.bridge {
             self.ensure_isolation(&mut batch, bridge)?;
         }
-        if self.nft.chain_exists(&t, &chain)? {
-            // Installed before (a repeated ADD): refill, keeping the one jump to it.
-            batch.flush_chain(&t, &chain);
-        } else {
-            batch.add_chain(&t, &Chain::regular(&chain)).add_rule(
-                &t,
-                NFT_ATTACHMENTS_CHAIN,
-                &Rule::new().jump(&chain).comment(&comment),
-            );
-        }
-        for rule in attachment_rules(&comment, target) {
-            batch.add_rule(&t, &chain, &rule);
+        for ip in &target.ips {
+            let set = set_of(*ip);
+            match self.lookup(*ip)? {
+                Some(e) if e.comment.as_deref() == Some(comment.as_str()) => continue,
+                // The address belongs to another attachment (an IP reused before its DEL):
+                // the newest owner wins, as in the iptables backend, so a late DEL of the older
+                // one finds the address no longer its own and leaves it.
+                Some(_) => {
+                    batch.delete_elements(&t, set, &[key(*ip)]);
+                }
+                None => {}
+            }
+            batch.add_elements(&t, set, &[element(*ip, &comment)]);
         }
         self.nft.apply(&batch)?;
         Ok(())
@@ -280,22 +349,25 @@ impl FirewallBackend for Nftables {
         if !self.nft.chain_exists(&t, NFT_ADMIN_CHAIN)? {
             return Err(missing(format!("chain {t} {NFT_ADMIN_CHAIN}")));
         }
-        let comment = owner.comment();
-        let chain = attachment_chain(&comment);
-        let jump = Rule::new().jump(&chain).comment(&comment);
-        let jumps = rules_or_none(&mut self.nft, &t, NFT_ATTACHMENTS_CHAIN)?.unwrap_or_default();
-        if !jumps.iter().any(|r| r.is(&jump, Family::Inet)) {
-            return Err(missing(format!(
-                "rule {t} {NFT_ATTACHMENTS_CHAIN} {}",
-                jump.to_nft()
-            )));
+        let accepts = rules_or_none(&mut self.nft, &t, NFT_ATTACHMENTS_CHAIN)?
+            .ok_or_else(|| missing(format!("chain {t} {NFT_ATTACHMENTS_CHAIN}")))?;
+        for rule in shared_accepts() {
+            if !accepts.iter().any(|r| r.is(&rule, Family::Inet)) {
+                return Err(missing(format!(
+                    "rule {t} {NFT_ATTACHMENTS_CHAIN} {}",
+                    rule.to_nft()
+                )));
+            }
         }
-        let have = rules_or_none(&mut self.nft, &t, &chain)?
-            .ok_or_else(|| missing(format!("chain {t} {chain}")))?;
-        let want = attachment_rules(&comment, target);
-        if have.len() != want.len() || !have.iter().zip(&want).all(|(h, w)| h.is(w, Family::Inet)) {
-            let what = want.iter().map(Rule::to_nft).collect::<Vec<_>>().join("; ");
-            return Err(missing(format!("exactly [{what}] in chain {t} {chain}")));
+        let comment = owner.comment();
+        for ip in &target.ips {
+            let found = self.lookup(*ip)?;
+            if found.and_then(|e| e.comment).as_deref() != Some(comment.as_str()) {
+                return Err(missing(format!(
+                    "element {t} {} {{ {ip} comment {comment:?} }}",
+                    set_of(*ip)
+                )));
+            }
         }
         if let Some(bridge) = &target.bridge {
             for (chain, _, rule) in isolation_rules(bridge, self.policy) {
@@ -308,25 +380,34 @@ impl FirewallBackend for Nftables {
         Ok(())
     }
 
-    fn del(&mut self, owner: &Owner, _target: Option<&Target>) -> Result<(), FirewallError> {
+    fn del(&mut self, owner: &Owner, target: Option<&Target>) -> Result<(), FirewallError> {
+        let _lock = self.state.lock()?;
         let comment = owner.comment();
-        let mut batch = Batch::new();
-        self.remove_where(&mut batch, &|c| c == comment)?;
-        self.nft.apply(&batch)?;
-        Ok(())
+        let elements = match target {
+            // prevResult names the addresses: look up only those.
+            Some(target) if !target.ips.is_empty() => {
+                let mut found = Vec::new();
+                for ip in &target.ips {
+                    found.extend(self.lookup(*ip)?);
+                }
+                found
+            }
+            // Without it, find this attachment's elements by their owner comment.
+            _ => self.list()?,
+        };
+        self.remove_where(elements, &|c| c == comment)
     }
 
     fn gc(&mut self, network: &str, valid: &[Attachment]) -> Result<(), FirewallError> {
+        let _lock = self.state.lock()?;
         let live: Vec<String> = valid
             .iter()
             .map(|a| crate::names::owner_comment(network, &a.container_id, &a.ifname))
             .collect();
-        let mut batch = Batch::new();
-        self.remove_where(&mut batch, &|c| {
+        let elements = self.list()?;
+        self.remove_where(elements, &|c| {
             crate::names::owned_by_network(c, network) && !live.iter().any(|l| l == c)
-        })?;
-        self.nft.apply(&batch)?;
-        Ok(())
+        })
     }
 
     fn status(&mut self) -> Result<(), FirewallError> {
