@@ -547,6 +547,43 @@ mod e2e {
                 !rules.contains("10.68.0.2") && !rules.contains("fd68::2"),
                 "{backend}: left behind: {rules}"
             );
+            // DEL with prevResult when its rules are gone (or half gone) still succeeds and
+            // leaves nothing (iptables: the blind deletion fails, the table is read instead).
+            ok(
+                &exec(&rt, "firewall", "DEL", "new", &netns, &conf),
+                "DEL new again",
+            );
+            ok(
+                &exec(&rt, "firewall", "ADD", "half", &netns, &conf),
+                "ADD half",
+            );
+            if backend == "iptables" {
+                host.exec_ok(
+                    "iptables",
+                    &["-D", "CNI-FORWARD", "-s", "10.68.0.2/32", "-j", "ACCEPT"],
+                )?;
+            } else {
+                host.exec_ok(
+                    "nft",
+                    &[
+                        "delete",
+                        "element",
+                        "inet",
+                        "cni_firewall",
+                        "containers4",
+                        "{ 10.68.0.2 }",
+                    ],
+                )?;
+            }
+            ok(
+                &exec(&rt, "firewall", "DEL", "half", &netns, &conf),
+                "DEL half",
+            );
+            let rules = listing(&host, backend)?;
+            ensure!(
+                !rules.contains("10.68.0.2") && !rules.contains("fd68::2"),
+                "{backend}: left behind after a half-removed DEL: {rules}"
+            );
         }
         Ok(())
     }

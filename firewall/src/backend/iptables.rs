@@ -1,17 +1,72 @@
 //! The reference's iptables layout in the `filter` table, written with one
 //! `iptables-restore --noflush` transaction per family per call after one `iptables-save`.
+//!
+//! The tools' process starts dominate every call, so the two families run concurrently (both
+//! saves at once, then both restores), nothing is exec'd that has nothing to do (no restore
+//! without lines, no family without addresses), and DEL first tries its deletions blind (one
+//! restore, no save) and reads the table only when that transaction fails.
 
 use std::net::IpAddr;
 
 use common::conf::Attachment;
-use common::iptables::{Family, Iptables as Tools};
+use common::iptables::{Family, Iptables as Tools, IptablesError, TableDump, restore_line};
 
 use super::state::State;
 use super::{FirewallBackend, Owner};
 use crate::config::Config;
 use crate::error::FirewallError;
 use crate::names::{CNI_FORWARD_CHAIN, FILTER_TABLE};
-use crate::plan::{Target, iptables_add, iptables_del, iptables_missing};
+use crate::plan::{Target, ip_rules, iptables_add, iptables_del, iptables_missing};
+
+/// Runs `f` for every family of `families`, concurrently when there are two (each runs its
+/// own tool processes), and returns the results in the order of `families`.
+fn per_family<T: Send>(families: &[Family], f: impl Fn(Family) -> T + Sync) -> Vec<(Family, T)> {
+    match families {
+        [one] => vec![(*one, f(*one))],
+        many => std::thread::scope(|scope| {
+            let f = &f;
+            let handles: Vec<_> = many
+                .iter()
+                .map(|family| (*family, scope.spawn(move || f(*family))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|(family, handle)| {
+                    let result = handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                    (family, result)
+                })
+                .collect()
+        }),
+    }
+}
+
+/// Deletes one copy of each accept of `ips` in `family` with one restore, without reading the
+/// table; when that transaction fails (an accept is absent, so it changed nothing), reads the
+/// table and deletes every copy that is there.
+fn delete_accepts(family: Family, ips: &[IpAddr]) -> Result<(), FirewallError> {
+    let tools = Tools::new(family);
+    let mut blind = Vec::new();
+    for ip in ips.iter().filter(|ip| Family::of(ip) == family) {
+        for rule in ip_rules(*ip) {
+            blind.push(restore_line("-D", CNI_FORWARD_CHAIN, &rule)?);
+        }
+    }
+    if blind.is_empty() {
+        return Ok(());
+    }
+    match tools.restore(FILTER_TABLE, &blind) {
+        Ok(()) => return Ok(()),
+        Err(e @ (IptablesError::Locked { .. } | IptablesError::Timeout { .. })) => {
+            return Err(e.into());
+        }
+        Err(e) => log::debug!("{family}: blind DEL refused, reading the table: {e}"),
+    }
+    let dump = tools.save(FILTER_TABLE)?;
+    tools.restore(FILTER_TABLE, &iptables_del(&dump, family, ips)?)?;
+    Ok(())
+}
 
 /// The iptables backend.
 #[derive(Debug)]
@@ -36,23 +91,19 @@ impl Iptables {
                 mine.push(*ip);
             }
         }
+        let families: Vec<Family> = Family::BOTH
+            .into_iter()
+            .filter(|f| mine.iter().any(|ip| Family::of(ip) == *f))
+            .collect();
         let mut first_error = None;
-        for family in Family::BOTH {
-            if !mine.iter().any(|ip| Family::of(ip) == family) {
-                continue;
-            }
-            let result = (|| {
-                let tools = Tools::new(family);
-                let dump = tools.save(FILTER_TABLE)?;
-                tools.restore(FILTER_TABLE, &iptables_del(&dump, family, &mine)?)
-            })();
+        for (family, result) in per_family(&families, |family| delete_accepts(family, &mine)) {
             if let Err(e) = result {
                 log::warn!("DEL {name}: {family}: {e}");
                 first_error.get_or_insert(e);
             }
         }
         if let Some(e) = first_error {
-            return Err(e.into());
+            return Err(e);
         }
         self.state.forget(name, ips)
     }
@@ -65,45 +116,55 @@ impl FirewallBackend for Iptables {
 
     fn add(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
         let _lock = self.state.lock()?;
-        let mut done: Vec<(Family, Vec<String>)> = Vec::new();
-        for family in target.families() {
-            let result = (|| {
-                let tools = Tools::new(family);
-                let dump = tools.save(FILTER_TABLE)?;
-                if done.is_empty() && !dump.has_chain(CNI_FORWARD_CHAIN) {
-                    // A namespace without our skeleton has no attachments of ours: state under
-                    // its inode number is a dead namespace's.
-                    self.state.reset()?;
+        let families = target.families();
+        let saves = per_family(&families, |family| Tools::new(family).save(FILTER_TABLE));
+        let mut plans: Vec<(Family, Vec<String>)> = Vec::new();
+        for (family, dump) in saves {
+            let dump: TableDump = dump?;
+            if plans.is_empty() && !dump.has_chain(CNI_FORWARD_CHAIN) {
+                // A namespace without our skeleton has no attachments of ours: state under
+                // its inode number is a dead namespace's.
+                self.state.reset()?;
+            }
+            plans.push((family, iptables_add(&dump, family, &self.config, target)?));
+        }
+        let results = per_family(&families, |family| {
+            let lines = plans
+                .iter()
+                .find(|(f, _)| *f == family)
+                .map_or(&[][..], |(_, l)| l.as_slice());
+            Tools::new(family).restore(FILTER_TABLE, lines)
+        });
+        if results.iter().any(|(_, r)| r.is_err()) {
+            // Undo this attachment's accepts in the families that committed; the skeleton and
+            // isolation rules are shared and may stay.
+            for (family, result) in &results {
+                if result.is_err() {
+                    continue;
                 }
-                let lines = iptables_add(&dump, family, &self.config, target)?;
-                tools.restore(FILTER_TABLE, &lines)?;
-                Ok::<_, FirewallError>(lines)
-            })();
-            match result {
-                Ok(lines) => done.push((family, lines)),
-                Err(e) => {
-                    // Undo this attachment's accepts in the families already done; the
-                    // skeleton and isolation rules are shared and may stay.
-                    for (family, lines) in done {
-                        let undo: Vec<String> = lines
-                            .iter()
-                            .filter_map(|l| l.strip_prefix("-A CNI-FORWARD "))
-                            .map(|rest| format!("-D CNI-FORWARD {rest}"))
-                            .collect();
-                        if let Err(u) = Tools::new(family).restore(FILTER_TABLE, &undo) {
-                            log::warn!("ADD rollback in {family} failed: {u}");
-                        }
-                    }
-                    return Err(e);
+                let undo: Vec<String> = plans
+                    .iter()
+                    .filter(|(f, _)| f == family)
+                    .flat_map(|(_, lines)| lines)
+                    .filter_map(|l| l.strip_prefix("-A CNI-FORWARD "))
+                    .map(|rest| format!("-D CNI-FORWARD {rest}"))
+                    .collect();
+                if let Err(u) = Tools::new(*family).restore(FILTER_TABLE, &undo) {
+                    log::warn!("ADD rollback in {family} failed: {u}");
                 }
+            }
+            if let Some(e) = results.into_iter().find_map(|(_, r)| r.err()) {
+                return Err(e.into());
             }
         }
         self.state.record(&owner.state_name(), &target.ips)
     }
 
     fn check(&mut self, _owner: &Owner, target: &Target) -> Result<(), FirewallError> {
-        for family in target.families() {
-            let dump = Tools::new(family).save(FILTER_TABLE)?;
+        let families = target.families();
+        for (family, dump) in per_family(&families, |family| Tools::new(family).save(FILTER_TABLE))
+        {
+            let dump = dump?;
             if let Some((chain, rule)) = iptables_missing(&dump, family, &self.config, target) {
                 let what = if rule.is_empty() {
                     format!("{family} chain {chain}")
