@@ -378,9 +378,12 @@ fn del(call: &Call) -> Result<(), CniError> {
     } else if !config.mappings.is_empty() {
         flush_udp(&config, &[IpFamily::V4, IpFamily::V6]);
     }
-    if deleted_nft && let Some(n) = nft.0.take() {
-        // Its last close would wait for the kernel to free the deleted elements.
-        n.close_detached();
+    if deleted_nft
+        && let Some(n) = &nft.0
+        && let Err(e) = common::linger::hand_off(n)
+    {
+        // Then the last close, at exit, waits for the kernel to free the deleted elements.
+        log::debug!("closing the nf_tables socket at exit: {e}");
     }
     if errors.is_empty() {
         return Ok(());

@@ -272,6 +272,14 @@ pub struct Nft {
     socket: NetlinkSocket,
 }
 
+/// The socket, for [`crate::linger::hand_off`]: after a batch that deleted objects, the
+/// socket's last close waits for the kernel to free them.
+impl AsFd for Nft {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
 impl Nft {
     /// Opens a handle in the calling thread's namespace.
     ///
@@ -291,15 +299,6 @@ impl Nft {
     /// The namespace cannot be entered, or the socket opened.
     pub fn open_in(ns: &NetNs) -> Result<Nft, NftError> {
         ns.run(Nft::new)?
-    }
-
-    /// Closes the handle after this process exits rather than now, through
-    /// [`crate::linger::hand_off`]: after a batch that deleted objects, the last close of the
-    /// socket waits for the kernel to free them. Falls back to closing now.
-    pub fn close_detached(self) {
-        if let Err(e) = crate::linger::hand_off(self.socket.as_fd()) {
-            log::debug!("closing the nf_tables socket here: {e}");
-        }
     }
 
     /// Applies `batch` as one transaction: every change or none.

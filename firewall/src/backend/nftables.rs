@@ -296,7 +296,15 @@ impl Nftables {
         for (set, keys) in [NFT_SET_V4, NFT_SET_V6].into_iter().zip(&keys) {
             batch.delete_elements(&t, set, keys);
         }
+        if keys.iter().all(Vec::is_empty) {
+            return Ok(());
+        }
         self.nft.apply(&batch)?;
+        // The socket's last close now waits for the kernel to free the deleted elements (an
+        // RCU grace period): a detached holder takes that close, so the plugin's exit doesn't.
+        if let Err(e) = common::linger::hand_off(&self.nft) {
+            log::debug!("closing the nf_tables socket at exit: {e}");
+        }
         Ok(())
     }
 }
