@@ -2,12 +2,15 @@
 //! rollback), verifying it, removing it, garbage-collecting IFBs and probing for STATUS.
 
 use common::netlink::tc::{INGRESS, INGRESS_HANDLE, PROTOCOL_ALL, Psched, ROOT, Tbf};
-use common::netlink::{Link, Netlink, NetlinkError};
+use common::netlink::{Link, LinkAlias, Netlink, NetlinkError};
 use common::netns::NetNs;
 use netlink_packet_route::tc::TcMirrorActionType;
 
 use crate::error::BandwidthError;
-use crate::names::{FILTER_CLASSID, FILTER_PRIORITY, Owner, STATUS_IFB, TBF_HANDLE};
+use crate::names::{
+    FILTER_CLASSID, FILTER_PRIORITY, Owner, STATUS_IFB, TBF_HANDLE, Tombstone, tombstone_alias,
+    tombstone_name,
+};
 use crate::plan::{Device, Plan, Side};
 
 /// A netlink handle bound to the namespace of the shaped device.
@@ -89,16 +92,28 @@ enum Undo {
     Link(u32),
 }
 
+/// What [`add`] did.
+#[derive(Debug)]
+pub struct Added {
+    /// The IFB device the plan uses, if any.
+    pub ifb: Option<Link>,
+    /// Whether a left-over tombstone was seen (the caller starts a reaper).
+    pub reap: bool,
+}
+
 /// Programs `plan` and returns the IFB device it uses, if any. Re-running it converges: the
 /// root `tbf`s are replaced, our IFB and an existing `ingress` qdisc are reused, and the
 /// redirect filter at [`FILTER_PRIORITY`] is replaced. When a step fails, what this call
-/// created is removed again.
+/// created is removed again. One dump of the namespace's IFBs finds ours and left-over
+/// tombstones alike.
 ///
 /// # Errors
 /// The first failing step.
-pub fn add(nl: &mut Netlink, plan: &Plan) -> Result<Option<Link>, BandwidthError> {
+pub fn add(nl: &mut Netlink, plan: &Plan) -> Result<Added, BandwidthError> {
+    let ifbs = nl.ifbs_with_aliases()?;
+    let reap = has_stale_tombstones(&ifbs);
     let mut undo = Vec::new();
-    let outcome = add_steps(nl, plan, &mut undo);
+    let outcome = add_steps(nl, plan, &ifbs, &mut undo);
     if outcome.is_err() {
         for step in undo.iter().rev() {
             let result = match *step {
@@ -114,12 +129,13 @@ pub fn add(nl: &mut Netlink, plan: &Plan) -> Result<Option<Link>, BandwidthError
             }
         }
     }
-    outcome
+    outcome.map(|ifb| Added { ifb, reap })
 }
 
 fn add_steps(
     nl: &mut Netlink,
     plan: &Plan,
+    ifbs: &[LinkAlias],
     undo: &mut Vec<Undo>,
 ) -> Result<Option<Link>, BandwidthError> {
     let dev = &plan.device;
@@ -130,11 +146,16 @@ fn add_steps(
     let Some(redirect) = &plan.redirect else {
         return Ok(None);
     };
-    let ifb = match nl.link_alias_by_name(&redirect.ifb) {
-        Ok(existing)
-            if existing.link.kind.as_deref() == Some("ifb")
-                && existing.alias.as_deref() == Some(redirect.alias.as_str()) =>
-        {
+    let taken = |other: LinkAlias| BandwidthError::IfbNameTaken {
+        name: redirect.ifb.clone(),
+        what: format!(
+            "kind {}, alias {:?}",
+            other.link.kind.unwrap_or_default(),
+            other.alias.unwrap_or_default()
+        ),
+    };
+    let ifb = match ifbs.iter().find(|l| l.link.name == redirect.ifb) {
+        Some(existing) if existing.alias.as_deref() == Some(redirect.alias.as_str()) => {
             nl.set_link(
                 existing.link.index,
                 &common::netlink::LinkChange {
@@ -143,24 +164,20 @@ fn add_steps(
                     ..Default::default()
                 },
             )?;
-            existing.link
+            existing.link.clone()
         }
-        Ok(other) => {
-            return Err(BandwidthError::IfbNameTaken {
-                name: redirect.ifb.clone(),
-                what: format!(
-                    "kind {}, alias {:?}",
-                    other.link.kind.unwrap_or_default(),
-                    other.alias.unwrap_or_default()
-                ),
-            });
-        }
-        Err(e) if e.is_not_found() => {
-            let link = nl.add_ifb(&redirect.ifb, redirect.mtu, None, &redirect.alias)?;
-            undo.push(Undo::Link(link.index));
-            link
-        }
-        Err(e) => return Err(e.into()),
+        Some(other) => return Err(taken(other.clone())),
+        None => match nl.add_ifb(&redirect.ifb, redirect.mtu, None, &redirect.alias) {
+            Ok(link) => {
+                undo.push(Undo::Link(link.index));
+                link
+            }
+            // Not an IFB (the dump lists only those): say what it is.
+            Err(e) if e.is_exists() => {
+                return Err(taken(nl.link_alias_by_name(&redirect.ifb)?));
+            }
+            Err(e) => return Err(e.into()),
+        },
     };
     match nl.add_ingress_qdisc(dev.index) {
         Ok(()) => undo.push(Undo::IngressQdisc(dev.index)),
@@ -303,36 +320,36 @@ fn collect(errors: &mut Vec<BandwidthError>, result: Result<(), NetlinkError>) {
     }
 }
 
-/// Removes the shaping on the device of `located`: our redirect filters (and then the
-/// `ingress` qdisc when nothing else is attached to it), the root `tbf` with our handle, and
-/// on the container side the IFBs named `ifbs` inside the container.
-pub fn remove_shaping(located: &mut Located, ifbs: &[String]) -> Vec<BandwidthError> {
+/// Removes the shaping on the device of `located`: our redirect filter (with the `ingress`
+/// qdisc when nothing else is attached to it) and the root `tbf` with our handle. Traffic is
+/// unshaped when this returns; the IFB is left to [`retire_ifbs`].
+pub fn remove_shaping(located: &mut Located) -> Vec<BandwidthError> {
     let mut errors = Vec::new();
     let nl = &mut located.netlink;
     let index = located.device.index;
     match nl.filters(index, INGRESS_HANDLE) {
         Ok(filters) => {
-            let ours = filters.iter().any(|f| {
+            let ours = |f: &common::netlink::tc::Filter| {
                 f.priority == FILTER_PRIORITY
                     && f.mirred
                         .iter()
                         .any(|(kind, _)| *kind == TcMirrorActionType::EgressRedir)
-            });
-            if ours {
-                collect(
-                    &mut errors,
-                    nl.del_filters(index, INGRESS_HANDLE, FILTER_PRIORITY, PROTOCOL_ALL),
-                );
-            }
-            let others = nl
-                .filters(index, INGRESS_HANDLE)
-                .map(|f| !f.is_empty())
-                .unwrap_or(true);
-            let ingress = nl
-                .qdisc(index, INGRESS)
-                .is_ok_and(|q| q.is_some_and(|q| q.kind == "ingress"));
-            if ours && ingress && !others {
-                collect(&mut errors, nl.del_qdisc(index, INGRESS, 0));
+            };
+            if filters.iter().any(ours) {
+                // Deleting the ingress qdisc takes its filters along: one request when every
+                // filter is at our priority (the usual case; the priority's header and hash
+                // table entries are listed too), else only our priority goes.
+                let ingress = nl
+                    .qdisc(index, INGRESS)
+                    .is_ok_and(|q| q.is_some_and(|q| q.kind == "ingress"));
+                if ingress && filters.iter().all(|f| f.priority == FILTER_PRIORITY) {
+                    collect(&mut errors, nl.del_qdisc(index, INGRESS, 0));
+                } else {
+                    collect(
+                        &mut errors,
+                        nl.del_filters(index, INGRESS_HANDLE, FILTER_PRIORITY, PROTOCOL_ALL),
+                    );
+                }
             }
         }
         // No ingress qdisc at all.
@@ -347,37 +364,119 @@ pub fn remove_shaping(located: &mut Located, ifbs: &[String]) -> Vec<BandwidthEr
         Err(e) if e.is_not_found() => {}
         Err(e) => errors.push(e.into()),
     }
-    if located.side == Side::Container {
-        errors.extend(delete_ifbs(nl, ifbs));
-    }
     errors
 }
 
-/// Deletes the IFB devices named `names` that exist (and are IFBs) in `nl`'s namespace.
-pub fn delete_ifbs(nl: &mut Netlink, names: &[String]) -> Vec<BandwidthError> {
-    let mut errors = Vec::new();
-    for name in names {
-        match nl.link_by_name(name) {
-            Ok(link) if link.kind.as_deref() == Some("ifb") => {
-                collect(&mut errors, nl.del_link(link.index));
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Takes the IFB `link` out of service in one cheap request (down, renamed to a tombstone,
+/// alias marking it as such and keeping its owner), for the reaper to delete. When the
+/// tombstone name is taken by a foreign link, the IFB is deleted here instead (slowly).
+fn retire(nl: &mut Netlink, ifb: &LinkAlias, now: u64) -> Result<(), NetlinkError> {
+    let was = ifb.alias.as_deref().unwrap_or(&ifb.link.name);
+    let name = tombstone_name(ifb.link.index);
+    let alias = tombstone_alias(now, was);
+    log::info!("retiring {} as {name} for the reaper", ifb.link.name);
+    match nl.retire_link(ifb.link.index, &name, &alias) {
+        Err(e) if e.is_exists() => {
+            log::warn!("{name} is taken: deleting {} right away", ifb.link.name);
+            nl.del_link(ifb.link.index)
+        }
+        other => other,
+    }
+}
+
+/// What [`retire_ifbs`] found.
+#[derive(Debug, Default)]
+pub struct Retired {
+    /// Whether a reaper has work: an IFB was retired, or a left-over tombstone exists.
+    pub reap: bool,
+    /// What failed.
+    pub errors: Vec<BandwidthError>,
+}
+
+/// DEL's IFB step in one namespace: retires the IFBs named `names` (ours and the reference's)
+/// and notes left-over tombstones, all from one dump of the IFBs.
+pub fn retire_ifbs(nl: &mut Netlink, names: &[String]) -> Retired {
+    let mut out = Retired::default();
+    let ifbs = match nl.ifbs_with_aliases() {
+        Ok(ifbs) => ifbs,
+        Err(e) => {
+            out.errors.push(e.into());
+            return out;
+        }
+    };
+    let now = now();
+    for ifb in &ifbs {
+        if names.contains(&ifb.link.name) {
+            match retire(nl, ifb, now) {
+                Ok(()) => out.reap = true,
+                Err(e) if e.is_not_found() => {}
+                Err(e) => out.errors.push(e.into()),
             }
-            Ok(link) => log::warn!("{name} is a {:?} link, not an ifb: left alone", link.kind),
-            Err(e) if e.is_not_found() => {}
-            Err(e) => errors.push(e.into()),
+        } else if tombstone(ifb).is_some_and(|t| t.is_stale(now)) {
+            out.reap = true;
         }
     }
-    errors
+    out
 }
 
-/// Deletes the IFB devices of `network` whose owner (from the alias) is not in `valid`.
+fn tombstone(ifb: &LinkAlias) -> Option<Tombstone> {
+    Tombstone::parse(&ifb.link.name, ifb.alias.as_deref())
+}
+
+/// True when `ifbs` holds a left-over tombstone (ADD's sweep: it then starts a reaper).
+pub fn has_stale_tombstones(ifbs: &[LinkAlias]) -> bool {
+    let now = now();
+    ifbs.iter()
+        .any(|ifb| tombstone(ifb).is_some_and(|t| t.is_stale(now)))
+}
+
+/// The reaper's work: deletes every tombstone in `nl`'s namespace, whatever its age, and
+/// returns how many it deleted. One already gone (a concurrent reaper) counts as done.
+///
+/// # Errors
+/// The first failure; the others are logged.
+pub fn reap(nl: &mut Netlink) -> Result<usize, BandwidthError> {
+    let mut deleted = 0;
+    let mut first = None;
+    for ifb in nl.ifbs_with_aliases()? {
+        if tombstone(&ifb).is_none() {
+            continue;
+        }
+        match nl.del_link(ifb.link.index) {
+            Ok(()) => deleted += 1,
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                log::warn!("cannot delete {}: {e}", ifb.link.name);
+                first.get_or_insert(e);
+            }
+        }
+    }
+    match first {
+        Some(e) => Err(e.into()),
+        None => Ok(deleted),
+    }
+}
+
+/// Deletes the IFB devices of `network` whose owner (from the alias) is not in `valid`, and
+/// left-over tombstones of any owner.
 pub fn gc(nl: &mut Netlink, network: &str, valid: &[(String, String)]) -> Vec<BandwidthError> {
-    let links = match nl.links_with_aliases() {
+    let links = match nl.ifbs_with_aliases() {
         Ok(links) => links,
         Err(e) => return vec![e.into()],
     };
+    let now = now();
     let mut errors = Vec::new();
     for link in links {
-        if link.link.kind.as_deref() != Some("ifb") {
+        if tombstone(&link).is_some_and(|t| t.is_stale(now)) {
+            log::info!("gc: deleting the left-over {}", link.link.name);
+            collect(&mut errors, nl.del_link(link.link.index));
             continue;
         }
         let Some(owner) = link.alias.as_deref().and_then(Owner::parse_alias) else {

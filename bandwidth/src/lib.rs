@@ -30,11 +30,13 @@ pub mod config;
 pub mod error;
 pub mod names;
 pub mod plan;
+pub mod reaper;
 
 use common::conf::NetConf;
 use common::error::CniError;
 use common::netlink::Netlink;
 use common::netlink::tc::Psched;
+use common::netns::NetNs;
 use common::skel::{Call, Plugin};
 use common::types::{CniResult, Interface};
 
@@ -59,12 +61,23 @@ fn owner(call: &Call, conf: &NetConf<BandwidthKeys>) -> Owner {
     }
 }
 
+/// Starts a reaper for the retired IFBs in `nl`'s namespace: the plugin's own (`netns`
+/// `None`) or a container's. When no process can be started, reaps here, slowly but surely.
+fn start_reaper(netns: Option<&NetNs>, nl: &mut Netlink) {
+    if let Err(e) = reaper::spawn(netns) {
+        log::warn!("cannot start the ifb reaper ({e}): deleting retired ifbs now");
+        if let Err(e) = apply::reap(nl) {
+            log::warn!("{e}");
+        }
+    }
+}
+
 /// Locates the device and plans the shaping of `config` for this call.
 fn locate_and_plan(
     call: &Call,
     conf: &NetConf<BandwidthKeys>,
     config: &Config,
-) -> Result<(Located, Plan), CniError> {
+) -> Result<(NetNs, Located, Plan), CniError> {
     let ns = call.open_netns()?;
     let psched = Psched::read().map_err(BandwidthError::Psched)?;
     let located = apply::locate(&ns, &call.ifname)?;
@@ -75,7 +88,7 @@ fn locate_and_plan(
         &owner(call, conf),
         &psched,
     )?;
-    Ok((located, plan))
+    Ok((ns, located, plan))
 }
 
 impl Plugin for Bandwidth {
@@ -96,9 +109,13 @@ impl Plugin for Bandwidth {
         if config.is_empty() {
             return Ok(result);
         }
-        let (mut located, plan) = locate_and_plan(call, &conf, &config)?;
-        let ifb = apply::add(&mut located.netlink, &plan)?;
-        if let Some(ifb) = ifb {
+        let (ns, mut located, plan) = locate_and_plan(call, &conf, &config)?;
+        let added = apply::add(&mut located.netlink, &plan)?;
+        if added.reap {
+            let netns = (located.side == Side::Container).then_some(&ns);
+            start_reaper(netns, &mut located.netlink);
+        }
+        if let Some(ifb) = added.ifb {
             result.interfaces.push(Interface {
                 name: ifb.name.clone(),
                 mac: ifb.mac_string(),
@@ -123,7 +140,7 @@ impl Plugin for Bandwidth {
         if config.is_empty() {
             return Ok(());
         }
-        let (mut located, plan) = locate_and_plan(call, &conf, &config)?;
+        let (_, mut located, plan) = locate_and_plan(call, &conf, &config)?;
         Ok(apply::check(&mut located.netlink, &plan)?)
     }
 
@@ -140,17 +157,38 @@ impl Plugin for Bandwidth {
             reference_ifb_name(&owner.network, &owner.container_id),
         ];
         let mut errors = Vec::new();
+        let mut host = None;
         match call.open_netns() {
             Ok(ns) => match apply::locate(&ns, &call.ifname) {
-                Ok(mut located) => errors.extend(apply::remove_shaping(&mut located, &ifbs)),
+                Ok(mut located) => {
+                    errors.extend(apply::remove_shaping(&mut located));
+                    match located.side {
+                        Side::Host => host = Some(located.netlink),
+                        Side::Container => {
+                            let retired = apply::retire_ifbs(&mut located.netlink, &ifbs);
+                            errors.extend(retired.errors);
+                            if retired.reap {
+                                start_reaper(Some(&ns), &mut located.netlink);
+                            }
+                        }
+                    }
+                }
                 Err(BandwidthError::NoContainerInterface { .. }) => {}
                 Err(e) => errors.push(e),
             },
             // Gone with its namespace: the veth pair and anything inside went with it.
             Err(e) => log::debug!("DEL without the container namespace: {e}"),
         }
-        match Netlink::new() {
-            Ok(mut host) => errors.extend(apply::delete_ifbs(&mut host, &ifbs)),
+        // The IFBs in the plugin's namespace (also after a container-side ADD: one named ours
+        // or the reference's way may be left from a host-side one).
+        match host.map_or_else(Netlink::new, Ok) {
+            Ok(mut host) => {
+                let retired = apply::retire_ifbs(&mut host, &ifbs);
+                errors.extend(retired.errors);
+                if retired.reap {
+                    start_reaper(None, &mut host);
+                }
+            }
             Err(e) => errors.push(e.into()),
         }
         match errors.len() {

@@ -3,6 +3,10 @@
 //! hand-made drift; DEL, GC and STATUS; shaping inside the container when there is no host
 //! veth; and differential runs against Debian's Go `bandwidth` (same result, Go ADD + our DEL).
 //!
+//! DEL retires the IFB (renames it to a `bwdel…` tombstone) and leaves its deletion to a
+//! detached reaper; tests that DEL wait (with a generous deadline) until the tombstones are gone,
+//! so no reaper outlives its test.
+//!
 //! Rates are modest (10–15 Mbit/s) and runs short (2 s), so the whole file stays fast. The
 //! receiver of each `iperf3` run is its client (`-R` where needed), so intervals count bytes
 //! that actually went through the shaper.
@@ -12,9 +16,12 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use bandwidth::names::{Owner, ifb_name, reference_ifb_name};
+use bandwidth::names::{
+    Owner, TOMBSTONE_GRACE_SECS, TOMBSTONE_PREFIX, ifb_name, reference_ifb_name, tombstone_alias,
+};
 use serde_json::{Value, json};
 use tests::netns::CLIENT_V4;
 use tests::traffic::{IPERF3_PORT, Iperf3Report, iperf3};
@@ -116,6 +123,12 @@ fn links(ns: &TestNetns) -> Result<Vec<String>> {
     ns.link_names()
 }
 
+/// Waits until no tombstone (`bwdel…`) is left in `ns`: the reaper started by DEL (or ADD's
+/// sweep) has deleted them. The deadline is generous; this is not a timing assertion.
+fn wait_reaped(ns: &TestNetns) -> Result<()> {
+    wait_reaped_except(ns, "")
+}
+
 fn tc_json(ns: &TestNetns, args: &[&str]) -> Result<Value> {
     let mut all = vec!["-j"];
     all.extend_from_slice(args);
@@ -210,11 +223,19 @@ fn shaping_holds_both_directions_near_the_rate_and_del_lifts_it() -> Result<()> 
         &exec_ours(&runtime, "DEL", &rt, conf.clone(), "1.0.0")?,
         "DEL",
     )?;
-    ensure!(!links(&topo.host)?.contains(&ifb), "IFB left behind");
+    // The shaping is gone the moment DEL returns, and the IFB is out of service (renamed);
+    // the reaper deletes it soon after.
     let kinds = qdisc_kinds(&topo.host, &veth)?;
     ensure!(
         !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
         "qdiscs left on {veth}: {kinds:?}"
+    );
+    ensure!(!links(&topo.host)?.contains(&ifb), "IFB still in service");
+    wait_reaped(&topo.host)?;
+    ensure!(
+        !links(&topo.host)?.iter().any(|l| l.starts_with("bw")),
+        "IFB left behind: {:?}",
+        links(&topo.host)?
     );
     let down = into_container(&topo, 1)?;
     ensure_well_above(
@@ -234,6 +255,7 @@ fn shaping_holds_both_directions_near_the_rate_and_del_lifts_it() -> Result<()> 
         "second DEL",
     )?;
     runtime.del(&list, &rt)?;
+    wait_reaped(&topo.host)?;
     Ok(())
 }
 
@@ -283,6 +305,7 @@ fn capitalised_runtime_config_with_a_sentinel_burst_keeps_the_first_second_near_
         allowed / 1e6
     );
     runtime.del(&list, &rt)?;
+    wait_reaped(&topo.host)?;
     Ok(())
 }
 
@@ -352,6 +375,7 @@ fn check_fails_on_hand_made_drift_that_the_reference_misses() -> Result<()> {
     other.plugins[1]["egressRate"] = json!(EGRESS_RATE * 2);
     ensure!(runtime.check(&other, &rt).is_err());
     runtime.del(&list, &rt)?;
+    wait_reaped(&topo.host)?;
     Ok(())
 }
 
@@ -366,6 +390,7 @@ fn del_after_the_netns_is_gone_removes_the_ifb() -> Result<()> {
     ensure!(links(&topo.host)?.iter().any(|l| l.starts_with("bwp")));
     topo.container.delete()?;
     runtime.del(&list, &rt)?;
+    wait_reaped(&topo.host)?;
     let left: Vec<String> = links(&topo.host)?
         .into_iter()
         .filter(|l| l.starts_with("bwp") || l.starts_with("veth"))
@@ -416,6 +441,72 @@ fn gc_removes_only_this_networks_ifbs_of_attachments_no_longer_valid() -> Result
     ensure!(left.contains(&name("othernet", "c-dead")), "{left:?}");
     ensure!(left.contains(&go_made), "{left:?}");
     Ok(())
+}
+
+/// A tombstone as a killed reaper leaves it: an `ifb` named `bwdel<n>` with a tombstone alias.
+fn hand_made_tombstone(ns: &TestNetns, name: &str, retired_at: u64) -> Result<()> {
+    ns.ip(&["link", "add", name, "type", "ifb"])?;
+    let alias = tombstone_alias(retired_at, "cni-bandwidth:bwnet:c-gone:eth0");
+    ns.ip(&["link", "set", name, "alias", &alias])?;
+    Ok(())
+}
+
+#[test]
+fn left_over_tombstones_are_swept_by_the_next_add_and_by_gc() -> Result<()> {
+    let topo = Topology::new("bwtomb")?;
+    let scratch = tempfile::tempdir()?;
+    let runtime = Runtime::new(&topo.host)?;
+    let now = bandwidth::apply::now();
+    let old = now - TOMBSTONE_GRACE_SECS - 60;
+    // Left over: swept. A foreign ifb that merely looks like one (no tombstone alias): kept.
+    hand_made_tombstone(&topo.host, "bwdel90001", old)?;
+    topo.host
+        .ip(&["link", "add", "bwdel90003", "type", "ifb"])?;
+
+    // ADD (ingress only: no IFB of its own) starts a reaper for the left-over one.
+    let list = chain(
+        scratch.path(),
+        "10.95.8.0/24",
+        json!({"ingressRate": INGRESS_RATE, "ingressBurst": burst_for(INGRESS_RATE)}),
+    );
+    let rt = RuntimeConf::new("bw-tomb", topo.container.path(), "eth0");
+    runtime.add(&list, &rt)?;
+    wait_reaped_except(&topo.host, "bwdel90003")?;
+    ensure!(links(&topo.host)?.contains(&"bwdel90003".to_owned()));
+
+    // GC deletes a left-over one itself, and leaves a fresh one (its reaper is at work) alone.
+    hand_made_tombstone(&topo.host, "bwdel90004", old)?;
+    hand_made_tombstone(&topo.host, "bwdel90005", now)?;
+    let conf = json!({
+        "cniVersion": "1.1.0", "name": NETWORK, "type": "bandwidth",
+        "cni.dev/valid-attachments": [{"containerID": "bw-tomb", "ifname": "eth0"}],
+    });
+    let out = runtime.exec_plugin("bandwidth", Some("GC"), &[], conf.to_string().as_bytes())?;
+    ensure!(out.status.success(), "GC: {out:?}");
+    let left = links(&topo.host)?;
+    ensure!(!left.contains(&"bwdel90004".to_owned()), "{left:?}");
+    ensure!(left.contains(&"bwdel90005".to_owned()), "{left:?}");
+    ensure!(left.contains(&"bwdel90003".to_owned()), "{left:?}");
+    topo.host.ip(&["link", "del", "bwdel90005"])?;
+    runtime.del(&list, &rt)?;
+    wait_reaped_except(&topo.host, "bwdel90003")?;
+    Ok(())
+}
+
+/// [`wait_reaped`], ignoring a foreign `bwdel…` link (which is never reaped).
+fn wait_reaped_except(ns: &TestNetns, foreign: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: Vec<String> = links(ns)?
+            .into_iter()
+            .filter(|l| l.starts_with(TOMBSTONE_PREFIX) && l != foreign)
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        ensure!(Instant::now() < deadline, "never reaped: {left:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -506,6 +597,13 @@ fn without_a_host_veth_shaping_happens_inside_the_container() -> Result<()> {
 
     ok(&exec_ours(&runtime, "DEL", &rt, conf, "1.0.0")?, "DEL")?;
     ensure!(!links(&topo.container)?.contains(&ifb));
+    // The reaper entered the container namespace to delete the tombstone there.
+    wait_reaped(&topo.container)?;
+    ensure!(
+        !links(&topo.container)?.iter().any(|l| l.starts_with("bw")),
+        "{:?}",
+        links(&topo.container)?
+    );
     let kinds = qdisc_kinds(&topo.container, "eth0")?;
     ensure!(
         !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
@@ -578,6 +676,7 @@ fn differential_results_equal_the_go_plugins_in_every_shared_version() -> Result
         }
     }
     ours.del(&main, &rt)?;
+    wait_reaped(&topo.host)?;
     Ok(())
 }
 
@@ -606,14 +705,16 @@ fn differential_a_go_add_passes_our_check_and_our_del_cleans_it_up() -> Result<(
     )?;
     ensure!(
         !links(&topo.host)?.contains(&go_ifb),
-        "{go_ifb} left behind"
+        "{go_ifb} still in service"
     );
+    wait_reaped(&topo.host)?;
     let kinds = qdisc_kinds(&topo.host, &veth)?;
     ensure!(
         !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
         "qdiscs left on {veth}: {kinds:?}"
     );
     go.del(&list, &rt)?;
+    wait_reaped(&topo.host)?;
     Ok(())
 }
 

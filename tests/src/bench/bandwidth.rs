@@ -3,13 +3,19 @@
 //! veth pair between two throwaway namespaces, cniVersion 1.0.0.
 //!
 //! The Go DEL leaves the host veth's `tbf` and `ingress` qdisc behind (they normally go with the
-//! veth), and its next ADD then fails with "file exists". So the suite runs one
-//! [`Lifecycle`] iteration at a time and removes those qdiscs, untimed, in between.
+//! veth), and its next ADD then fails with "file exists". So the suite runs its own
+//! [`Lifecycle`] loop and removes those qdiscs, untimed, after every cycle.
+//!
+//! Our DEL leaves the IFB's deletion (20–30 ms in the kernel) to a detached reaper. Between
+//! iterations the suite waits, untimed, until the reaper is done, so its `RTM_DELLINK` never
+//! overlaps (and slows) the next timed exec of either plugin.
 
-use anyhow::Result;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
 use serde_json::json;
 
-use super::{Lifecycle, Options, Row};
+use super::{Lifecycle, Options, Row, Samples};
 use crate::bins::{plugin_binary, reference_binary};
 use crate::netns::{TestNetns, veth_pair};
 
@@ -56,21 +62,66 @@ pub fn run(options: &Options) -> Result<Vec<Row>> {
         config,
         check: true,
     };
-    let mut rows: Vec<Row> = Vec::new();
-    for _ in 0..options.iterations.max(1) {
+    // Lifecycle::run's loop, with the state settled (untimed) after every cycle of either
+    // plugin: Go's leftover qdiscs removed, our reaper finished.
+    let settle = || -> Result<()> {
         for parent in ["root", "ingress"] {
             // Absent qdiscs make `tc` fail; that is the clean state we want.
             let _ = host.exec("tc", &["qdisc", "del", "dev", "veth-bw0", parent]);
         }
-        let once = lifecycle.run(1)?;
-        if rows.is_empty() {
-            rows = once;
+        wait_for_reaper(&host)
+    };
+    let mut ours = [Samples::default(), Samples::default(), Samples::default()];
+    let mut reference = ours.clone();
+    for (binary, id) in [
+        (&lifecycle.ours, "bench-warmup-ours"),
+        (&lifecycle.reference, "bench-warmup-ref"),
+    ] {
+        lifecycle.cycle(binary, id)?;
+        settle()?;
+    }
+    for i in 0..options.iterations.max(1) {
+        let order = if i % 2 == 0 {
+            [true, false]
         } else {
-            for (row, new) in rows.iter_mut().zip(once) {
-                row.ours.0.extend(new.ours.0);
-                row.reference.0.extend(new.reference.0);
+            [false, true]
+        };
+        for is_ours in order {
+            let (binary, samples) = if is_ours {
+                (&lifecycle.ours, &mut ours)
+            } else {
+                (&lifecycle.reference, &mut reference)
+            };
+            let times = lifecycle.cycle(binary, &format!("bench-{i}"))?;
+            settle()?;
+            for (s, t) in samples.iter_mut().zip(times) {
+                s.push(t);
             }
         }
     }
+    let rows = ["ADD", "CHECK", "DEL"]
+        .into_iter()
+        .zip(ours.into_iter().zip(reference))
+        .map(|(verb, (ours, reference))| Row {
+            suite: "bandwidth".into(),
+            case: lifecycle.case.clone(),
+            step: verb.to_owned(),
+            ours,
+            reference,
+            reference_label: "Go bandwidth".into(),
+        })
+        .collect();
     Ok(rows)
+}
+
+/// Waits until no retired IFB (`bwdel…`) is left in `host`.
+fn wait_for_reaper(host: &TestNetns) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while host.link_names()?.iter().any(|l| l.starts_with("bwdel")) {
+        if Instant::now() > deadline {
+            bail!("the bandwidth reaper left {:?}", host.link_names()?);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
 }

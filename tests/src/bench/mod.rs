@@ -266,8 +266,11 @@ impl Lifecycle {
         }
     }
 
-    /// One ADD, CHECK, DEL of `binary`, timed.
-    fn cycle(&self, binary: &Path, container_id: &str) -> Result<[Duration; 3]> {
+    /// One ADD, CHECK, DEL of `binary`, timed (for suites that settle state between cycles).
+    ///
+    /// # Errors
+    /// When any exec fails.
+    pub fn cycle(&self, binary: &Path, container_id: &str) -> Result<[Duration; 3]> {
         let add = time_exec(
             &self.host,
             &self.exec(binary, "ADD", container_id, &self.config),
