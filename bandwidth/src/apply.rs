@@ -42,7 +42,7 @@ fn device_of(link: &Link) -> Device {
 /// # Errors
 /// When the container namespace cannot be entered or `ifname` is not in it.
 pub fn locate(container: &NetNs, ifname: &str) -> Result<Located, BandwidthError> {
-    let mut inside = Netlink::open_in(container)?;
+    let mut inside = Netlink::open_in_place(container)?;
     let ctr =
         inside
             .link_by_name(ifname)

@@ -12,8 +12,11 @@
 //!   when one is used. A failing ADD leaves nothing behind.
 //! - **CHECK** verifies the qdisc kinds and parameters, the redirect filter and the IFB.
 //! - **DEL** removes all of it, also what the Go plugin created; idempotent, needs neither the
-//!   netns nor `prevResult`.
-//! - **GC** deletes this network's IFBs whose owner (in the alias) is not a valid attachment.
+//!   netns nor `prevResult`. The shaping goes at once; the IFB is retired (down, renamed
+//!   `bwdel<index>`) and deleted by a detached reaper ([`reaper`]), because the kernel takes
+//!   20–30 ms to delete a device.
+//! - **GC** deletes this network's IFBs whose owner (in the alias) is not a valid attachment,
+//!   and left-over tombstones (as does every ADD and DEL, through a reaper).
 //! - **STATUS** creates an IFB with a `tbf` in a throwaway namespace.
 //!
 //! Kernel objects (host side), with their CLI equivalents:
@@ -23,7 +26,9 @@
 //! - `tc qdisc add dev <veth> ingress`;
 //! - `tc filter add dev <veth> parent ffff: protocol all prio 1 u32 match u32 0 0 classid 1:1
 //!   action mirred egress redirect dev bwp<hash>`;
-//! - `tc qdisc replace dev bwp<hash> root handle 1: tbf rate … burst … latency …` (egress).
+//! - `tc qdisc replace dev bwp<hash> root handle 1: tbf rate … burst … latency …` (egress);
+//! - DEL: `ip link set dev bwp<hash> down name bwdel<ifindex> alias
+//!   cni-bandwidth-deleted:<unix time>:<former alias>`, then (reaper) `ip link del bwdel<ifindex>`.
 
 pub mod apply;
 pub mod config;

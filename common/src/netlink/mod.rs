@@ -7,6 +7,7 @@
 //! DEL relies on.
 
 mod ifb;
+mod in_place;
 mod route;
 mod socket;
 pub mod tc;
