@@ -51,20 +51,16 @@ mod tests {
 
     #[test]
     fn open_in_place_binds_the_socket_there_and_the_thread_comes_back() {
-        std::thread::spawn(|| {
-            nix::sched::unshare(CloneFlags::CLONE_NEWNET).expect("unshare needs root");
+        crate::netns::in_new_netns(|| {
             let home = NetNs::current().unwrap();
-            let other = std::thread::spawn(|| {
-                nix::sched::unshare(CloneFlags::CLONE_NEWNET).unwrap();
-                let ns = NetNs::current().unwrap();
+            let other = crate::netns::in_new_netns(|| {
                 // A link only the other namespace has.
                 Netlink::new()
                     .unwrap()
                     .add_ifb("inplace0", 1500, None, "test")
                     .unwrap();
-                ns
+                NetNs::current().unwrap()
             })
-            .join()
             .unwrap();
             let mut there = Netlink::open_in_place(&other).unwrap();
             assert!(NetNs::current().unwrap().is_same(&home));
@@ -77,7 +73,6 @@ mod tests {
                     .is_not_found()
             );
         })
-        .join()
         .unwrap();
     }
 }
