@@ -35,7 +35,7 @@ impl Container {
                 source,
             })?;
         let lock = FileLock::acquire_file(File::from(fd), ns.path().to_path_buf(), DEFAULT_WAIT)?;
-        let nl = Netlink::open_in(ns).map_err(|e| match e {
+        let nl = Netlink::open_in_place(ns).map_err(|e| match e {
             OpenError::Netns(e) => SbrError::Netns(e),
             OpenError::Netlink(e) => SbrError::Netlink(e),
         })?;

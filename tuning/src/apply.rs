@@ -103,7 +103,7 @@ pub fn add(
     who: Attachment<'_>,
     store: &BackupStore,
 ) -> Result<(), TuningError> {
-    ns.run(|| add_inside(config, who, store))?
+    ns.run_in_place(|| add_inside(config, who, store))?
 }
 
 fn add_inside(
@@ -281,7 +281,9 @@ pub fn del(
         Err(e) => return Err(e),
     };
     let failures = match ns {
-        Some(ns) => ns.run(|| restore_inside(&Sysctl::default(), None, who.ifname, &backup))?,
+        Some(ns) => {
+            ns.run_in_place(|| restore_inside(&Sysctl::default(), None, who.ifname, &backup))?
+        }
         None => Vec::new(),
     };
     if !failures.is_empty() {
@@ -300,7 +302,7 @@ pub fn del(
 /// [`TuningError::Drift`] naming the first difference, [`TuningError::LinkNotFound`] when the
 /// interface is gone, and read failures.
 pub fn check(ns: &NetNs, config: &Config, ifname: &str) -> Result<(), TuningError> {
-    ns.run(|| {
+    ns.run_in_place(|| {
         let sysctl = Sysctl::default();
         for setting in &config.sysctls {
             match sysctl.read(&setting.key) {

@@ -1,47 +1,17 @@
 //! Opening a netlink socket in another network namespace without a helper thread.
-//!
-//! [`Netlink::open_in`] enters the namespace on a throwaway thread, so the caller never moves.
-//! Starting and joining that thread costs two scheduler hand-offs, which on a busy node add
-//! milliseconds to a plugin call. [`Netlink::open_in_place`] instead moves the calling thread
-//! into the namespace for the two system calls that create the socket, and back.
-
-use std::os::fd::AsFd;
-
-use nix::sched::{CloneFlags, setns};
 
 use super::{Netlink, OpenError};
-use crate::netns::{NetNs, NetnsError};
+use crate::netns::NetNs;
 
 impl Netlink {
-    /// Opens a handle inside `ns` from the calling thread: it enters `ns`, opens the socket
-    /// (which stays bound to `ns`) and returns to the namespace it was in. Meant for a plugin's
-    /// single-threaded main path; nothing else runs on the thread meanwhile.
+    /// Opens a handle inside `ns` from the calling thread ([`NetNs::run_in_place`]): the
+    /// socket stays bound to `ns`, the thread returns to its own namespace. [`Netlink::open_in`]
+    /// does the same on a throwaway thread, which costs two scheduler hand-offs.
     ///
     /// # Errors
-    /// [`OpenError`] when the namespace cannot be entered or the socket opened; the thread is
-    /// back in its own namespace then.
-    ///
-    /// # Panics
-    /// When the thread cannot return to its own namespace (setns on a namespace it was just in,
-    /// held open, does not fail in practice): going on there would program the wrong namespace.
+    /// [`OpenError`] when the namespace cannot be entered or the socket opened.
     pub fn open_in_place(ns: &NetNs) -> Result<Netlink, OpenError> {
-        let home = NetNs::current()?;
-        if ns.is_same(&home) {
-            return Ok(Netlink::new()?);
-        }
-        setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|errno| NetnsError::Enter {
-            path: ns.path().to_path_buf(),
-            source: errno.into(),
-        })?;
-        let opened = Netlink::new();
-        if let Err(errno) = setns(home.as_fd(), CloneFlags::CLONE_NEWNET) {
-            // Documented above: continuing in the wrong namespace is worse than stopping.
-            #[allow(clippy::panic)]
-            {
-                panic!("cannot return to the plugin's network namespace: {errno}");
-            }
-        }
-        Ok(opened?)
+        Ok(ns.run_in_place(Netlink::new)??)
     }
 }
 
