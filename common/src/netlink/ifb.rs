@@ -117,24 +117,6 @@ impl Netlink {
             .ok_or_else(|| NetlinkError::new(op, io::Error::from_raw_os_error(libc::ENODEV)))
     }
 
-    /// Lists every link with its alias (`ip link show`).
-    ///
-    /// # Errors
-    /// The kernel's errno.
-    pub fn links_with_aliases(&mut self) -> Result<Vec<LinkAlias>, NetlinkError> {
-        let replies = self.dump(
-            "list links",
-            RouteNetlinkMessage::GetLink(LinkMessage::default()),
-        )?;
-        Ok(replies
-            .into_iter()
-            .filter_map(|r| match r {
-                RouteNetlinkMessage::NewLink(m) => Some(LinkAlias::from_message(m)),
-                _ => None,
-            })
-            .collect())
-    }
-
     /// Lists the IFB devices with their aliases (`ip link show type ifb`), without statistics.
     /// The kernel filters by kind when the `ifb` module is loaded, so the dump costs O(IFBs)
     /// rather than O(links); the kind is checked here too, for kernels that ignore the filter.

@@ -968,7 +968,7 @@ mod tests {
             let with_alias = nl.link_alias_by_name("bwptest0").unwrap();
             assert_eq!(with_alias.alias.as_deref(), Some("owner:x:y"));
             assert!(
-                nl.links_with_aliases()
+                nl.ifbs_with_aliases()
                     .unwrap()
                     .iter()
                     .any(|l| l.link.name == "bwptest0" && l.alias.is_some())

@@ -184,16 +184,7 @@ impl FirewallBackend for Firewalld {
     fn del(&mut self, owner: &Owner, target: Option<&Target>) -> Result<(), FirewallError> {
         let _lock = self.state.lock()?;
         let name = owner.state_name();
-        let mut ips = self
-            .state
-            .attachment(&name)?
-            .map(|s| s.ips)
-            .unwrap_or_default();
-        for ip in target.map(|t| t.ips.as_slice()).unwrap_or_default() {
-            if !ips.contains(ip) {
-                ips.push(*ip);
-            }
-        }
+        let ips = self.state.ips_to_remove(&name, target)?;
         self.remove(&name, &ips)
     }
 

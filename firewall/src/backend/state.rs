@@ -87,6 +87,25 @@ impl State {
         Ok(self.attachments.read(name)?)
     }
 
+    /// The IPs a DEL of attachment `name` removes: those recorded at ADD, and those of
+    /// prevResult (`target`) when the runtime passed it.
+    ///
+    /// # Errors
+    /// An unreadable state file.
+    pub fn ips_to_remove(
+        &self,
+        name: &str,
+        target: Option<&crate::backend::Target>,
+    ) -> Result<Vec<IpAddr>, FirewallError> {
+        let mut ips = self.attachment(name)?.map(|s| s.ips).unwrap_or_default();
+        for ip in target.map(|t| t.ips.as_slice()).unwrap_or_default() {
+            if !ips.contains(ip) {
+                ips.push(*ip);
+            }
+        }
+        Ok(ips)
+    }
+
     /// Records an attachment and claims its IPs.
     ///
     /// # Errors
