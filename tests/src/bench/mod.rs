@@ -178,7 +178,7 @@ pub struct Timed {
     pub stdout: Vec<u8>,
 }
 
-/// Runs `exec` from a thread inside `ns` and times it. A failing exit is an error carrying the
+/// Runs `exec` inside `ns` and times it. A failing exit is an error carrying the
 /// plugin's stdout and stderr, so a bench never reports the speed of an error path.
 ///
 /// # Errors
@@ -195,8 +195,10 @@ pub fn time_exec(ns: &NetNs, exec: &Exec) -> Result<Timed> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // No polling: a poll interval would quantise the timings. Plugin stdin is small enough
-    // to fit the pipe buffer, so writing before waiting cannot deadlock.
-    let (elapsed, out) = ns.run(|| -> std::io::Result<_> {
+    // to fit the pipe buffer, so writing before waiting cannot deadlock. The bench thread
+    // itself steps into the namespace (no helper thread per exec), as a runtime's fork would
+    // simply start there: harness overhead would otherwise count against both plugins alike.
+    let (elapsed, out) = ns.run_in_place(|| -> std::io::Result<_> {
         let started = Instant::now();
         let mut child = cmd.spawn()?;
         if let Some(mut stdin) = child.stdin.take() {
