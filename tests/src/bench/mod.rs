@@ -19,7 +19,7 @@ pub mod tuning;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -178,12 +178,11 @@ pub struct Timed {
     pub stdout: Vec<u8>,
 }
 
-/// Runs `exec` inside `ns` and times it. A failing exit is an error carrying the
-/// plugin's stdout and stderr, so a bench never reports the speed of an error path.
+/// Runs `exec` inside `ns` and times it, whatever its exit status.
 ///
 /// # Errors
-/// When the binary cannot start or exits non-zero.
-pub fn time_exec(ns: &NetNs, exec: &Exec) -> Result<Timed> {
+/// When the binary cannot start or be waited for.
+pub fn run_exec(ns: &NetNs, exec: &Exec) -> Result<(Duration, Output)> {
     let mut cmd = Command::new(&exec.binary);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("CNI_") {
@@ -198,7 +197,7 @@ pub fn time_exec(ns: &NetNs, exec: &Exec) -> Result<Timed> {
     // to fit the pipe buffer, so writing before waiting cannot deadlock. The bench thread
     // itself steps into the namespace (no helper thread per exec), as a runtime's fork would
     // simply start there: harness overhead would otherwise count against both plugins alike.
-    let (elapsed, out) = ns.run_in_place(|| -> std::io::Result<_> {
+    Ok(ns.run_in_place(|| -> std::io::Result<_> {
         let started = Instant::now();
         let mut child = cmd.spawn()?;
         if let Some(mut stdin) = child.stdin.take() {
@@ -206,7 +205,16 @@ pub fn time_exec(ns: &NetNs, exec: &Exec) -> Result<Timed> {
         }
         let out = child.wait_with_output()?;
         Ok((started.elapsed(), out))
-    })??;
+    })??)
+}
+
+/// Runs `exec` inside `ns` and times it. A failing exit is an error carrying the
+/// plugin's stdout and stderr, so a bench never reports the speed of an error path.
+///
+/// # Errors
+/// When the binary cannot start or exits non-zero.
+pub fn time_exec(ns: &NetNs, exec: &Exec) -> Result<Timed> {
+    let (elapsed, out) = run_exec(ns, exec)?;
     if !out.status.success() {
         bail!(
             "{} {:?} failed ({}): stdout {} stderr {}",

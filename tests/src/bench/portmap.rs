@@ -11,17 +11,15 @@
 //!   is the reference's), one more ADD and DEL of ours (nftables) and of Go, for each size of
 //!   `Options::sizes`, with at most 30 iterations per size.
 
-use std::io::Write as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use common::netns::NetNs;
 use serde_json::{Value, json};
 
-use super::{Exec, Lifecycle, Options, Row, Samples, time_exec};
+use super::{Exec, Lifecycle, Options, Row, Samples, run_exec, time_exec};
 use crate::bins::{plugin_binary, reference_binary};
 use crate::netns::{TestNetns, veth_pair};
 
@@ -71,25 +69,7 @@ fn exec(binary: &Path, command: &str, id: &str, netns: &Path, conf: &Value) -> E
 
 /// Like [`time_exec`], but a failure whose stdout contains `tolerated` counts as done.
 fn time_exec_tolerating(ns: &NetNs, exec: &Exec, tolerated: &str) -> Result<Duration> {
-    let mut cmd = Command::new(&exec.binary);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("CNI_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.envs(exec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let (elapsed, out) = ns.run(|| -> std::io::Result<_> {
-        let started = Instant::now();
-        let mut child = cmd.spawn()?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(&exec.stdin)?;
-        }
-        let out = child.wait_with_output()?;
-        Ok((started.elapsed(), out))
-    })??;
+    let (elapsed, out) = run_exec(ns, exec)?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() && !stdout.contains(tolerated) {
         bail!("{} failed: {stdout}", exec.binary.display());
