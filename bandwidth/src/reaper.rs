@@ -21,9 +21,8 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 
 use common::netlink::Netlink;
 use common::netns::NetNs;
@@ -34,8 +33,6 @@ use crate::error::BandwidthError;
 /// The first argument that turns the plugin binary into the reaper. CNI runtimes pass no
 /// arguments, so it cannot be mistaken for a plugin call.
 pub const REAPER_ARG: &str = "--reap-ifb-tombstones";
-/// The running binary, whatever its path and even if it was replaced on disk since.
-const SELF_EXE: &str = "/proc/self/exe";
 
 /// `<nsfs device>:<inode>` of a namespace handle, which identifies the namespace.
 fn identity(ns: &NetNs) -> std::io::Result<String> {
@@ -49,17 +46,11 @@ fn identity(ns: &NetNs) -> std::io::Result<String> {
 /// # Errors
 /// When the process cannot be started (the caller then deletes the tombstones itself).
 pub fn spawn(netns: Option<&NetNs>) -> std::io::Result<()> {
-    let mut cmd = Command::new(SELF_EXE);
-    cmd.arg0("bandwidth").arg(REAPER_ARG);
+    let mut cmd = common::linger::detached_self(REAPER_ARG);
     if let Some(ns) = netns {
         cmd.arg(ns.path()).arg(identity(ns)?);
     }
-    cmd.env_remove("CNI_COMMAND")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0);
-    let child = cmd.spawn()?;
+    let child = cmd.env_remove("CNI_COMMAND").spawn()?;
     log::debug!("started the IFB reaper, pid {}", child.id());
     // Not waited for: it is reparented when the plugin exits.
     drop(child);

@@ -36,19 +36,26 @@ const SELF_EXE: &str = "/proc/self/exe";
 pub fn hand_off(fd: impl AsFd) -> std::io::Result<()> {
     // dup(2) leaves FD_CLOEXEC clear on the copy, so the holder inherits it across exec.
     let inherited = nix::unistd::dup(fd)?;
-    let mut holder = Command::new(SELF_EXE)
-        .arg(LINGER_ARG)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()?;
+    let mut holder = detached_self(LINGER_ARG).stdin(Stdio::piped()).spawn()?;
     drop(inherited);
     // The pipe's write end must stay open until this process exits: that EOF releases the
     // holder. It is never written to, and never closed before exit.
     std::mem::forget(holder.stdin.take());
     log::debug!("descriptor handed to holder pid {}", holder.id());
     Ok(())
+}
+
+/// A command running this plugin's own binary with `arg` first, detached from the caller: stdin,
+/// stdout and stderr on `/dev/null` (set stdin otherwise before spawning) and a process group
+/// of its own. A plugin that starts it does not wait for it; it is reparented at exit.
+pub fn detached_self(arg: &str) -> Command {
+    let mut cmd = Command::new(SELF_EXE);
+    cmd.arg(arg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    cmd
 }
 
 /// When the process was started as a holder ([`LINGER_ARG`]), waits for stdin to close and
