@@ -62,10 +62,13 @@ fi
 # Release binaries are linked statically, as the Go plugins are: a node needs no particular glibc,
 # and each exec skips the dynamic loader (about half a millisecond per plugin call here). The
 # explicit --target keeps the flag off build scripts and proc macros, which cannot be static.
+# They are not position independent either, like Debian's Go plugins: a static PIE relocates
+# about 3000 pointers at every start and takes a copy-on-write fault for each page of them,
+# which cost 0.1-0.2 ms per call here (measured with perf stat on sbr CHECK: 79 → 59 faults).
 host_target="$(rustc -vV | sed -n 's/^host: //p')"
 release_dir="target/$host_target/release"
 build_release() {
   echo "==> building static release binaries into $release_dir"
-  RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+  RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static -C relocation-model=static" \
     cargo build "${locked[@]}" --release --target "$host_target" --workspace --bins --quiet
 }

@@ -17,9 +17,9 @@ pub mod sbr;
 pub mod tuning;
 
 use std::fmt::Write as _;
-use std::io::Write as _;
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -189,23 +189,33 @@ pub fn run_exec(ns: &NetNs, exec: &Exec) -> Result<(Duration, Output)> {
             cmd.env_remove(key);
         }
     }
+    // Unlinked files, not pipes, hold the plugin's stdio: the timed span is then one spawn and
+    // one reap, with no wake-ups of this thread while the plugin writes (each a context switch
+    // on a 2-core machine, charged to whichever plugin runs).
+    let mut stdin = tempfile::tempfile()?;
+    stdin.write_all(&exec.stdin)?;
+    stdin.seek(SeekFrom::Start(0))?;
+    let mut stdout = tempfile::tempfile()?;
+    let mut stderr = tempfile::tempfile()?;
     cmd.envs(exec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // No polling: a poll interval would quantise the timings. Plugin stdin is small enough
-    // to fit the pipe buffer, so writing before waiting cannot deadlock. The bench thread
-    // itself steps into the namespace (no helper thread per exec), as a runtime's fork would
-    // simply start there: harness overhead would otherwise count against both plugins alike.
-    Ok(ns.run_in_place(|| -> std::io::Result<_> {
+        .stdin(stdin)
+        .stdout(stdout.try_clone()?)
+        .stderr(stderr.try_clone()?);
+    let (elapsed, status) = ns.run_in_place(|| -> std::io::Result<_> {
         let started = Instant::now();
-        let mut child = cmd.spawn()?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(&exec.stdin)?;
-        }
-        let out = child.wait_with_output()?;
-        Ok((started.elapsed(), out))
-    })??)
+        let status = cmd.spawn()?.wait()?;
+        Ok((started.elapsed(), status))
+    })??;
+    let mut out = Output {
+        status,
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+    };
+    stdout.seek(SeekFrom::Start(0))?;
+    stdout.read_to_end(&mut out.stdout)?;
+    stderr.seek(SeekFrom::Start(0))?;
+    stderr.read_to_end(&mut out.stderr)?;
+    Ok((elapsed, out))
 }
 
 /// Runs `exec` inside `ns` and times it. A failing exit is an error carrying the
