@@ -97,8 +97,8 @@ enum Undo {
 pub struct Added {
     /// The IFB device the plan uses, if any.
     pub ifb: Option<Link>,
-    /// Whether a left-over tombstone was seen (the caller starts a reaper).
-    pub reap: bool,
+    /// Left-over tombstones seen, by interface index (the caller reaps them).
+    pub stale: Vec<u32>,
 }
 
 /// Programs `plan` and returns the IFB device it uses, if any. Re-running it converges: the
@@ -111,7 +111,7 @@ pub struct Added {
 /// The first failing step.
 pub fn add(nl: &mut Netlink, plan: &Plan) -> Result<Added, BandwidthError> {
     let ifbs = nl.ifbs_with_aliases()?;
-    let reap = has_stale_tombstones(&ifbs);
+    let stale = stale_tombstones(&ifbs);
     let mut undo = Vec::new();
     let outcome = add_steps(nl, plan, &ifbs, &mut undo);
     if outcome.is_err() {
@@ -129,7 +129,7 @@ pub fn add(nl: &mut Netlink, plan: &Plan) -> Result<Added, BandwidthError> {
             }
         }
     }
-    outcome.map(|ifb| Added { ifb, reap })
+    outcome.map(|ifb| Added { ifb, stale })
 }
 
 fn add_steps(
@@ -394,8 +394,8 @@ fn retire(nl: &mut Netlink, ifb: &LinkAlias, now: u64) -> Result<(), NetlinkErro
 /// What [`retire_ifbs`] found.
 #[derive(Debug, Default)]
 pub struct Retired {
-    /// Whether a reaper has work: an IFB was retired, or a left-over tombstone exists.
-    pub reap: bool,
+    /// Interface indexes of the tombstones to reap: the IFBs retired now and left-over ones.
+    pub tombstones: Vec<u32>,
     /// What failed.
     pub errors: Vec<BandwidthError>,
 }
@@ -415,12 +415,12 @@ pub fn retire_ifbs(nl: &mut Netlink, names: &[String]) -> Retired {
     for ifb in &ifbs {
         if names.contains(&ifb.link.name) {
             match retire(nl, ifb, now) {
-                Ok(()) => out.reap = true,
+                Ok(()) => out.tombstones.push(ifb.link.index),
                 Err(e) if e.is_not_found() => {}
                 Err(e) => out.errors.push(e.into()),
             }
         } else if tombstone(ifb).is_some_and(|t| t.is_stale(now)) {
-            out.reap = true;
+            out.tombstones.push(ifb.link.index);
         }
     }
     out
@@ -430,38 +430,13 @@ fn tombstone(ifb: &LinkAlias) -> Option<Tombstone> {
     Tombstone::parse(&ifb.link.name, ifb.alias.as_deref())
 }
 
-/// True when `ifbs` holds a left-over tombstone (ADD's sweep: it then starts a reaper).
-pub fn has_stale_tombstones(ifbs: &[LinkAlias]) -> bool {
+/// Interface indexes of the left-over tombstones in `ifbs` (ADD's sweep: it then reaps them).
+pub fn stale_tombstones(ifbs: &[LinkAlias]) -> Vec<u32> {
     let now = now();
     ifbs.iter()
-        .any(|ifb| tombstone(ifb).is_some_and(|t| t.is_stale(now)))
-}
-
-/// The reaper's work: deletes every tombstone in `nl`'s namespace, whatever its age, and
-/// returns how many it deleted. One already gone (a concurrent reaper) counts as done.
-///
-/// # Errors
-/// The first failure; the others are logged.
-pub fn reap(nl: &mut Netlink) -> Result<usize, BandwidthError> {
-    let mut deleted = 0;
-    let mut first = None;
-    for ifb in nl.ifbs_with_aliases()? {
-        if tombstone(&ifb).is_none() {
-            continue;
-        }
-        match nl.del_link(ifb.link.index) {
-            Ok(()) => deleted += 1,
-            Err(e) if e.is_not_found() => {}
-            Err(e) => {
-                log::warn!("cannot delete {}: {e}", ifb.link.name);
-                first.get_or_insert(e);
-            }
-        }
-    }
-    match first {
-        Some(e) => Err(e.into()),
-        None => Ok(deleted),
-    }
+        .filter(|ifb| tombstone(ifb).is_some_and(|t| t.is_stale(now)))
+        .map(|ifb| ifb.link.index)
+        .collect()
 }
 
 /// Deletes the IFB devices of `network` whose owner (from the alias) is not in `valid`, and

@@ -13,10 +13,10 @@
 //! - **CHECK** verifies the qdisc kinds and parameters, the redirect filter and the IFB.
 //! - **DEL** removes all of it, also what the Go plugin created; idempotent, needs neither the
 //!   netns nor `prevResult`. The shaping goes at once; the IFB is retired (down, renamed
-//!   `bwdel<index>`) and deleted by a detached reaper ([`reaper`]), because the kernel takes
+//!   `bwdel<index>`) and deleted by a detached child ([`reap`]), because the kernel takes
 //!   20–30 ms to delete a device.
 //! - **GC** deletes this network's IFBs whose owner (in the alias) is not a valid attachment,
-//!   and left-over tombstones (as does every ADD and DEL, through a reaper).
+//!   and left-over tombstones (as does every ADD and DEL, through [`reap`]).
 //! - **STATUS** creates an IFB with a `tbf` in a throwaway namespace.
 //!
 //! Kernel objects (host side), with their CLI equivalents:
@@ -35,13 +35,11 @@ pub mod config;
 pub mod error;
 pub mod names;
 pub mod plan;
-pub mod reaper;
 
 use common::conf::NetConf;
 use common::error::CniError;
 use common::netlink::Netlink;
 use common::netlink::tc::Psched;
-use common::netns::NetNs;
 use common::skel::{Call, Plugin};
 use common::types::{CniResult, Interface};
 
@@ -66,14 +64,12 @@ fn owner(call: &Call, conf: &NetConf<BandwidthKeys>) -> Owner {
     }
 }
 
-/// Starts a reaper for the retired IFBs in `nl`'s namespace: the plugin's own (`netns`
-/// `None`) or a container's. When no process can be started, reaps here, slowly but surely.
-fn start_reaper(netns: Option<&NetNs>, nl: &mut Netlink) {
-    if let Err(e) = reaper::spawn(netns) {
-        log::warn!("cannot start the ifb reaper ({e}): deleting retired ifbs now");
-        if let Err(e) = apply::reap(nl) {
-            log::warn!("{e}");
-        }
+/// Deletes the tombstones `indexes` in `nl`'s namespace (the plugin's own or a container's)
+/// from a detached child, the *reaper* ([`Netlink::del_links_detached`]): the kernel takes
+/// 20–30 ms per device, which DEL does not wait for.
+fn reap(nl: &mut Netlink, indexes: &[u32]) {
+    if let Err(e) = nl.del_links_detached(indexes) {
+        log::warn!("{e}");
     }
 }
 
@@ -82,7 +78,7 @@ fn locate_and_plan(
     call: &Call,
     conf: &NetConf<BandwidthKeys>,
     config: &Config,
-) -> Result<(NetNs, Located, Plan), CniError> {
+) -> Result<(Located, Plan), CniError> {
     let ns = call.open_netns()?;
     let psched = Psched::read().map_err(BandwidthError::Psched)?;
     let located = apply::locate(&ns, &call.ifname)?;
@@ -93,7 +89,7 @@ fn locate_and_plan(
         &owner(call, conf),
         &psched,
     )?;
-    Ok((ns, located, plan))
+    Ok((located, plan))
 }
 
 impl Plugin for Bandwidth {
@@ -114,12 +110,9 @@ impl Plugin for Bandwidth {
         if config.is_empty() {
             return Ok(result);
         }
-        let (ns, mut located, plan) = locate_and_plan(call, &conf, &config)?;
+        let (mut located, plan) = locate_and_plan(call, &conf, &config)?;
         let added = apply::add(&mut located.netlink, &plan)?;
-        if added.reap {
-            let netns = (located.side == Side::Container).then_some(&ns);
-            start_reaper(netns, &mut located.netlink);
-        }
+        reap(&mut located.netlink, &added.stale);
         if let Some(ifb) = added.ifb {
             result.interfaces.push(Interface {
                 name: ifb.name.clone(),
@@ -145,7 +138,7 @@ impl Plugin for Bandwidth {
         if config.is_empty() {
             return Ok(());
         }
-        let (_, mut located, plan) = locate_and_plan(call, &conf, &config)?;
+        let (mut located, plan) = locate_and_plan(call, &conf, &config)?;
         Ok(apply::check(&mut located.netlink, &plan)?)
     }
 
@@ -172,9 +165,7 @@ impl Plugin for Bandwidth {
                         Side::Container => {
                             let retired = apply::retire_ifbs(&mut located.netlink, &ifbs);
                             errors.extend(retired.errors);
-                            if retired.reap {
-                                start_reaper(Some(&ns), &mut located.netlink);
-                            }
+                            reap(&mut located.netlink, &retired.tombstones);
                         }
                     }
                 }
@@ -190,9 +181,7 @@ impl Plugin for Bandwidth {
             Ok(mut host) => {
                 let retired = apply::retire_ifbs(&mut host, &ifbs);
                 errors.extend(retired.errors);
-                if retired.reap {
-                    start_reaper(None, &mut host);
-                }
+                reap(&mut host, &retired.tombstones);
             }
             Err(e) => errors.push(e.into()),
         }

@@ -207,9 +207,6 @@ pub trait Plugin {
 /// Runs `plugin` against the real process environment and stdio.
 pub fn run(plugin: &dyn Plugin) -> ExitCode {
     use std::io::IsTerminal;
-    if let Some(code) = crate::linger::run_if_requested() {
-        return code;
-    }
     let env = |key: &str| std::env::var_os(key).map(|v| v.to_string_lossy().into_owned());
     // VERSION needs no input: do not block on a terminal when someone runs it by hand.
     let interactive_version =

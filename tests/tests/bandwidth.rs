@@ -597,7 +597,7 @@ fn without_a_host_veth_shaping_happens_inside_the_container() -> Result<()> {
 
     ok(&exec_ours(&runtime, "DEL", &rt, conf, "1.0.0")?, "DEL")?;
     ensure!(!links(&topo.container)?.contains(&ifb));
-    // The reaper entered the container namespace to delete the tombstone there.
+    // The reaper deleted the tombstone inside the container namespace, on DEL's socket there.
     wait_reaped(&topo.container)?;
     ensure!(
         !links(&topo.container)?.iter().any(|l| l.starts_with("bw")),

@@ -239,15 +239,15 @@ fn tcp_and_udp_reach_the_container_via_the_host_address_until_del(
     Ok(())
 }
 
-/// Pids of running `common::linger` holders.
+/// Pids of running `common::linger` children.
 fn lingering_holders() -> Vec<String> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     dir.flatten()
         .filter(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"--cni-linger"))
+            std::fs::read(e.path().join("comm"))
+                .is_ok_and(|c| c.trim_ascii_end() == common::linger::CHILD_NAME.to_bytes())
         })
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect()

@@ -74,20 +74,24 @@ impl NetlinkSocket {
         self.exchange(payload, NLM_F_REQUEST | NLM_F_DUMP)
     }
 
+    /// `payload` as a complete request datagram, for sending elsewhere (see
+    /// [`crate::linger::send_detached`]): flags `NLM_F_REQUEST` only, so the kernel answers only
+    /// a failure, and sequence number 0, which [`NetlinkSocket::request`] never uses.
+    pub fn datagram<I>(payload: I) -> Vec<u8>
+    where
+        I: NetlinkSerializable,
+    {
+        serialize(payload, NLM_F_REQUEST, 0)
+    }
+
     fn exchange<I>(&mut self, payload: I, flags: u16) -> io::Result<Vec<I>>
     where
         I: NetlinkSerializable + NetlinkDeserializable,
     {
-        self.seq = self.seq.wrapping_add(1);
+        // Sequence number 0 is left to [`datagram`]s sent by others on this socket.
+        self.seq = self.seq.wrapping_add(1).max(1);
         let seq = self.seq;
-        let mut header = NetlinkHeader::default();
-        header.flags = flags;
-        header.sequence_number = seq;
-        let mut msg = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(payload));
-        msg.finalize();
-        let mut out = vec![0u8; msg.buffer_len()];
-        msg.serialize(&mut out);
-        self.socket.send(&out, 0)?;
+        self.socket.send(&serialize(payload, flags, seq), 0)?;
 
         let want_ack = flags & NLM_F_ACK != 0;
         let mut replies = Vec::new();
@@ -129,4 +133,15 @@ impl NetlinkSocket {
             }
         }
     }
+}
+
+fn serialize<I: NetlinkSerializable>(payload: I, flags: u16, seq: u32) -> Vec<u8> {
+    let mut header = NetlinkHeader::default();
+    header.flags = flags;
+    header.sequence_number = seq;
+    let mut msg = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(payload));
+    msg.finalize();
+    let mut out = vec![0u8; msg.buffer_len()];
+    msg.serialize(&mut out);
+    out
 }
