@@ -731,4 +731,47 @@ mod e2e {
         }
         Ok(())
     }
+
+    /// DEL deletes the accepts over nf_tables netlink where iptables is iptables-nft, picking
+    /// them by their expressions: rules that only look alike, and other addresses' accepts,
+    /// stay.
+    #[test]
+    fn iptables_del_removes_exactly_the_attachments_accepts() -> Result<()> {
+        let host = TestNetns::new("fwexact")?;
+        let rt = Runtime::new(&host)?;
+        let netns = host.path().to_string_lossy().into_owned();
+        let conf = direct_conf(
+            "iptables",
+            "open",
+            Some(prev_result("10.68.0.2", "fd68::2")),
+        );
+        ok(&exec(&rt, "firewall", "ADD", "exact", &netns, &conf), "ADD");
+        let lookalikes = [
+            ("iptables", "-d 10.68.0.2/32 -j ACCEPT"),
+            ("iptables", "-s 10.68.0.2/32 -p tcp -j ACCEPT"),
+            ("iptables", "-s 10.68.0.2/32 -j DROP"),
+            ("iptables", "-s 10.68.0.3/32 -j ACCEPT"),
+            ("ip6tables", "-s fd68::2/128 -p udp -j ACCEPT"),
+        ];
+        for (tool, rule) in lookalikes {
+            let mut args = vec!["-w", "-A", "CNI-FORWARD"];
+            args.extend(rule.split(' '));
+            host.exec_ok(tool, &args)?;
+        }
+        ok(&exec(&rt, "firewall", "DEL", "exact", &netns, &conf), "DEL");
+        let (v4, v6) = both_tables(&host);
+        let kept: Vec<&String> = v4
+            .iter()
+            .chain(&v6)
+            .filter(|l| l.contains("10.68.0.") || l.contains("fd68::"))
+            .collect();
+        ensure!(kept.len() == lookalikes.len(), "kept: {kept:?}");
+        for (_, rule) in lookalikes {
+            ensure!(
+                kept.iter().any(|l| l.ends_with(rule)),
+                "{rule} was deleted: {kept:?}"
+            );
+        }
+        Ok(())
+    }
 }

@@ -56,7 +56,7 @@ use netlink_packet_netfilter::{
 };
 
 pub use batch::{BaseChain, Batch, Chain, ChainHook, ChainType, Policy, priority};
-pub use expr::{Expr, Verdict};
+pub use expr::{CmpOp, Expr, PayloadBase, Verdict};
 pub use rule::{
     COMMENT_MAX, CtStateFlags, CtStatusFlags, IntoNet, NfProto, Rule, RuleError, Selector,
 };

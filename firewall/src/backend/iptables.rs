@@ -10,6 +10,7 @@ use std::net::IpAddr;
 
 use common::conf::Attachment;
 use common::iptables::{Family, Iptables as Tools, IptablesError, TableDump, restore_line};
+use common::nft::{Batch, CmpOp, Expr, Family as NftFamily, Nft, PayloadBase, Table, Verdict};
 
 use super::state::State;
 use super::{FirewallBackend, Owner};
@@ -68,6 +69,85 @@ fn delete_accepts(family: Family, ips: &[IpAddr]) -> Result<(), FirewallError> {
     Ok(())
 }
 
+/// DEL's fast path where iptables is `iptables-nft`: the accept rules of `ips` are nf_tables
+/// rules in chain `CNI-FORWARD` of table `ip filter` / `ip6 filter`, found by their
+/// expressions and deleted by handle over netlink in one batch for both families, with nothing
+/// exec'd. The deletion is what `iptables-restore` would commit, without its process starts,
+/// its cache of the whole table (which grows with the attachments) and, above all, its wait at
+/// exit for the kernel to free the deleted rules (13 ms or more here): the socket goes to a
+/// detached child ([`common::linger::hand_off`]). Returns false when it deleted nothing (no
+/// such chain in nf_tables, as with `iptables-legacy`, or no such rule): the caller then goes
+/// the tools' way, which also covers a legacy host.
+fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, FirewallError> {
+    let mut nft = Nft::new()?;
+    let mut batch = Batch::new();
+    let mut found = 0;
+    for family in families {
+        let table = Table::new(
+            match family {
+                Family::V4 => NftFamily::Ip,
+                Family::V6 => NftFamily::Ip6,
+            },
+            FILTER_TABLE,
+        );
+        let rules = match nft.rules(&table, CNI_FORWARD_CHAIN) {
+            Ok(rules) => rules,
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e.into()),
+        };
+        for rule in rules {
+            if ips
+                .iter()
+                .filter(|ip| Family::of(ip) == *family)
+                .any(|ip| is_accept_of(&rule.exprs, *ip))
+            {
+                batch.delete_rule(&table, CNI_FORWARD_CHAIN, rule.handle);
+                found += 1;
+            }
+        }
+    }
+    if found == 0 {
+        return Ok(false);
+    }
+    nft.apply(&batch)?;
+    log::debug!("deleted {found} accept rule(s) over nf_tables netlink");
+    if let Err(e) = common::linger::hand_off(&nft) {
+        log::debug!("closing the nf_tables socket at exit: {e}");
+    }
+    Ok(true)
+}
+
+/// True when `exprs` is how `iptables-nft` encodes one of the two accepts of `ip`
+/// ([`ip_rules`]): `-s IP -j ACCEPT` (`payload saddr, cmp eq IP, counter, accept`) or
+/// `-d IP -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT` (the same on daddr, with an
+/// xtables `match` before the counter).
+fn is_accept_of(exprs: &[Expr], ip: IpAddr) -> bool {
+    let (saddr, daddr, bytes) = match ip {
+        IpAddr::V4(a) => (12, 16, a.octets().to_vec()),
+        IpAddr::V6(a) => (8, 24, a.octets().to_vec()),
+    };
+    let addr_match = |offset: u32, payload: &Expr, cmp: &Expr| {
+        matches!(payload, Expr::Payload { base: PayloadBase::Network, offset: o, len, dreg }
+            if *o == offset && *len as usize == bytes.len() && matches!(cmp, Expr::Cmp { sreg, op: CmpOp::Eq, data } if sreg == dreg && *data == bytes))
+    };
+    match exprs {
+        [
+            payload,
+            cmp,
+            Expr::Counter { .. },
+            Expr::ImmediateVerdict(Verdict::Accept),
+        ] => addr_match(saddr, payload, cmp),
+        [
+            payload,
+            cmp,
+            Expr::Other(name),
+            Expr::Counter { .. },
+            Expr::ImmediateVerdict(Verdict::Accept),
+        ] => name == "match" && addr_match(daddr, payload, cmp),
+        _ => false,
+    }
+}
+
 /// The iptables backend.
 #[derive(Debug)]
 pub struct Iptables {
@@ -95,6 +175,14 @@ impl Iptables {
             .into_iter()
             .filter(|f| mine.iter().any(|ip| Family::of(ip) == *f))
             .collect();
+        if families.is_empty() {
+            return self.state.forget(name, ips);
+        }
+        match delete_accepts_nft(&families, &mine) {
+            Ok(true) => return self.state.forget(name, ips),
+            Ok(false) => {}
+            Err(e) => log::debug!("DEL {name}: over nf_tables: {e}; using iptables-restore"),
+        }
         let mut first_error = None;
         for (family, result) in per_family(&families, |family| delete_accepts(family, &mine)) {
             if let Err(e) = result {
