@@ -391,12 +391,20 @@ fn del_after_the_netns_is_gone_removes_the_ifb() -> Result<()> {
     topo.container.delete()?;
     runtime.del(&list, &rt)?;
     wait_reaped(&topo.host)?;
-    let left: Vec<String> = links(&topo.host)?
-        .into_iter()
-        .filter(|l| l.starts_with("bwp") || l.starts_with("veth"))
-        .collect();
-    ensure!(left.is_empty(), "left behind: {left:?}");
-    Ok(())
+    // The kernel tears a deleted namespace down asynchronously (a workqueue, after RCU grace
+    // periods): the host end of its veth goes with it, a moment later.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: Vec<String> = links(&topo.host)?
+            .into_iter()
+            .filter(|l| l.starts_with("bwp") || l.starts_with("veth"))
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        ensure!(Instant::now() < deadline, "left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
