@@ -758,7 +758,22 @@ mod e2e {
             args.extend(rule.split(' '));
             host.exec_ok(tool, &args)?;
         }
-        ok(&exec(&rt, "firewall", "DEL", "exact", &netns, &conf), "DEL");
+        // Without the iptables tools on PATH only the nf_tables netlink path can succeed.
+        let path = rt.cni_path();
+        let del = rt.exec_plugin(
+            "firewall",
+            Some("DEL"),
+            &[
+                ("CNI_CONTAINERID", "exact"),
+                ("CNI_NETNS", &netns),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", &path.to_string_lossy()),
+                ("CNI_NETNS_OVERRIDE", "1"),
+                ("PATH", "/nonexistent"),
+            ],
+            conf.to_string().as_bytes(),
+        )?;
+        ok(&del, "DEL without iptables tools");
         let (v4, v6) = both_tables(&host);
         let kept: Vec<&String> = v4
             .iter()
