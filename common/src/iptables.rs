@@ -21,6 +21,8 @@ use std::time::Duration;
 
 use crate::error::{CniError, ErrorCode};
 
+pub mod native;
+
 /// How long the tools may wait for the legacy xtables lock (`-w`), by default.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
@@ -337,6 +339,26 @@ impl Iptables {
         TableDump::parse(&text).map_err(|line| IptablesError::Parse { program, line })
     }
 
+    /// The rules of `chains` in `table`, as [`Iptables::save`] reads them (a chain that does
+    /// not exist is absent from the dump; the other chains of the table may be left out). Where
+    /// the tools are `iptables-nft`, the chains are read over nf_tables netlink
+    /// ([`native::snapshot`]), which costs the same however big the rest of the table is;
+    /// otherwise, or when a rule there is in a form that read does not decode, with
+    /// `iptables-save`.
+    ///
+    /// # Errors
+    /// As [`Iptables::save`].
+    pub fn snapshot(&self, table: &str, chains: &[&str]) -> Result<TableDump, IptablesError> {
+        if native::writes_nf_tables(self.family) {
+            match native::snapshot(self.family, table, chains) {
+                Ok(Some(dump)) => return Ok(dump),
+                Ok(None) => log::debug!("{}: reading {table} with save", self.family),
+                Err(e) => log::debug!("{}: nf_tables read of {table}: {e}", self.family),
+            }
+        }
+        self.save(table)
+    }
+
     /// Commits `lines` to `table` in one `iptables-restore --noflush` transaction: all or
     /// nothing. Does nothing when `lines` is empty.
     ///
@@ -562,6 +584,166 @@ COMMIT
                 assert!(matches!(err, IptablesError::Failed { .. }), "{err}");
                 assert_eq!(ipt.save("nat").unwrap().rules("CNI-TEST").len(), 1);
                 ipt.probe().unwrap();
+            }
+        });
+    }
+
+    /// The chains as `iptables-save` printed them, for comparison with a snapshot.
+    fn only(dump: &TableDump, chains: &[&str]) -> TableDump {
+        let mut only = TableDump::default();
+        for chain in chains.iter().filter(|c| dump.has_chain(c)) {
+            only.chains.push((*chain).to_owned());
+            only.rules
+                .insert((*chain).to_owned(), dump.rules(chain).to_vec());
+        }
+        only
+    }
+
+    #[test]
+    fn the_nf_tables_snapshot_reads_what_save_prints() {
+        assert!(
+            native::writes_nf_tables(Family::V4),
+            "this test needs iptables-nft as iptables"
+        );
+        in_new_netns(|| {
+            let chains = ["FORWARD", "CNI-FORWARD", "CNI-ADMIN", "ISO", "NOPE"];
+            for (family, a, b) in [
+                (Family::V4, "10.1.0.5/32", "192.168.7.1/32"),
+                (Family::V6, "fd01::5/128", "2001:db8::1:0:0:1/128"),
+            ] {
+                let ipt = Iptables::new(family);
+                let rules: Vec<(&str, Vec<String>)> = vec![
+                    (
+                        "FORWARD",
+                        vec![
+                            "-m",
+                            "comment",
+                            "--comment",
+                            "CNI firewall plugin rules",
+                            "-j",
+                            "CNI-FORWARD",
+                        ],
+                    ),
+                    (
+                        "FORWARD",
+                        vec![
+                            "-o",
+                            "docker0",
+                            "-m",
+                            "conntrack",
+                            "--ctstate",
+                            "RELATED,ESTABLISHED",
+                            "-j",
+                            "ACCEPT",
+                        ],
+                    ),
+                    (
+                        "FORWARD",
+                        vec!["-i", "docker0", "!", "-o", "docker0", "-j", "ACCEPT"],
+                    ),
+                    (
+                        "FORWARD",
+                        vec![
+                            "-m",
+                            "conntrack",
+                            "--ctstate",
+                            "NEW",
+                            "-m",
+                            "comment",
+                            "--comment",
+                            "kubernetes service portals",
+                            "-j",
+                            "ISO",
+                        ],
+                    ),
+                    ("FORWARD", vec!["-i", "cali+", "-g", "ISO"]),
+                    (
+                        "CNI-FORWARD",
+                        vec![
+                            "-m",
+                            "comment",
+                            "--comment",
+                            "CNI firewall plugin admin overrides",
+                            "-j",
+                            "CNI-ADMIN",
+                        ],
+                    ),
+                    (
+                        "CNI-FORWARD",
+                        vec![
+                            "-d",
+                            a,
+                            "-m",
+                            "conntrack",
+                            "--ctstate",
+                            "RELATED,ESTABLISHED",
+                            "-j",
+                            "ACCEPT",
+                        ],
+                    ),
+                    ("CNI-FORWARD", vec!["-s", a, "-j", "ACCEPT"]),
+                    (
+                        "CNI-FORWARD",
+                        vec!["!", "-s", b, "-d", a, "-i", "br0", "-j", "DROP"],
+                    ),
+                    (
+                        "CNI-FORWARD",
+                        vec![
+                            "-m",
+                            "conntrack",
+                            "!",
+                            "--ctstate",
+                            "INVALID,UNTRACKED,DNAT",
+                        ],
+                    ),
+                    (
+                        "ISO",
+                        vec![
+                            "-m",
+                            "comment",
+                            "--comment",
+                            r#"quote " and \ back"#,
+                            "-j",
+                            "RETURN",
+                        ],
+                    ),
+                ]
+                .into_iter()
+                .map(|(c, r)| (c, r.into_iter().map(str::to_owned).collect()))
+                .collect();
+                let mut lines = vec![
+                    restore_line::<&str>("-N", "CNI-FORWARD", &[]).unwrap(),
+                    restore_line::<&str>("-N", "CNI-ADMIN", &[]).unwrap(),
+                    restore_line::<&str>("-N", "ISO", &[]).unwrap(),
+                ];
+                for (chain, rule) in &rules {
+                    lines.push(restore_line("-A", chain, rule).unwrap());
+                }
+                ipt.restore("filter", &lines).unwrap();
+                let native = native::snapshot(family, "filter", &chains)
+                    .unwrap()
+                    .expect("every rule decodes");
+                assert_eq!(
+                    native,
+                    only(&ipt.save("filter").unwrap(), &chains),
+                    "{family}"
+                );
+                assert_eq!(native.rules("CNI-FORWARD").len(), 5, "{family}");
+                assert!(!native.has_chain("NOPE"));
+                assert_eq!(ipt.snapshot("filter", &chains).unwrap(), native);
+
+                // A form it does not decode gives up on the whole read.
+                ipt.restore(
+                    "filter",
+                    &[
+                        restore_line("-A", "ISO", &["-p", "tcp", "--dport", "80", "-j", "DROP"])
+                            .unwrap(),
+                    ],
+                )
+                .unwrap();
+                assert_eq!(native::snapshot(family, "filter", &chains).unwrap(), None);
+                let saved = ipt.snapshot("filter", &chains).unwrap();
+                assert_eq!(saved.rules("ISO").len(), 2, "{family}: falls back to save");
             }
         });
     }

@@ -124,21 +124,30 @@ mod e2e {
         netns: &str,
         conf: &Value,
     ) -> PluginOutput {
-        let path = rt.cni_path();
-        rt.exec_plugin(
-            plugin,
-            Some(command),
-            &[
-                ("CNI_CONTAINERID", cid),
-                ("CNI_NETNS", netns),
-                ("CNI_IFNAME", "eth0"),
-                ("CNI_PATH", &path.to_string_lossy()),
-                // Direct execs use the host namespace itself as CNI_NETNS.
-                ("CNI_NETNS_OVERRIDE", "1"),
-            ],
-            conf.to_string().as_bytes(),
-        )
-        .unwrap()
+        exec_env(rt, plugin, command, (cid, netns), conf, &[])
+    }
+
+    /// [`exec`] with more environment, e.g. a `PATH`.
+    fn exec_env(
+        rt: &Runtime,
+        plugin: &str,
+        command: &str,
+        (cid, netns): (&str, &str),
+        conf: &Value,
+        more: &[(&str, &str)],
+    ) -> PluginOutput {
+        let path = rt.cni_path().to_string_lossy().into_owned();
+        let mut env = vec![
+            ("CNI_CONTAINERID", cid),
+            ("CNI_NETNS", netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", &path),
+            // Direct execs use the host namespace itself as CNI_NETNS.
+            ("CNI_NETNS_OVERRIDE", "1"),
+        ];
+        env.extend_from_slice(more);
+        rt.exec_plugin(plugin, Some(command), &env, conf.to_string().as_bytes())
+            .unwrap()
     }
 
     fn ok(out: &PluginOutput, what: &str) {
@@ -759,20 +768,14 @@ mod e2e {
             host.exec_ok(tool, &args)?;
         }
         // Without the iptables tools on PATH only the nf_tables netlink path can succeed.
-        let path = rt.cni_path();
-        let del = rt.exec_plugin(
+        let del = exec_env(
+            &rt,
             "firewall",
-            Some("DEL"),
-            &[
-                ("CNI_CONTAINERID", "exact"),
-                ("CNI_NETNS", &netns),
-                ("CNI_IFNAME", "eth0"),
-                ("CNI_PATH", &path.to_string_lossy()),
-                ("CNI_NETNS_OVERRIDE", "1"),
-                ("PATH", "/nonexistent"),
-            ],
-            conf.to_string().as_bytes(),
-        )?;
+            "DEL",
+            ("exact", &netns),
+            &conf,
+            &[("PATH", "/nonexistent")],
+        );
         ok(&del, "DEL without iptables tools");
         let (v4, v6) = both_tables(&host);
         let kept: Vec<&String> = v4
@@ -788,5 +791,79 @@ mod e2e {
             );
         }
         Ok(())
+    }
+
+    #[test]
+    fn iptables_add_and_check_read_the_chains_over_nf_tables_without_duplicates() -> Result<()> {
+        let host = TestNetns::new("fwnative")?;
+        let rt = Runtime::new(&host)?;
+        let netns = host.path().to_string_lossy().into_owned();
+        // Only the restore tools on PATH: a read with iptables-save would fail.
+        let tools = tempfile::tempdir()?;
+        for tool in ["iptables-restore", "ip6tables-restore"] {
+            let real = which(tool)?;
+            std::os::unix::fs::symlink(real, tools.path().join(tool))?;
+        }
+        let path = tools.path().to_string_lossy().into_owned();
+        let env = [("PATH", path.as_str())];
+        let attachments = [
+            ("nat-a", "10.67.0.2", "fd67::2"),
+            ("nat-b", "10.67.0.3", "fd67::3"),
+        ];
+        for (cid, v4, v6) in attachments.into_iter().chain([attachments[0]]) {
+            let conf = direct_conf("iptables", "isolated", Some(prev_result(v4, v6)));
+            let add = exec_env(&rt, "firewall", "ADD", (cid, &netns), &conf, &env);
+            ok(&add, &format!("ADD {cid} with only the restore tools"));
+            let check = exec_env(&rt, "firewall", "CHECK", (cid, &netns), &conf, &env);
+            ok(&check, &format!("CHECK {cid} with only the restore tools"));
+        }
+        let (v4, v6) = both_tables(&host);
+        for lines in [&v4, &v6] {
+            let rules: Vec<&String> = lines.iter().filter(|l| l.starts_with("-A ")).collect();
+            let mut unique = rules.clone();
+            unique.sort();
+            unique.dedup();
+            ensure!(unique.len() == rules.len(), "duplicated rules: {rules:#?}");
+        }
+        let accepts = |lines: &[String]| {
+            lines
+                .iter()
+                .filter(|l| l.starts_with("-A CNI-FORWARD") && l.ends_with("-j ACCEPT"))
+                .count()
+        };
+        ensure!(accepts(&v4) == 4 && accepts(&v6) == 4, "{v4:#?} {v6:#?}");
+        // CHECK still notices a missing rule.
+        host.exec_ok(
+            "iptables",
+            &[
+                "-w",
+                "-D",
+                "CNI-FORWARD",
+                "-s",
+                "10.67.0.3/32",
+                "-j",
+                "ACCEPT",
+            ],
+        )?;
+        let conf = direct_conf(
+            "iptables",
+            "isolated",
+            Some(prev_result("10.67.0.3", "fd67::3")),
+        );
+        let check = exec_env(&rt, "firewall", "CHECK", ("nat-b", &netns), &conf, &env);
+        ensure!(
+            !check.status.success(),
+            "CHECK passed with a missing accept"
+        );
+        Ok(())
+    }
+
+    /// The absolute path of `tool` on this `PATH`.
+    fn which(tool: &str) -> Result<std::path::PathBuf> {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(tool))
+            .find(|p| p.exists())
+            .with_context(|| format!("{tool} is not on PATH"))
     }
 }

@@ -248,6 +248,16 @@ pub enum Expr {
         /// Bytes seen.
         bytes: u64,
     },
+    /// `[ match name conntrack rev 3 ]`: an xtables match, as `iptables-nft` writes the
+    /// extensions it has no native form for (`-m comment`, `-m conntrack`, …).
+    XtMatch {
+        /// The extension's name.
+        name: String,
+        /// Its revision.
+        rev: u32,
+        /// Its `xt_*_info` structure, in host byte order and padded as the kernel keeps it.
+        info: Vec<u8>,
+    },
     /// An expression this module does not model, by name.
     Other(String),
 }
@@ -268,6 +278,9 @@ const NFTA_NAT_FLAGS: u16 = 7;
 const NFT_BITWISE_BOOL: u32 = 0;
 const NFTA_COUNTER_BYTES: u16 = 1;
 const NFTA_COUNTER_PACKETS: u16 = 2;
+const NFTA_MATCH_NAME: u16 = 1;
+const NFTA_MATCH_REV: u16 = 2;
+const NFTA_MATCH_INFO: u16 = 3;
 
 fn u32_nla(kind: u16, value: u32) -> DefaultNla {
     DefaultNla::new(kind, value.to_be_bytes().to_vec())
@@ -391,6 +404,18 @@ impl Expr {
             Expr::Masquerade => own("masq", vec![]),
             // `nft` sends a counter without initial values; the kernel starts at zero.
             Expr::Counter { .. } => own("counter", vec![]),
+            Expr::XtMatch { name, rev, info } => {
+                let mut c_name = name.as_bytes().to_vec();
+                c_name.push(0);
+                own(
+                    "match",
+                    vec![
+                        DefaultNla::new(NFTA_MATCH_NAME, c_name),
+                        u32_nla(NFTA_MATCH_REV, *rev),
+                        DefaultNla::new(NFTA_MATCH_INFO, info.clone()),
+                    ],
+                )
+            }
             Expr::Other(name) => own(name, vec![]),
         };
         ListAttribute::from(exprs)
@@ -582,6 +607,17 @@ fn decode_own(name: &str, attrs: &[DefaultNla]) -> Option<Expr> {
             flags: find_u32(attrs, NFTA_NAT_FLAGS),
         },
         "masq" => Expr::Masquerade,
+        "match" => {
+            let mut name = find(attrs, NFTA_MATCH_NAME)?;
+            if let Some(end) = name.iter().position(|b| *b == 0) {
+                name.truncate(end);
+            }
+            Expr::XtMatch {
+                name: String::from_utf8(name).ok()?,
+                rev: find_u32(attrs, NFTA_MATCH_REV)?,
+                info: find(attrs, NFTA_MATCH_INFO)?,
+            }
+        }
         "counter" => Expr::Counter {
             packets: find(attrs, NFTA_COUNTER_PACKETS)
                 .and_then(|v| parse_u64_be(&v).ok())

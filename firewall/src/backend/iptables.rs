@@ -1,22 +1,26 @@
 //! The reference's iptables layout in the `filter` table, written with one
-//! `iptables-restore --noflush` transaction per family per call after one `iptables-save`.
+//! `iptables-restore --noflush` transaction per family per call after one read of the chains
+//! involved.
 //!
-//! The tools' process starts dominate every call, so the two families run concurrently (both
-//! saves at once, then both restores), nothing is exec'd that has nothing to do (no restore
-//! without lines, no family without addresses), and DEL first tries its deletions blind (one
-//! restore, no save) and reads the table only when that transaction fails.
+//! The read goes over nf_tables netlink where the tools are `iptables-nft`
+//! ([`Tools::snapshot`]), so it neither starts a process nor grows with the other attachments'
+//! rules; `iptables-save` otherwise. The tools' process starts dominate every call, so the two
+//! families run concurrently, nothing is exec'd that has nothing to do (no restore without
+//! lines, no family without addresses), and DEL deletes by handle over nf_tables netlink, or
+//! else first tries its deletions blind (one restore, no save) and reads the table only when
+//! that transaction fails.
 
 use std::net::IpAddr;
 
 use common::conf::Attachment;
-use common::iptables::{Family, Iptables as Tools, IptablesError, TableDump, restore_line};
-use common::nft::{Batch, CmpOp, Expr, Family as NftFamily, Nft, PayloadBase, Table, Verdict};
+use common::iptables::{Family, Iptables as Tools, IptablesError, TableDump, native, restore_line};
+use common::nft::{Batch, Expr, Family as NftFamily, Nft, Table};
 
 use super::state::State;
 use super::{FirewallBackend, Owner};
 use crate::config::Config;
 use crate::error::FirewallError;
-use crate::names::{CNI_FORWARD_CHAIN, FILTER_TABLE};
+use crate::names::{CNI_FORWARD_CHAIN, FILTER_TABLE, FORWARD_CHAIN, STAGE1_CHAIN, STAGE2_CHAIN};
 use crate::plan::{Target, ip_rules, iptables_add, iptables_del, iptables_missing};
 
 /// Runs `f` for every family of `families`, concurrently when there are two (each runs its
@@ -99,7 +103,7 @@ fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, Firew
             if ips
                 .iter()
                 .filter(|ip| Family::of(ip) == *family)
-                .any(|ip| is_accept_of(&rule.exprs, *ip))
+                .any(|ip| is_accept_of(*family, &rule.exprs, *ip))
             {
                 batch.delete_rule(&table, CNI_FORWARD_CHAIN, rule.handle);
                 found += 1;
@@ -118,34 +122,23 @@ fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, Firew
 }
 
 /// True when `exprs` is how `iptables-nft` encodes one of the two accepts of `ip`
-/// ([`ip_rules`]): `-s IP -j ACCEPT` (`payload saddr, cmp eq IP, counter, accept`) or
-/// `-d IP -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT` (the same on daddr, with an
-/// xtables `match` before the counter).
-fn is_accept_of(exprs: &[Expr], ip: IpAddr) -> bool {
-    let (saddr, daddr, bytes) = match ip {
-        IpAddr::V4(a) => (12, 16, a.octets().to_vec()),
-        IpAddr::V6(a) => (8, 24, a.octets().to_vec()),
-    };
-    let addr_match = |offset: u32, payload: &Expr, cmp: &Expr| {
-        matches!(payload, Expr::Payload { base: PayloadBase::Network, offset: o, len, dreg }
-            if *o == offset && *len as usize == bytes.len() && matches!(cmp, Expr::Cmp { sreg, op: CmpOp::Eq, data } if sreg == dreg && *data == bytes))
-    };
-    match exprs {
-        [
-            payload,
-            cmp,
-            Expr::Counter { .. },
-            Expr::ImmediateVerdict(Verdict::Accept),
-        ] => addr_match(saddr, payload, cmp),
-        [
-            payload,
-            cmp,
-            Expr::Other(name),
-            Expr::Counter { .. },
-            Expr::ImmediateVerdict(Verdict::Accept),
-        ] => name == "match" && addr_match(daddr, payload, cmp),
-        _ => false,
-    }
+/// ([`ip_rules`]).
+fn is_accept_of(family: Family, exprs: &[Expr], ip: IpAddr) -> bool {
+    native::rule_args(family, exprs).is_some_and(|args| ip_rules(ip).contains(&args))
+}
+
+/// The chains of the `filter` table an ADD or CHECK reads.
+fn read(family: Family, config: &Config) -> Result<TableDump, IptablesError> {
+    Tools::new(family).snapshot(
+        FILTER_TABLE,
+        &[
+            FORWARD_CHAIN,
+            CNI_FORWARD_CHAIN,
+            &config.admin_chain,
+            STAGE1_CHAIN,
+            STAGE2_CHAIN,
+        ],
+    )
 }
 
 /// The iptables backend.
@@ -205,7 +198,7 @@ impl FirewallBackend for Iptables {
     fn add(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
         let _lock = self.state.lock()?;
         let families = target.families();
-        let saves = per_family(&families, |family| Tools::new(family).save(FILTER_TABLE));
+        let saves = per_family(&families, |family| read(family, &self.config));
         let mut plans: Vec<(Family, Vec<String>)> = Vec::new();
         for (family, dump) in saves {
             let dump: TableDump = dump?;
@@ -250,8 +243,7 @@ impl FirewallBackend for Iptables {
 
     fn check(&mut self, _owner: &Owner, target: &Target) -> Result<(), FirewallError> {
         let families = target.families();
-        for (family, dump) in per_family(&families, |family| Tools::new(family).save(FILTER_TABLE))
-        {
+        for (family, dump) in per_family(&families, |family| read(family, &self.config)) {
             let dump = dump?;
             if let Some((chain, rule)) = iptables_missing(&dump, family, &self.config, target) {
                 let what = if rule.is_empty() {
