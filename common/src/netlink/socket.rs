@@ -74,6 +74,19 @@ impl NetlinkSocket {
         self.exchange(payload, NLM_F_REQUEST | NLM_F_DUMP)
     }
 
+    /// [`NetlinkSocket::dump`] with the replies decoded as `O` rather than as the request's
+    /// type: for a caller with a leaner decoder of the replies it reads in bulk.
+    ///
+    /// # Errors
+    /// The kernel's errno for a NACK, or an I/O error.
+    pub fn dump_as<I, O>(&mut self, payload: I) -> io::Result<Vec<O>>
+    where
+        I: NetlinkSerializable,
+        O: NetlinkDeserializable,
+    {
+        self.exchange(payload, NLM_F_REQUEST | NLM_F_DUMP)
+    }
+
     /// `payload` as a complete request datagram, for sending elsewhere (see
     /// [`crate::linger::send_detached`]): flags `NLM_F_REQUEST` only, so the kernel answers only
     /// a failure, and sequence number 0, which [`NetlinkSocket::request`] never uses.
@@ -84,9 +97,10 @@ impl NetlinkSocket {
         serialize(payload, NLM_F_REQUEST, 0)
     }
 
-    fn exchange<I>(&mut self, payload: I, flags: u16) -> io::Result<Vec<I>>
+    fn exchange<I, O>(&mut self, payload: I, flags: u16) -> io::Result<Vec<O>>
     where
-        I: NetlinkSerializable + NetlinkDeserializable,
+        I: NetlinkSerializable,
+        O: NetlinkDeserializable,
     {
         // Sequence number 0 is left to [`datagram`]s sent by others on this socket.
         self.seq = self.seq.wrapping_add(1).max(1);
@@ -106,7 +120,7 @@ impl NetlinkSocket {
             }
             let mut offset = 0;
             while offset < self.buf.len() {
-                let reply = NetlinkMessage::<I>::deserialize(&self.buf[offset..])
+                let reply = NetlinkMessage::<O>::deserialize(&self.buf[offset..])
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
                 let len = reply.header.length as usize;
                 if len == 0 {

@@ -6,7 +6,7 @@
 //! bitwise, lookup and immediate; ct, fib, nat, masq and counter are encoded here, and golden
 //! bytes captured from `nft` pin both (`common/testdata/nft/`).
 
-use netlink_packet_core::{DefaultNla, NLA_TYPE_MASK, Nla, parse_u32_be, parse_u64_be};
+use netlink_packet_core::DefaultNla;
 use netlink_packet_netfilter::nftables::{
     Bitwise, Cmp, DataAttribute, ExpressionAttribute, Expressions, Immediate, ListAttribute,
     Lookup, Meta, MetaKey, Operator, Payload, Register, Verdict as NlVerdict, VerdictAttribute,
@@ -37,7 +37,7 @@ impl PayloadBase {
         }
     }
 
-    fn from_code(code: u32) -> Option<PayloadBase> {
+    pub(crate) fn from_code(code: u32) -> Option<PayloadBase> {
         match code {
             0 => Some(PayloadBase::LinkLayer),
             1 => Some(PayloadBase::Network),
@@ -67,7 +67,7 @@ impl CtKey {
         }
     }
 
-    fn from_code(code: u32) -> Option<CtKey> {
+    pub(crate) fn from_code(code: u32) -> Option<CtKey> {
         match code {
             0 => Some(CtKey::State),
             2 => Some(CtKey::Status),
@@ -262,25 +262,47 @@ pub enum Expr {
     Other(String),
 }
 
-// Attribute numbers of the expressions encoded here (linux/netfilter/nf_tables.h).
-const NFTA_CT_DREG: u16 = 1;
-const NFTA_CT_KEY: u16 = 2;
-const NFTA_FIB_DREG: u16 = 1;
-const NFTA_FIB_RESULT: u16 = 2;
-const NFTA_FIB_FLAGS: u16 = 3;
-const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
-const NFTA_FIB_F_DADDR: u32 = 2;
-const NFTA_NAT_TYPE: u16 = 1;
-const NFTA_NAT_FAMILY: u16 = 2;
-const NFTA_NAT_REG_ADDR_MIN: u16 = 3;
-const NFTA_NAT_REG_PROTO_MIN: u16 = 5;
-const NFTA_NAT_FLAGS: u16 = 7;
-const NFT_BITWISE_BOOL: u32 = 0;
-const NFTA_COUNTER_BYTES: u16 = 1;
-const NFTA_COUNTER_PACKETS: u16 = 2;
-const NFTA_MATCH_NAME: u16 = 1;
-const NFTA_MATCH_REV: u16 = 2;
-const NFTA_MATCH_INFO: u16 = 3;
+// Attribute numbers of the expressions (linux/netfilter/nf_tables.h): those encoded here, and
+// those the crate encodes but [`super::raw`] decodes.
+pub(super) const NFTA_PAYLOAD_DREG: u16 = 1;
+pub(super) const NFTA_PAYLOAD_BASE: u16 = 2;
+pub(super) const NFTA_PAYLOAD_OFFSET: u16 = 3;
+pub(super) const NFTA_PAYLOAD_LEN: u16 = 4;
+pub(super) const NFTA_META_DREG: u16 = 1;
+pub(super) const NFTA_META_KEY: u16 = 2;
+pub(super) const NFTA_CMP_SREG: u16 = 1;
+pub(super) const NFTA_CMP_OP: u16 = 2;
+pub(super) const NFTA_CMP_DATA: u16 = 3;
+pub(super) const NFT_CMP_EQ: u32 = 0;
+pub(super) const NFT_CMP_NEQ: u32 = 1;
+pub(super) const NFTA_BITWISE_SREG: u16 = 1;
+pub(super) const NFTA_BITWISE_DREG: u16 = 2;
+pub(super) const NFTA_BITWISE_MASK: u16 = 4;
+pub(super) const NFTA_BITWISE_XOR: u16 = 5;
+pub(super) const NFTA_BITWISE_OP: u16 = 6;
+pub(super) const NFTA_LOOKUP_SET: u16 = 1;
+pub(super) const NFTA_LOOKUP_SREG: u16 = 2;
+pub(super) const NFTA_LOOKUP_DREG: u16 = 3;
+pub(super) const NFTA_IMMEDIATE_DREG: u16 = 1;
+pub(super) const NFTA_IMMEDIATE_DATA: u16 = 2;
+pub(super) const NFTA_CT_DREG: u16 = 1;
+pub(super) const NFTA_CT_KEY: u16 = 2;
+pub(super) const NFTA_FIB_DREG: u16 = 1;
+pub(super) const NFTA_FIB_RESULT: u16 = 2;
+pub(super) const NFTA_FIB_FLAGS: u16 = 3;
+pub(super) const NFT_FIB_RESULT_ADDRTYPE: u32 = 3;
+pub(super) const NFTA_FIB_F_DADDR: u32 = 2;
+pub(super) const NFTA_NAT_TYPE: u16 = 1;
+pub(super) const NFTA_NAT_FAMILY: u16 = 2;
+pub(super) const NFTA_NAT_REG_ADDR_MIN: u16 = 3;
+pub(super) const NFTA_NAT_REG_PROTO_MIN: u16 = 5;
+pub(super) const NFTA_NAT_FLAGS: u16 = 7;
+pub(super) const NFT_BITWISE_BOOL: u32 = 0;
+pub(super) const NFTA_COUNTER_BYTES: u16 = 1;
+pub(super) const NFTA_COUNTER_PACKETS: u16 = 2;
+pub(super) const NFTA_MATCH_NAME: u16 = 1;
+pub(super) const NFTA_MATCH_REV: u16 = 2;
+pub(super) const NFTA_MATCH_INFO: u16 = 3;
 
 fn u32_nla(kind: u16, value: u32) -> DefaultNla {
     DefaultNla::new(kind, value.to_be_bytes().to_vec())
@@ -420,212 +442,4 @@ impl Expr {
         };
         ListAttribute::from(exprs)
     }
-
-    /// Decodes one expression of a dumped rule; unknown ones become [`Expr::Other`].
-    pub(crate) fn decode(elem: &ListAttribute<ExpressionAttribute>) -> Expr {
-        let ListAttribute::Element(attrs) = elem else {
-            return Expr::Other(String::new());
-        };
-        let mut name = String::new();
-        for attr in attrs {
-            match attr {
-                ExpressionAttribute::Name(n) => name = n.clone(),
-                ExpressionAttribute::Data(data) => {
-                    return decode_data(&name, data).unwrap_or(Expr::Other(name));
-                }
-                _ => {}
-            }
-        }
-        match name.as_str() {
-            "masq" => Expr::Masquerade,
-            "counter" => Expr::Counter {
-                packets: 0,
-                bytes: 0,
-            },
-            _ => Expr::Other(name),
-        }
-    }
-}
-
-fn data_value(data: &DataAttribute) -> Option<Vec<u8>> {
-    match data {
-        DataAttribute::Value(v) => Some(v.clone()),
-        _ => None,
-    }
-}
-
-fn decode_data(name: &str, data: &Expressions) -> Option<Expr> {
-    let reg = |r: &Register| u32::from(*r);
-    Some(match data {
-        Expressions::Payload(attrs) => {
-            let (mut base, mut offset, mut len, mut dreg) = (None, 0, 0, None);
-            for a in attrs {
-                match a {
-                    Payload::Base(b) => base = PayloadBase::from_code(*b),
-                    Payload::Offset(o) => offset = *o,
-                    Payload::Len(l) => len = *l,
-                    Payload::DestinationRegister(r) => dreg = Some(reg(r)),
-                    _ => {}
-                }
-            }
-            Expr::Payload {
-                base: base?,
-                offset,
-                len,
-                dreg: dreg?,
-            }
-        }
-        Expressions::Meta(attrs) => {
-            let (mut key, mut dreg) = (None, None);
-            for a in attrs {
-                match a {
-                    Meta::Key(k) => key = Some(*k),
-                    Meta::DestinationRegister(r) => dreg = Some(reg(r)),
-                    _ => {}
-                }
-            }
-            Expr::Meta {
-                key: key?,
-                dreg: dreg?,
-            }
-        }
-        Expressions::Cmp(attrs) => {
-            let (mut sreg, mut op, mut value) = (None, None, None);
-            for a in attrs {
-                match a {
-                    Cmp::SourceRegister(r) => sreg = Some(reg(r)),
-                    Cmp::Op(Operator::Equal) => op = Some(CmpOp::Eq),
-                    Cmp::Op(Operator::NotEqual) => op = Some(CmpOp::Neq),
-                    Cmp::Data(d) => value = data_value(d),
-                    _ => {}
-                }
-            }
-            Expr::Cmp {
-                sreg: sreg?,
-                op: op?,
-                data: value?,
-            }
-        }
-        Expressions::Bitwise(attrs) => {
-            let (mut sreg, mut dreg, mut mask, mut xor) = (None, None, None, None);
-            let mut explicit_op = false;
-            for a in attrs {
-                match a {
-                    Bitwise::Op(_) => explicit_op = true,
-                    Bitwise::SourceRegister(r) => sreg = Some(reg(r)),
-                    Bitwise::DestinationRegister(r) => dreg = Some(reg(r)),
-                    Bitwise::Mask(d) => mask = data_value(d),
-                    Bitwise::Xor(d) => xor = data_value(d),
-                    _ => {}
-                }
-            }
-            Expr::Bitwise {
-                sreg: sreg?,
-                dreg: dreg?,
-                mask: mask?,
-                xor: xor?,
-                explicit_op,
-            }
-        }
-        Expressions::Lookup(attrs) => {
-            let (mut set, mut sreg, mut dreg) = (None, None, None);
-            for a in attrs {
-                match a {
-                    Lookup::Set(s) => set = Some(s.clone()),
-                    Lookup::SourceRegister(r) => sreg = Some(reg(r)),
-                    Lookup::DestinationRegister(r) => dreg = Some(reg(r)),
-                    _ => {}
-                }
-            }
-            Expr::Lookup {
-                set: set?,
-                sreg: sreg?,
-                dreg,
-            }
-        }
-        Expressions::Immediate(attrs) => {
-            let (mut dreg, mut data) = (None, None);
-            for a in attrs {
-                match a {
-                    Immediate::DestinationRegister(r) => dreg = Some(reg(r)),
-                    Immediate::Data(d) => data = Some(d.clone()),
-                    _ => {}
-                }
-            }
-            match data? {
-                DataAttribute::Value(v) => Expr::ImmediateData {
-                    dreg: dreg?,
-                    data: v,
-                },
-                DataAttribute::Verdict(v) => Expr::ImmediateVerdict(Verdict::from_attributes(&v)?),
-                _ => return None,
-            }
-        }
-        Expressions::Other { attributes, .. } => decode_own(name, attributes)?,
-        _ => return None,
-    })
-}
-
-fn find_u32(attrs: &[DefaultNla], kind: u16) -> Option<u32> {
-    find(attrs, kind).and_then(|v| parse_u32_be(&v).ok())
-}
-
-fn find(attrs: &[DefaultNla], kind: u16) -> Option<Vec<u8>> {
-    attrs
-        .iter()
-        .find(|a| a.kind() & NLA_TYPE_MASK == kind)
-        .map(|a| {
-            let mut value = vec![0u8; a.value_len()];
-            a.emit_value(&mut value);
-            value
-        })
-}
-
-fn decode_own(name: &str, attrs: &[DefaultNla]) -> Option<Expr> {
-    Some(match name {
-        "ct" => Expr::Ct {
-            key: CtKey::from_code(find_u32(attrs, NFTA_CT_KEY)?)?,
-            dreg: find_u32(attrs, NFTA_CT_DREG)?,
-        },
-        "fib"
-            if find_u32(attrs, NFTA_FIB_RESULT)? == NFT_FIB_RESULT_ADDRTYPE
-                && find_u32(attrs, NFTA_FIB_FLAGS)? == NFTA_FIB_F_DADDR =>
-        {
-            Expr::FibDaddrType {
-                dreg: find_u32(attrs, NFTA_FIB_DREG)?,
-            }
-        }
-        "nat" => Expr::Nat {
-            kind: match find_u32(attrs, NFTA_NAT_TYPE)? {
-                0 => NatKind::Snat,
-                1 => NatKind::Dnat,
-                _ => return None,
-            },
-            family: find_u32(attrs, NFTA_NAT_FAMILY)?,
-            addr: find_u32(attrs, NFTA_NAT_REG_ADDR_MIN),
-            proto: find_u32(attrs, NFTA_NAT_REG_PROTO_MIN),
-            flags: find_u32(attrs, NFTA_NAT_FLAGS),
-        },
-        "masq" => Expr::Masquerade,
-        "match" => {
-            let mut name = find(attrs, NFTA_MATCH_NAME)?;
-            if let Some(end) = name.iter().position(|b| *b == 0) {
-                name.truncate(end);
-            }
-            Expr::XtMatch {
-                name: String::from_utf8(name).ok()?,
-                rev: find_u32(attrs, NFTA_MATCH_REV)?,
-                info: find(attrs, NFTA_MATCH_INFO)?,
-            }
-        }
-        "counter" => Expr::Counter {
-            packets: find(attrs, NFTA_COUNTER_PACKETS)
-                .and_then(|v| parse_u64_be(&v).ok())
-                .unwrap_or(0),
-            bytes: find(attrs, NFTA_COUNTER_BYTES)
-                .and_then(|v| parse_u64_be(&v).ok())
-                .unwrap_or(0),
-        },
-        _ => return None,
-    })
 }

@@ -37,6 +37,7 @@
 
 mod batch;
 pub mod expr;
+mod raw;
 mod rule;
 mod set;
 mod userdata;
@@ -426,40 +427,18 @@ impl Nft {
                 RuleAttribute::Chain(chain.to_string()),
             ],
         });
-        let replies = self.request(
-            &|| format!("list chain {table} {chain}"),
-            table.family,
-            msg,
-            true,
-        )?;
-        let mut rules = Vec::new();
-        for reply in replies {
-            let NfTablesMessage::NewRule(RuleMessage { attributes }) = reply else {
-                continue;
-            };
-            let mut rule = ListedRule {
-                handle: 0,
-                comment: None,
-                exprs: Vec::new(),
-            };
-            let mut in_chain = true;
-            for attr in attributes {
-                match attr {
-                    RuleAttribute::Handle(h) => rule.handle = h,
-                    RuleAttribute::UserData(d) => rule.comment = userdata::parse_comment(&d),
-                    RuleAttribute::Expressions(list) => {
-                        rule.exprs = list.iter().map(Expr::decode).collect();
-                    }
-                    // Old kernels ignore the dump filter: keep only this chain's rules.
-                    RuleAttribute::Chain(c) => in_chain = c == chain,
-                    RuleAttribute::Table(t) => in_chain &= t == table.name,
-                    _ => {}
-                }
-            }
-            if in_chain {
-                rules.push(rule);
-            }
-        }
+        let op = || format!("list chain {table} {chain}");
+        let replies: Vec<raw::DumpedRule> = self
+            .socket
+            .dump_as(batch::nft_message(table.family, msg))
+            .map_err(|source| NftError::Request { op: op(), source })?;
+        // Old kernels ignore the dump filter: keep only this chain's rules.
+        let rules = replies
+            .into_iter()
+            .filter_map(|reply| reply.0)
+            .filter(|(t, c, _)| *t == table.name && c == chain)
+            .map(|(_, _, rule)| rule)
+            .collect();
         Ok(rules)
     }
 
