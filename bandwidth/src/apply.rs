@@ -179,8 +179,11 @@ fn add_steps(
             Err(e) => return Err(e.into()),
         },
     };
-    match nl.add_ingress_qdisc(dev.index) {
-        Ok(()) => undo.push(Undo::IngressQdisc(dev.index)),
+    let fresh_ingress = match nl.add_ingress_qdisc(dev.index) {
+        Ok(()) => {
+            undo.push(Undo::IngressQdisc(dev.index));
+            true
+        }
         Err(e) if e.is_exists() => {
             if let Some(q) = nl.qdisc(dev.index, INGRESS)?
                 && q.kind != "ingress"
@@ -190,15 +193,18 @@ fn add_steps(
                     kind: q.kind,
                 });
             }
+            false
         }
         Err(e) => return Err(e.into()),
-    }
+    };
     // The priority is ours (as it was the reference's): a redirect left there by an earlier
-    // ADD of this attachment is replaced.
-    match nl.del_filters(dev.index, INGRESS_HANDLE, FILTER_PRIORITY, PROTOCOL_ALL) {
-        Ok(()) => {}
-        Err(e) if e.is_not_found() => {}
-        Err(e) => return Err(e.into()),
+    // ADD of this attachment is replaced. A qdisc this call created has no filters yet.
+    if !fresh_ingress {
+        match nl.del_filters(dev.index, INGRESS_HANDLE, FILTER_PRIORITY, PROTOCOL_ALL) {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     nl.add_redirect_filter(
         dev.index,

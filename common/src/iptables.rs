@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -369,18 +369,12 @@ impl Iptables {
         if lines.is_empty() {
             return Ok(());
         }
-        let mut script = format!("*{table}\n");
-        for line in lines {
-            script.push_str(line);
-            script.push('\n');
-        }
-        script.push_str("COMMIT\n");
         let program = format!("{}-restore", self.family.prefix());
         let wait = self.wait_secs();
         self.run(
             &program,
             &["--noflush", "-w", &wait],
-            Some(script.as_bytes()),
+            Some(script(table, lines).as_bytes()),
         )?;
         Ok(())
     }
@@ -399,71 +393,175 @@ impl Iptables {
         args: &[&str],
         stdin: Option<&[u8]>,
     ) -> Result<Output, IptablesError> {
-        let io = |source| IptablesError::Io {
-            program: program.to_owned(),
-            source,
-        };
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| {
-                if source.kind() == std::io::ErrorKind::NotFound {
-                    IptablesError::Missing {
-                        program: program.to_owned(),
-                        source,
-                    }
-                } else {
-                    io(source)
-                }
-            })?;
-        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            // Scripts are small; the pipe buffer takes them whole. Dropping the pipe sends EOF.
-            pipe.write_all(input).map_err(io)?;
-        }
-        let pid = child.id();
-        let limit = self.wait + EXEC_GRACE;
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        let out = match rx.recv_timeout(limit) {
-            Ok(out) => out.map_err(io)?,
-            Err(_) => {
-                if let Ok(pid) = i32::try_from(pid) {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                return Err(IptablesError::Timeout {
-                    program: program.to_owned(),
-                    waited: limit,
-                });
-            }
-        };
-        if out.status.success() {
-            return Ok(out);
-        }
-        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
-        if out.status.code() == Some(RESOURCE_PROBLEM) && stderr.contains("xtables lock") {
-            return Err(IptablesError::Locked {
+        let child = spawn(program, args, stdin.is_some())?;
+        finish(
+            Started {
+                child,
                 program: program.to_owned(),
-                stderr,
-            });
-        }
-        Err(IptablesError::Failed {
-            program: format!("{program} {}", args.join(" ")),
-            status: out.status.to_string(),
-            stderr,
+                args: args.iter().map(|a| (*a).to_owned()).collect(),
+                limit: self.wait + EXEC_GRACE,
+            },
+            stdin,
+        )
+    }
+
+    /// Starts `iptables-restore --noflush` for `table` without its script, so that the tool's
+    /// start (2–3 ms, mostly loading its libraries) overlaps whatever the caller does before it
+    /// knows the lines: [`PendingRestore::commit`] then sends them.
+    ///
+    /// Only for the nf_tables variant ([`native::writes_nf_tables`]): `iptables-legacy-restore`
+    /// takes the xtables lock when it starts and would hold it while waiting.
+    ///
+    /// # Errors
+    /// When the tool is missing or does not start.
+    pub fn start_restore(&self, table: &str) -> Result<PendingRestore, IptablesError> {
+        let program = format!("{}-restore", self.family.prefix());
+        let args = vec!["--noflush".to_owned(), "-w".to_owned(), self.wait_secs()];
+        let child = spawn(
+            &program,
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            true,
+        )?;
+        Ok(PendingRestore {
+            started: Some(Started {
+                child,
+                program,
+                args,
+                limit: self.wait + EXEC_GRACE,
+            }),
+            table: table.to_owned(),
         })
     }
+}
+
+/// A tool process that has been started.
+#[derive(Debug)]
+struct Started {
+    child: Child,
+    program: String,
+    args: Vec<String>,
+    limit: Duration,
+}
+
+/// An `iptables-restore --noflush` started by [`Iptables::start_restore`], waiting for its
+/// script. Dropped without [`PendingRestore::commit`], it gets an empty script and exits
+/// without changing anything.
+#[derive(Debug)]
+pub struct PendingRestore {
+    started: Option<Started>,
+    table: String,
+}
+
+impl PendingRestore {
+    /// Sends `lines` as one transaction (nothing when empty) and waits for the tool, as
+    /// [`Iptables::restore`] does.
+    ///
+    /// # Errors
+    /// As [`Iptables::restore`].
+    pub fn commit(mut self, lines: &[String]) -> Result<(), IptablesError> {
+        let Some(started) = self.started.take() else {
+            return Ok(());
+        };
+        let script = (!lines.is_empty()).then(|| script(&self.table, lines));
+        finish(
+            started,
+            Some(script.as_deref().unwrap_or_default().as_bytes()),
+        )
+        .map(|_| ())
+    }
+}
+
+impl Drop for PendingRestore {
+    fn drop(&mut self) {
+        if let Some(mut started) = self.started.take() {
+            // EOF on stdin: the tool has nothing to do and exits.
+            drop(started.child.stdin.take());
+            let _ = started.child.wait();
+        }
+    }
+}
+
+/// The `iptables-restore` input committing `lines` to `table`.
+fn script(table: &str, lines: &[String]) -> String {
+    let mut script = format!("*{table}\n");
+    for line in lines {
+        script.push_str(line);
+        script.push('\n');
+    }
+    script.push_str("COMMIT\n");
+    script
+}
+
+fn spawn(program: &str, args: &[&str], stdin: bool) -> Result<Child, IptablesError> {
+    Command::new(program)
+        .args(args)
+        .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| {
+            if source.kind() == std::io::ErrorKind::NotFound {
+                IptablesError::Missing {
+                    program: program.to_owned(),
+                    source,
+                }
+            } else {
+                IptablesError::Io {
+                    program: program.to_owned(),
+                    source,
+                }
+            }
+        })
+}
+
+/// Feeds `stdin` to a started tool and waits for it, at most its limit (then kills it).
+fn finish(started: Started, stdin: Option<&[u8]>) -> Result<Output, IptablesError> {
+    let Started {
+        mut child,
+        program,
+        args,
+        limit,
+    } = started;
+    let io = |source| IptablesError::Io {
+        program: program.clone(),
+        source,
+    };
+    if let Some(mut pipe) = child.stdin.take() {
+        // Scripts are small; the pipe buffer takes them whole. Dropping the pipe sends EOF.
+        pipe.write_all(stdin.unwrap_or_default()).map_err(io)?;
+    }
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(limit) {
+        Ok(out) => out.map_err(io)?,
+        Err(_) => {
+            if let Ok(pid) = i32::try_from(pid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            return Err(IptablesError::Timeout {
+                program,
+                waited: limit,
+            });
+        }
+    };
+    if out.status.success() {
+        return Ok(out);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    if out.status.code() == Some(RESOURCE_PROBLEM) && stderr.contains("xtables lock") {
+        return Err(IptablesError::Locked { program, stderr });
+    }
+    Err(IptablesError::Failed {
+        program: format!("{program} {}", args.join(" ")),
+        status: out.status.to_string(),
+        stderr,
+    })
 }
 
 #[cfg(test)]
@@ -744,6 +842,36 @@ COMMIT
                 assert_eq!(native::snapshot(family, "filter", &chains).unwrap(), None);
                 let saved = ipt.snapshot("filter", &chains).unwrap();
                 assert_eq!(saved.rules("ISO").len(), 2, "{family}: falls back to save");
+            }
+        });
+    }
+
+    #[test]
+    fn a_started_restore_commits_its_lines_or_nothing_when_dropped() {
+        in_new_netns(|| {
+            for family in Family::BOTH {
+                let ipt = Iptables::new(family);
+                let pending = ipt.start_restore("filter").unwrap();
+                // Work done while the tool starts (here: none) does not disturb it.
+                pending
+                    .commit(&[restore_line::<&str>("-N", "CNI-EARLY", &[]).unwrap()])
+                    .unwrap();
+                assert!(
+                    ipt.save("filter").unwrap().has_chain("CNI-EARLY"),
+                    "{family}"
+                );
+
+                drop(ipt.start_restore("filter").unwrap());
+                ipt.start_restore("filter").unwrap().commit(&[]).unwrap();
+                assert_eq!(ipt.save("filter").unwrap().rules("CNI-EARLY").len(), 0);
+
+                // A failing script is reported as such.
+                let err = ipt
+                    .start_restore("filter")
+                    .unwrap()
+                    .commit(&[restore_line::<&str>("-N", "CNI-EARLY", &[]).unwrap()])
+                    .unwrap_err();
+                assert!(matches!(err, IptablesError::Failed { .. }), "{err}");
             }
         });
     }

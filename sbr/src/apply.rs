@@ -22,10 +22,12 @@ use crate::plan::{self, Observed, Op};
 /// The container namespace, locked, with a netlink socket inside it.
 struct Container {
     nl: Netlink,
-    _lock: FileLock,
+    /// Held by ADD and DEL, which change the namespace; CHECK only reads it.
+    _lock: Option<FileLock>,
 }
 
 impl Container {
+    /// The namespace, locked against other ADDs and DELs of sbr.
     fn open(ns: &NetNs) -> Result<Container, SbrError> {
         let fd = ns
             .as_fd()
@@ -35,11 +37,18 @@ impl Container {
                 source,
             })?;
         let lock = FileLock::acquire_file(File::from(fd), ns.path().to_path_buf(), DEFAULT_WAIT)?;
+        let mut container = Container::open_unlocked(ns)?;
+        container._lock = Some(lock);
+        Ok(container)
+    }
+
+    /// The namespace, for reading only.
+    fn open_unlocked(ns: &NetNs) -> Result<Container, SbrError> {
         let nl = Netlink::open_in_place(ns).map_err(|e| match e {
             OpenError::Netns(e) => SbrError::Netns(e),
             OpenError::Netlink(e) => SbrError::Netlink(e),
         })?;
-        Ok(Container { nl, _lock: lock })
+        Ok(Container { nl, _lock: None })
     }
 
     fn link_index(&mut self, ifname: &str) -> Result<Option<u32>, SbrError> {
@@ -156,7 +165,7 @@ pub fn check(
     ips: &[IpConfig],
     prev_routes: &[ResultRoute],
 ) -> Result<(), SbrError> {
-    let mut c = Container::open(ns)?;
+    let mut c = Container::open_unlocked(ns)?;
     let Some(link) = c.link_index(ifname)? else {
         return Err(SbrError::Check {
             ifname: ifname.to_owned(),

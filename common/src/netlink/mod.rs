@@ -17,7 +17,9 @@ use std::io;
 use std::os::fd::AsFd as _;
 
 use netlink_packet_route::RouteNetlinkMessage;
-use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use netlink_packet_route::link::{
+    InfoKind, LinkAttribute, LinkExtentMask, LinkFlags, LinkInfo, LinkMessage,
+};
 
 pub use ifb::LinkAlias;
 pub use route::{Address, Route, Rule, TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN};
@@ -263,7 +265,11 @@ impl Netlink {
         self.get_link(format!("get link {index}"), msg)
     }
 
-    fn get_link(&mut self, op: String, msg: LinkMessage) -> Result<Link, NetlinkError> {
+    fn get_link(&mut self, op: String, mut msg: LinkMessage) -> Result<Link, NetlinkError> {
+        // Without statistics ([`Link`] has none) the kernel's reply is a third of the size, and
+        // cheaper to fill and to parse.
+        msg.attributes
+            .push(LinkAttribute::ExtMask(vec![LinkExtentMask::SkipStats]));
         let replies = self.request(&op, RouteNetlinkMessage::GetLink(msg), 0)?;
         replies
             .into_iter()
@@ -279,10 +285,10 @@ impl Netlink {
     /// # Errors
     /// The kernel's errno.
     pub fn links(&mut self) -> Result<Vec<Link>, NetlinkError> {
-        let replies = self.dump(
-            "list links",
-            RouteNetlinkMessage::GetLink(LinkMessage::default()),
-        )?;
+        let mut msg = LinkMessage::default();
+        msg.attributes
+            .push(LinkAttribute::ExtMask(vec![LinkExtentMask::SkipStats]));
+        let replies = self.dump("list links", RouteNetlinkMessage::GetLink(msg))?;
         Ok(replies
             .into_iter()
             .filter_map(|r| match r {

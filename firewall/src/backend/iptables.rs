@@ -13,7 +13,9 @@
 use std::net::IpAddr;
 
 use common::conf::Attachment;
-use common::iptables::{Family, Iptables as Tools, IptablesError, TableDump, native, restore_line};
+use common::iptables::{
+    Family, Iptables as Tools, IptablesError, PendingRestore, TableDump, native, restore_line,
+};
 use common::nft::{Batch, Expr, Family as NftFamily, Nft, Table};
 
 use super::state::State;
@@ -23,28 +25,33 @@ use crate::error::FirewallError;
 use crate::names::{CNI_FORWARD_CHAIN, FILTER_TABLE, FORWARD_CHAIN, STAGE1_CHAIN, STAGE2_CHAIN};
 use crate::plan::{Target, ip_rules, iptables_add, iptables_del, iptables_missing};
 
-/// Runs `f` for every family of `families`, concurrently when there are two (each runs its
-/// own tool processes), and returns the results in the order of `families`.
-fn per_family<T: Send>(families: &[Family], f: impl Fn(Family) -> T + Sync) -> Vec<(Family, T)> {
-    match families {
-        [one] => vec![(*one, f(*one))],
-        many => std::thread::scope(|scope| {
-            let f = &f;
-            let handles: Vec<_> = many
-                .iter()
-                .map(|family| (*family, scope.spawn(move || f(*family))))
-                .collect();
-            handles
-                .into_iter()
-                .map(|(family, handle)| {
-                    let result = handle
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                    (family, result)
-                })
-                .collect()
-        }),
+/// Runs `f` on every item, concurrently when there are several (each runs its own tool
+/// processes), and returns the results in order.
+fn concurrently<I: Send, T: Send>(items: Vec<I>, f: impl Fn(I) -> T + Sync) -> Vec<T> {
+    if items.len() < 2 {
+        return items.into_iter().map(f).collect();
     }
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> = items
+            .into_iter()
+            .map(|item| scope.spawn(move || f(item)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}
+
+/// Runs `f` for every family of `families`, concurrently when there are two, and returns the
+/// results in the order of `families`.
+fn per_family<T: Send>(families: &[Family], f: impl Fn(Family) -> T + Sync) -> Vec<(Family, T)> {
+    concurrently(families.to_vec(), |family| (family, f(family)))
 }
 
 /// Deletes one copy of each accept of `ips` in `family` with one restore, without reading the
@@ -198,6 +205,16 @@ impl FirewallBackend for Iptables {
     fn add(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
         let _lock = self.state.lock()?;
         let families = target.families();
+        // Where the tools are iptables-nft, each family's restore starts now and loads while
+        // the chains are read; it gets its lines (or nothing) once they are known.
+        let pending: Vec<Option<PendingRestore>> = families
+            .iter()
+            .map(|family| {
+                native::writes_nf_tables(*family)
+                    .then(|| Tools::new(*family).start_restore(FILTER_TABLE).ok())
+                    .flatten()
+            })
+            .collect();
         let saves = per_family(&families, |family| read(family, &self.config));
         let mut plans: Vec<(Family, Vec<String>)> = Vec::new();
         for (family, dump) in saves {
@@ -209,13 +226,15 @@ impl FirewallBackend for Iptables {
             }
             plans.push((family, iptables_add(&dump, family, &self.config, target)?));
         }
-        let results = per_family(&families, |family| {
-            let lines = plans
-                .iter()
-                .find(|(f, _)| *f == family)
-                .map_or(&[][..], |(_, l)| l.as_slice());
-            Tools::new(family).restore(FILTER_TABLE, lines)
-        });
+        let jobs: Vec<_> = plans.iter().zip(pending).collect();
+        let results: Vec<(Family, Result<(), IptablesError>)> =
+            concurrently(jobs, |((family, lines), pending)| {
+                let result = match pending {
+                    Some(pending) => pending.commit(lines),
+                    None => Tools::new(*family).restore(FILTER_TABLE, lines),
+                };
+                (*family, result)
+            });
         if results.iter().any(|(_, r)| r.is_err()) {
             // Undo this attachment's accepts in the families that committed; the skeleton and
             // isolation rules are shared and may stay.
