@@ -1,4 +1,5 @@
-//! A thin layer over the iptables tools: one `iptables-save -t <table>` to read, one
+//! A thin layer over the iptables tools: one read of a table (`iptables-save -t <table>`, or
+//! for `iptables-nft` the chains wanted over nf_tables netlink, [`native`]), one
 //! `iptables-restore --noflush` transaction to write, per family per call.
 //!
 //! The iptables backends of `portmap` and `firewall` keep the reference's layout (so a node can
@@ -794,6 +795,8 @@ COMMIT
                             "INVALID,UNTRACKED,DNAT",
                         ],
                     ),
+                    ("CNI-FORWARD", vec!["-s", a, "-p", "tcp", "-j", "ACCEPT"]),
+                    ("CNI-FORWARD", vec!["!", "-p", "udp", "-j", "DROP"]),
                     (
                         "ISO",
                         vec![
@@ -826,17 +829,19 @@ COMMIT
                     only(&ipt.save("filter").unwrap(), &chains),
                     "{family}"
                 );
-                assert_eq!(native.rules("CNI-FORWARD").len(), 5, "{family}");
+                assert_eq!(native.rules("CNI-FORWARD").len(), 7, "{family}");
                 assert!(!native.has_chain("NOPE"));
                 assert_eq!(ipt.snapshot("filter", &chains).unwrap(), native);
 
                 // A form it does not decode gives up on the whole read.
                 ipt.restore(
                     "filter",
-                    &[
-                        restore_line("-A", "ISO", &["-p", "tcp", "--dport", "80", "-j", "DROP"])
-                            .unwrap(),
-                    ],
+                    &[restore_line(
+                        "-A",
+                        "ISO",
+                        &["-p", "tcp", "-m", "tcp", "--dport", "80", "-j", "DROP"],
+                    )
+                    .unwrap()],
                 )
                 .unwrap();
                 assert_eq!(native::snapshot(family, "filter", &chains).unwrap(), None);

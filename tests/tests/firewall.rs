@@ -777,6 +777,20 @@ mod e2e {
             &[("PATH", "/nonexistent")],
         );
         ok(&del, "DEL without iptables tools");
+        // Again, with only the restore tools on PATH (a read with iptables-save would fail):
+        // nf_tables holds every rule iptables-nft wrote, so finding no accept there is the
+        // answer.
+        let tools = restore_tools_only()?;
+        let path = tools.path().to_string_lossy().into_owned();
+        let again = exec_env(
+            &rt,
+            "firewall",
+            "DEL",
+            ("exact", &netns),
+            &conf,
+            &[("PATH", &path)],
+        );
+        ok(&again, "DEL again with only the restore tools");
         let (v4, v6) = both_tables(&host);
         let kept: Vec<&String> = v4
             .iter()
@@ -799,11 +813,7 @@ mod e2e {
         let rt = Runtime::new(&host)?;
         let netns = host.path().to_string_lossy().into_owned();
         // Only the restore tools on PATH: a read with iptables-save would fail.
-        let tools = tempfile::tempdir()?;
-        for tool in ["iptables-restore", "ip6tables-restore"] {
-            let real = which(tool)?;
-            std::os::unix::fs::symlink(real, tools.path().join(tool))?;
-        }
+        let tools = restore_tools_only()?;
         let path = tools.path().to_string_lossy().into_owned();
         let env = [("PATH", path.as_str())];
         let attachments = [
@@ -856,6 +866,16 @@ mod e2e {
             "CHECK passed with a missing accept"
         );
         Ok(())
+    }
+
+    /// A directory holding links to `iptables-restore` and `ip6tables-restore` only, for a
+    /// `PATH` on which any other iptables tool is missing.
+    fn restore_tools_only() -> Result<tempfile::TempDir> {
+        let tools = tempfile::tempdir()?;
+        for tool in ["iptables-restore", "ip6tables-restore"] {
+            std::os::unix::fs::symlink(which(tool)?, tools.path().join(tool))?;
+        }
+        Ok(tools)
     }
 
     /// The absolute path of `tool` on this `PATH`.

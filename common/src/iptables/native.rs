@@ -88,7 +88,8 @@ pub fn snapshot(
 
 /// A rule's arguments as `iptables-save` prints them (without `-A CHAIN`), when the rule is
 /// how `iptables-nft` encodes one of: `[!] -s ADDR`, `[!] -d ADDR` (host addresses),
-/// `[!] -i IFACE`, `[!] -o IFACE`, `-m comment --comment TEXT`,
+/// `[!] -i IFACE`, `[!] -o IFACE`, `[!] -p tcp|udp|icmp|…` (without a protocol match such as
+/// `-m tcp`), `-m comment --comment TEXT`,
 /// `-m conntrack [!] --ctstate STATES`, and a verdict (`-j ACCEPT|DROP|RETURN|CHAIN`,
 /// `-g CHAIN`). `None` for anything else.
 #[must_use]
@@ -101,6 +102,7 @@ pub fn rule_args(family: Family, exprs: &[Expr]) -> Option<Vec<String>> {
     let mut dst = None;
     let mut iif = None;
     let mut oif = None;
+    let mut proto = None;
     let mut matches: Vec<String> = Vec::new();
     let mut target: Option<Vec<String>> = None;
     let mut rest = exprs;
@@ -136,15 +138,16 @@ pub fn rule_args(family: Family, exprs: &[Expr]) -> Option<Vec<String>> {
                 Expr::Cmp { sreg, op, data },
                 tail @ ..,
             ] if sreg == dreg => {
-                let slot = match key {
-                    MetaKey::Iifname => &mut iif,
-                    MetaKey::Oifname => &mut oif,
+                let (slot, value) = match key {
+                    MetaKey::Iifname => (&mut iif, iface_name(data)?),
+                    MetaKey::Oifname => (&mut oif, iface_name(data)?),
+                    MetaKey::L4Proto => (&mut proto, proto_name(data)?.to_owned()),
                     _ => return None,
                 };
                 if slot.is_some() {
                     return None;
                 }
-                *slot = Some((*op == CmpOp::Neq, iface_name(data)?));
+                *slot = Some((*op == CmpOp::Neq, value));
                 rest = tail;
             }
             [Expr::XtMatch { name, rev, info }, tail @ ..] => {
@@ -175,7 +178,13 @@ pub fn rule_args(family: Family, exprs: &[Expr]) -> Option<Vec<String>> {
         }
     }
     let mut args = Vec::new();
-    for (flag, value) in [("-s", src), ("-d", dst), ("-i", iif), ("-o", oif)] {
+    for (flag, value) in [
+        ("-s", src),
+        ("-d", dst),
+        ("-i", iif),
+        ("-o", oif),
+        ("-p", proto),
+    ] {
         if let Some((negated, value)) = value {
             if negated {
                 args.push("!".to_owned());
@@ -196,6 +205,21 @@ fn host_cidr(data: &[u8]) -> Option<String> {
     }
     let v6 = <[u8; 16]>::try_from(data).ok()?;
     Some(format!("{}/128", Ipv6Addr::from(v6)))
+}
+
+/// The name `iptables-save` prints for a `-p` protocol number (its own table of names).
+fn proto_name(data: &[u8]) -> Option<&'static str> {
+    Some(match data {
+        [1] => "icmp",
+        [6] => "tcp",
+        [17] => "udp",
+        [50] => "esp",
+        [51] => "ah",
+        [58] => "ipv6-icmp",
+        [132] => "sctp",
+        [136] => "udplite",
+        _ => return None,
+    })
 }
 
 /// An interface match: `iptables-nft` compares the name with its terminating NUL for an exact
@@ -365,6 +389,23 @@ mod tests {
         assert_eq!(
             args(exprs, Family::V6).as_deref(),
             Some("! -s fd01::5/128 -o veth+ -g X")
+        );
+
+        // A protocol, printed after the interfaces.
+        let mut exprs = vec![Expr::Meta {
+            key: MetaKey::L4Proto,
+            dreg: REG_1,
+        }];
+        exprs.push(Expr::Cmp {
+            sreg: REG_1,
+            op: CmpOp::Eq,
+            data: vec![6],
+        });
+        exprs.extend(iface(MetaKey::Iifname, CmpOp::Eq, b"br0\0"));
+        exprs.extend([counter(), Expr::ImmediateVerdict(Verdict::Accept)]);
+        assert_eq!(
+            args(exprs, Family::V4).as_deref(),
+            Some("-i br0 -p tcp -j ACCEPT")
         );
 
         // No verdict: no -j.

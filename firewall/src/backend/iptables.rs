@@ -16,7 +16,7 @@ use common::conf::Attachment;
 use common::iptables::{
     Family, Iptables as Tools, IptablesError, PendingRestore, TableDump, native, restore_line,
 };
-use common::nft::{Batch, Expr, Family as NftFamily, Nft, Table};
+use common::nft::{Batch, Family as NftFamily, Nft, Table};
 
 use super::state::State;
 use super::{FirewallBackend, Owner};
@@ -86,10 +86,16 @@ fn delete_accepts(family: Family, ips: &[IpAddr]) -> Result<(), FirewallError> {
 /// exec'd. The deletion is what `iptables-restore` would commit, without its process starts,
 /// its cache of the whole table (which grows with the attachments) and, above all, its wait at
 /// exit for the kernel to free the deleted rules (13 ms or more here): the socket goes to a
-/// detached child ([`common::linger::hand_off`]). Returns false when it deleted nothing (no
-/// such chain in nf_tables, as with `iptables-legacy`, or no such rule): the caller then goes
-/// the tools' way, which also covers a legacy host.
+/// detached child ([`common::linger::hand_off`]).
+///
+/// Every rule of the chain must decode ([`native::rule_args`]); the accepts are those equal to
+/// [`ip_rules`]. Returns true when it is done: it deleted the accepts, or found none while the
+/// tools of every family are `iptables-nft` ([`native::writes_nf_tables`]), so that nf_tables
+/// holds every rule they wrote and an accept absent there is absent (a repeated DEL then costs
+/// no exec and no read of the whole table). False when the caller must go the tools' way: a
+/// rule did not decode, or nothing was found on a host whose tools may be `iptables-legacy`.
 fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, FirewallError> {
+    let authoritative = families.iter().all(|f| native::writes_nf_tables(*f));
     let mut nft = Nft::new()?;
     let mut batch = Batch::new();
     let mut found = 0;
@@ -107,18 +113,27 @@ fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, Firew
             Err(e) => return Err(e.into()),
         };
         for rule in rules {
-            if ips
+            let Some(args) = native::rule_args(*family, &rule.exprs) else {
+                // Not a form this decoder knows (another iptables version?): it might be one
+                // of the accepts, so the tools, which know every form, do the deletion.
+                log::debug!(
+                    "{table} {CNI_FORWARD_CHAIN}: rule {} is not decoded",
+                    rule.handle
+                );
+                return Ok(false);
+            };
+            let mine = ips
                 .iter()
                 .filter(|ip| Family::of(ip) == *family)
-                .any(|ip| is_accept_of(*family, &rule.exprs, *ip))
-            {
+                .any(|ip| ip_rules(*ip).contains(&args));
+            if mine {
                 batch.delete_rule(&table, CNI_FORWARD_CHAIN, rule.handle);
                 found += 1;
             }
         }
     }
     if found == 0 {
-        return Ok(false);
+        return Ok(authoritative);
     }
     nft.apply(&batch)?;
     log::debug!("deleted {found} accept rule(s) over nf_tables netlink");
@@ -126,12 +141,6 @@ fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, Firew
         log::debug!("closing the nf_tables socket at exit: {e}");
     }
     Ok(true)
-}
-
-/// True when `exprs` is how `iptables-nft` encodes one of the two accepts of `ip`
-/// ([`ip_rules`]).
-fn is_accept_of(family: Family, exprs: &[Expr], ip: IpAddr) -> bool {
-    native::rule_args(family, exprs).is_some_and(|args| ip_rules(ip).contains(&args))
 }
 
 /// The chains of the `filter` table an ADD or CHECK reads.
