@@ -341,15 +341,19 @@ impl Iptables {
     }
 
     /// The rules of `chains` in `table`, as [`Iptables::save`] reads them (a chain that does
-    /// not exist is absent from the dump; the other chains of the table may be left out). Where
-    /// the tools are `iptables-nft`, the chains are read over nf_tables netlink
-    /// ([`native::snapshot`]), which costs the same however big the rest of the table is;
-    /// otherwise, or when a rule there is in a form that read does not decode, with
-    /// `iptables-save`.
+    /// not exist is absent from the dump; the other chains of the table, and the rules a
+    /// chain's [`native::Wanted`] leaves out, may be left out). Where the tools are
+    /// `iptables-nft`, the chains are read over nf_tables netlink ([`native::snapshot`]),
+    /// which neither starts a process nor decodes the rules no one asked about; otherwise, or
+    /// when a rule read is in a form that read does not decode, with `iptables-save`.
     ///
     /// # Errors
     /// As [`Iptables::save`].
-    pub fn snapshot(&self, table: &str, chains: &[&str]) -> Result<TableDump, IptablesError> {
+    pub fn snapshot(
+        &self,
+        table: &str,
+        chains: &[(&str, native::Wanted<'_>)],
+    ) -> Result<TableDump, IptablesError> {
         if native::writes_nf_tables(self.family) {
             match native::snapshot(self.family, table, chains) {
                 Ok(Some(dump)) => return Ok(dump),
@@ -705,7 +709,9 @@ COMMIT
             "this test needs iptables-nft as iptables"
         );
         in_new_netns(|| {
-            let chains = ["FORWARD", "CNI-FORWARD", "CNI-ADMIN", "ISO", "NOPE"];
+            let names = ["FORWARD", "CNI-FORWARD", "CNI-ADMIN", "ISO", "NOPE"];
+            let chains: Vec<(&str, native::Wanted)> =
+                names.iter().map(|c| (*c, native::Wanted::All)).collect();
             for (family, a, b) in [
                 (Family::V4, "10.1.0.5/32", "192.168.7.1/32"),
                 (Family::V6, "fd01::5/128", "2001:db8::1:0:0:1/128"),
@@ -824,9 +830,36 @@ COMMIT
                 let native = native::snapshot(family, "filter", &chains)
                     .unwrap()
                     .expect("every rule decodes");
+                // Only the rules holding an address, and a chain's existence alone.
+                let addr: std::net::IpAddr = a.split('/').next().unwrap().parse().unwrap();
+                let needles = [match addr {
+                    std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
+                    std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
+                }];
+                let some = native::snapshot(
+                    family,
+                    "filter",
+                    &[
+                        ("CNI-FORWARD", native::Wanted::Containing(&needles)),
+                        ("CNI-ADMIN", native::Wanted::Containing(&[])),
+                    ],
+                )
+                .unwrap()
+                .unwrap();
+                let holding: Vec<&Vec<String>> = native
+                    .rules("CNI-FORWARD")
+                    .iter()
+                    .filter(|r| r.iter().any(|arg| arg == a))
+                    .collect();
+                assert_eq!(
+                    some.rules("CNI-FORWARD").iter().collect::<Vec<_>>(),
+                    holding
+                );
+                assert_eq!(holding.len(), 4, "{family}");
+                assert!(some.has_chain("CNI-ADMIN") && !some.has_chain("FORWARD"));
                 assert_eq!(
                     native,
-                    only(&ipt.save("filter").unwrap(), &chains),
+                    only(&ipt.save("filter").unwrap(), &names),
                     "{family}"
                 );
                 assert_eq!(native.rules("CNI-FORWARD").len(), 7, "{family}");

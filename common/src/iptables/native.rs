@@ -38,16 +38,29 @@ fn on_path(program: &str) -> Option<PathBuf> {
         .find(|candidate| Path::new(candidate).exists())
 }
 
-/// The rules of `chains` in `table` of `family`, as `iptables-save` would print them; chains
-/// that do not exist are absent from the dump. `None` when a rule is not in a form
-/// [`rule_args`] knows.
+/// Which rules of a chain a read needs.
+#[derive(Debug, Clone, Copy)]
+pub enum Wanted<'a> {
+    /// Every rule.
+    All,
+    /// Only the rules whose netlink encoding contains one of these byte strings (an address
+    /// in network byte order, a chain name…): a rule a caller looks for necessarily contains
+    /// its address or its jump target, so leaving the others out answers "is this rule
+    /// there?" exactly, while a chain of thousands costs the kernel's listing but not their
+    /// decoding. An empty list reads whether the chain exists and nothing else.
+    Containing(&'a [Vec<u8>]),
+}
+
+/// The rules of `chains` in `table` of `family`, as `iptables-save` would print them, left
+/// out as each chain's [`Wanted`] says; chains that do not exist are absent from the dump.
+/// `None` when a rule read is not in a form [`rule_args`] knows.
 ///
 /// # Errors
 /// When nf_tables cannot be asked.
 pub fn snapshot(
     family: Family,
     table: &str,
-    chains: &[&str],
+    chains: &[(&str, Wanted<'_>)],
 ) -> Result<Option<TableDump>, NftError> {
     let mut nft = Nft::new()?;
     let table = Table::new(
@@ -58,8 +71,16 @@ pub fn snapshot(
         table,
     );
     let mut dump = TableDump::default();
-    for chain in chains {
-        let listed = match nft.rules(&table, chain) {
+    for (chain, wanted) in chains {
+        let listed = match wanted {
+            Wanted::All => nft.rules(&table, chain),
+            Wanted::Containing(needles) => {
+                let needles: Vec<&[u8]> = needles.iter().map(Vec::as_slice).collect();
+                nft.rules_containing(&table, chain, &needles)
+                    .map(|(rules, _)| rules)
+            }
+        };
+        let listed = match listed {
             Ok(listed) => listed,
             Err(e) if e.is_not_found() => continue,
             Err(e) => return Err(e),

@@ -62,10 +62,11 @@ const NFTA_VERDICT_CHAIN: u16 = 2;
 /// `sizeof(struct nfgenmsg)`.
 const NFGENMSG_LEN: usize = 4;
 
-/// One reply of a rule dump: the rule with its table and chain, or `None` for a message that
-/// is not a rule.
+/// One reply of a rule dump, undecoded: the rule's attributes, or `None` for a message that is
+/// not a rule. Filtering by chain and by content ([`DumpedRule::contains_any`]) happens on
+/// the bytes, so rules a caller does not want cost a copy, not a decoding.
 #[derive(Debug)]
-pub(crate) struct DumpedRule(pub(crate) Option<(String, String, ListedRule)>);
+pub(crate) struct DumpedRule(Option<Vec<u8>>);
 
 impl NetlinkDeserializable for DumpedRule {
     type Error = io::Error;
@@ -77,16 +78,41 @@ impl NetlinkDeserializable for DumpedRule {
         let attrs = payload.get(NFGENMSG_LEN..).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidData, "rule message without nfgenmsg")
         })?;
-        let (mut table, mut chain) = (String::new(), String::new());
+        Ok(DumpedRule(Some(attrs.to_vec())))
+    }
+}
+
+impl DumpedRule {
+    /// Whether this is a rule of `chain` in `table` (old kernels ignore a dump's filter).
+    pub(crate) fn is_in(&self, table: &str, chain: &str) -> bool {
+        let Some(attrs) = &self.0 else {
+            return false;
+        };
+        let name_is = |kind, want: &str| {
+            find(attrs, kind).is_some_and(|v| v.strip_suffix(&[0]).unwrap_or(v) == want.as_bytes())
+        };
+        name_is(NFTA_RULE_TABLE, table) && name_is(NFTA_RULE_CHAIN, chain)
+    }
+
+    /// Whether the rule's bytes contain any of `needles`, e.g. an address a wanted rule
+    /// compares with: a rule without any cannot be such a rule.
+    pub(crate) fn contains_any(&self, needles: &[&[u8]]) -> bool {
+        self.0.as_deref().is_some_and(|attrs| {
+            needles
+                .iter()
+                .any(|n| !n.is_empty() && attrs.windows(n.len()).any(|w| w == *n))
+        })
+    }
+
+    /// The rule, decoded.
+    pub(crate) fn decode(&self) -> ListedRule {
         let mut rule = ListedRule {
             handle: 0,
             comment: None,
             exprs: Vec::new(),
         };
-        for (kind, value) in attributes(attrs) {
+        for (kind, value) in attributes(self.0.as_deref().unwrap_or_default()) {
             match kind {
-                NFTA_RULE_TABLE => table = string(value).unwrap_or_default(),
-                NFTA_RULE_CHAIN => chain = string(value).unwrap_or_default(),
                 NFTA_RULE_HANDLE => {
                     rule.handle = value.try_into().map(u64::from_be_bytes).unwrap_or(0);
                 }
@@ -100,7 +126,7 @@ impl NetlinkDeserializable for DumpedRule {
                 _ => {}
             }
         }
-        Ok(DumpedRule(Some((table, chain, rule))))
+        rule
     }
 }
 

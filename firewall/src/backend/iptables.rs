@@ -13,8 +13,9 @@
 use std::net::IpAddr;
 
 use common::conf::Attachment;
+use common::iptables::native::{self, Wanted};
 use common::iptables::{
-    Family, Iptables as Tools, IptablesError, PendingRestore, TableDump, native, restore_line,
+    Family, Iptables as Tools, IptablesError, PendingRestore, TableDump, restore_line,
 };
 use common::nft::{Batch, Family as NftFamily, Nft, Table};
 
@@ -88,8 +89,8 @@ fn delete_accepts(family: Family, ips: &[IpAddr]) -> Result<(), FirewallError> {
 /// exit for the kernel to free the deleted rules (13 ms or more here): the socket goes to a
 /// detached child ([`common::linger::hand_off`]).
 ///
-/// Every rule of the chain must decode ([`native::rule_args`]); the accepts are those equal to
-/// [`ip_rules`]. Returns true when it is done: it deleted the accepts, or found none while the
+/// Every rule of the chain that holds one of the addresses must decode
+/// ([`native::rule_args`]); the accepts are those equal to [`ip_rules`]. Returns true when it is done: it deleted the accepts, or found none while the
 /// tools of every family are `iptables-nft` ([`native::writes_nf_tables`]), so that nf_tables
 /// holds every rule they wrote and an accept absent there is absent (a repeated DEL then costs
 /// no exec and no read of the whole table). False when the caller must go the tools' way: a
@@ -107,8 +108,15 @@ fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, Firew
             },
             FILTER_TABLE,
         );
-        let rules = match nft.rules(&table, CNI_FORWARD_CHAIN) {
-            Ok(rules) => rules,
+        let needles: Vec<Vec<u8>> = ips
+            .iter()
+            .filter(|ip| Family::of(ip) == *family)
+            .map(|ip| octets(*ip))
+            .collect();
+        let needles: Vec<&[u8]> = needles.iter().map(Vec::as_slice).collect();
+        // Only the rules holding one of the addresses can be their accepts.
+        let rules = match nft.rules_containing(&table, CNI_FORWARD_CHAIN, &needles) {
+            Ok((rules, _)) => rules,
             Err(e) if e.is_not_found() => continue,
             Err(e) => return Err(e.into()),
         };
@@ -143,16 +151,35 @@ fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, Firew
     Ok(true)
 }
 
-/// The chains of the `filter` table an ADD or CHECK reads.
-fn read(family: Family, config: &Config) -> Result<TableDump, IptablesError> {
+/// The byte strings the rules an ADD or CHECK looks for in `CNI-FORWARD` contain: the
+/// addresses of `family` (an accept compares with one) and the admin chain's name (the jump's
+/// target).
+fn needles(family: Family, config: &Config, target: &Target) -> Vec<Vec<u8>> {
+    let mut needles: Vec<Vec<u8>> = target.ips_of(family).map(octets).collect();
+    needles.push(config.admin_chain.as_bytes().to_vec());
+    needles
+}
+
+fn octets(ip: IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    }
+}
+
+/// The chains of the `filter` table an ADD or CHECK reads: of `CNI-FORWARD`, which holds two
+/// accepts per attachment, only the rules that can be the ones wanted; of the admin chain,
+/// only whether it exists.
+fn read(family: Family, config: &Config, target: &Target) -> Result<TableDump, IptablesError> {
+    let needles = needles(family, config, target);
     Tools::new(family).snapshot(
         FILTER_TABLE,
         &[
-            FORWARD_CHAIN,
-            CNI_FORWARD_CHAIN,
-            &config.admin_chain,
-            STAGE1_CHAIN,
-            STAGE2_CHAIN,
+            (FORWARD_CHAIN, Wanted::All),
+            (CNI_FORWARD_CHAIN, Wanted::Containing(&needles)),
+            (&config.admin_chain, Wanted::Containing(&[])),
+            (STAGE1_CHAIN, Wanted::All),
+            (STAGE2_CHAIN, Wanted::All),
         ],
     )
 }
@@ -224,7 +251,7 @@ impl FirewallBackend for Iptables {
                     .flatten()
             })
             .collect();
-        let saves = per_family(&families, |family| read(family, &self.config));
+        let saves = per_family(&families, |family| read(family, &self.config, target));
         let mut plans: Vec<(Family, Vec<String>)> = Vec::new();
         for (family, dump) in saves {
             let dump: TableDump = dump?;
@@ -271,7 +298,7 @@ impl FirewallBackend for Iptables {
 
     fn check(&mut self, _owner: &Owner, target: &Target) -> Result<(), FirewallError> {
         let families = target.families();
-        for (family, dump) in per_family(&families, |family| read(family, &self.config)) {
+        for (family, dump) in per_family(&families, |family| read(family, &self.config, target)) {
             let dump = dump?;
             if let Some((chain, rule)) = iptables_missing(&dump, family, &self.config, target) {
                 let what = if rule.is_empty() {
