@@ -434,11 +434,16 @@ impl Nft {
         chain: &str,
         needles: &[&[u8]],
     ) -> Result<(Vec<ListedRule>, usize), NftError> {
+        let finders: Vec<memchr::memmem::Finder> = needles
+            .iter()
+            .filter(|n| !n.is_empty())
+            .map(memchr::memmem::Finder::new)
+            .collect();
         let dumped = self.dump_rules(table, chain)?;
         let total = dumped.len();
         let rules: Vec<ListedRule> = dumped
             .iter()
-            .filter(|rule| rule.contains_any(needles))
+            .filter(|rule| rule.contains_any(&finders))
             .map(raw::DumpedRule::decode)
             .collect();
         let others = total - rules.len();

@@ -96,12 +96,10 @@ impl DumpedRule {
 
     /// Whether the rule's bytes contain any of `needles`, e.g. an address a wanted rule
     /// compares with: a rule without any cannot be such a rule.
-    pub(crate) fn contains_any(&self, needles: &[&[u8]]) -> bool {
-        self.0.as_deref().is_some_and(|attrs| {
-            needles
-                .iter()
-                .any(|n| !n.is_empty() && attrs.windows(n.len()).any(|w| w == *n))
-        })
+    pub(crate) fn contains_any(&self, needles: &[memchr::memmem::Finder<'_>]) -> bool {
+        self.0
+            .as_deref()
+            .is_some_and(|attrs| needles.iter().any(|n| n.find(attrs).is_some()))
     }
 
     /// The rule, decoded.
