@@ -1,6 +1,5 @@
 //! The `bandwidth` CNI plugin binary.
 
-fn main() -> std::process::ExitCode {
-    common::logging::init("bandwidth");
-    common::skel::run(&bandwidth::Bandwidth)
-}
+#![no_main]
+
+common::plugin_main!("bandwidth", bandwidth::Bandwidth);

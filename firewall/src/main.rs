@@ -1,6 +1,5 @@
-use std::process::ExitCode;
+//! The `firewall` CNI plugin binary.
 
-fn main() -> ExitCode {
-    common::logging::init("firewall");
-    common::skel::run(&firewall::Firewall)
-}
+#![no_main]
+
+common::plugin_main!("firewall", firewall::Firewall);

@@ -1,8 +1,5 @@
 //! The `portmap` binary: see the library for what it does.
 
-use std::process::ExitCode;
+#![no_main]
 
-fn main() -> ExitCode {
-    common::logging::init("portmap");
-    common::skel::run(&portmap::Portmap)
-}
+common::plugin_main!("portmap", portmap::Portmap);

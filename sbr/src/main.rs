@@ -1,8 +1,5 @@
 //! The `sbr` binary: see the crate docs of [`sbr`].
 
-use std::process::ExitCode;
+#![no_main]
 
-fn main() -> ExitCode {
-    common::logging::init("sbr");
-    common::skel::run(&sbr::Sbr)
-}
+common::plugin_main!("sbr", sbr::Sbr);

@@ -1,6 +1,5 @@
-use std::process::ExitCode;
+//! The `tuning` CNI plugin binary.
 
-fn main() -> ExitCode {
-    common::logging::init("tuning");
-    common::skel::run(&tuning::Tuning)
-}
+#![no_main]
+
+common::plugin_main!("tuning", tuning::Tuning);
