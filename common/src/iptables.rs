@@ -832,10 +832,7 @@ COMMIT
                     .expect("every rule decodes");
                 // Only the rules holding an address, and a chain's existence alone.
                 let addr: std::net::IpAddr = a.split('/').next().unwrap().parse().unwrap();
-                let needles = [match addr {
-                    std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
-                    std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
-                }];
+                let needles = [crate::nft::addr_bytes(addr)];
                 let some = native::snapshot(
                     family,
                     "filter",

@@ -9,6 +9,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use netlink_packet_netfilter::nftables::MetaKey;
 
@@ -17,8 +18,19 @@ use crate::nft::{CmpOp, Expr, Family as NftFamily, Nft, NftError, PayloadBase, T
 
 /// Whether `<family>-restore` on `PATH` is the nf_tables variant (`xtables-nft-multi` or an
 /// `*-nft-restore`, through any chain of symlinks such as Debian's alternatives).
+/// Resolved once per process and family: ADD asks before starting the restore and again
+/// before reading.
 #[must_use]
 pub fn writes_nf_tables(family: Family) -> bool {
+    static V4: OnceLock<bool> = OnceLock::new();
+    static V6: OnceLock<bool> = OnceLock::new();
+    match family {
+        Family::V4 => *V4.get_or_init(|| resolve_nf_tables(family)),
+        Family::V6 => *V6.get_or_init(|| resolve_nf_tables(family)),
+    }
+}
+
+fn resolve_nf_tables(family: Family) -> bool {
     let program = format!("{}-restore", family.prefix());
     let Some(found) = on_path(&program) else {
         return false;
@@ -77,7 +89,6 @@ pub fn snapshot(
             Wanted::Containing(needles) => {
                 let needles: Vec<&[u8]> = needles.iter().map(Vec::as_slice).collect();
                 nft.rules_containing(&table, chain, &needles)
-                    .map(|(rules, _)| rules)
             }
         };
         let listed = match listed {

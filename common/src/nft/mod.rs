@@ -203,6 +203,15 @@ impl From<NftError> for crate::error::CniError {
     }
 }
 
+/// An address as nf_tables compares it: its bytes in network order (4 or 16).
+#[must_use]
+pub fn addr_bytes(addr: std::net::IpAddr) -> Vec<u8> {
+    match addr {
+        std::net::IpAddr::V4(a) => a.octets().to_vec(),
+        std::net::IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
+
 /// A rule as listed from the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedRule {
@@ -422,9 +431,9 @@ impl Nft {
     }
 
     /// The rules of a chain, in order, that contain any of `needles` in their netlink encoding
-    /// (an address, a chain name…), and how many others the chain holds. The kernel still
-    /// lists the whole chain, but the others are not decoded: for a caller looking for given
-    /// rules in a chain of thousands, most of the cost of [`Nft::rules`] is the decoding.
+    /// (an address, a chain name…). The kernel still lists the whole chain, but the others are
+    /// not decoded: for a caller looking for given rules in a chain of thousands, most of the
+    /// cost of [`Nft::rules`] is the decoding.
     ///
     /// # Errors
     /// `is_not_found()` when the table or chain does not exist.
@@ -433,21 +442,18 @@ impl Nft {
         table: &Table,
         chain: &str,
         needles: &[&[u8]],
-    ) -> Result<(Vec<ListedRule>, usize), NftError> {
+    ) -> Result<Vec<ListedRule>, NftError> {
         let finders: Vec<memchr::memmem::Finder> = needles
             .iter()
             .filter(|n| !n.is_empty())
             .map(memchr::memmem::Finder::new)
             .collect();
-        let dumped = self.dump_rules(table, chain)?;
-        let total = dumped.len();
-        let rules: Vec<ListedRule> = dumped
+        Ok(self
+            .dump_rules(table, chain)?
             .iter()
             .filter(|rule| rule.contains_any(&finders))
             .map(raw::DumpedRule::decode)
-            .collect();
-        let others = total - rules.len();
-        Ok((rules, others))
+            .collect())
     }
 
     fn dump_rules(&mut self, table: &Table, chain: &str) -> Result<Vec<raw::DumpedRule>, NftError> {

@@ -704,10 +704,7 @@ impl Encoder {
             Stmt::Prefix { sel, net } => {
                 self.depend(*sel)?;
                 let prefix = net.prefix_len();
-                let addr = match net.network() {
-                    IpAddr::V4(a) => a.octets().to_vec(),
-                    IpAddr::V6(a) => a.octets().to_vec(),
-                };
+                let addr = super::addr_bytes(net.network());
                 if prefix == 0 {
                     // Matches every address of the version: only the dependency remains.
                 } else if prefix % 8 == 0 {
@@ -803,10 +800,7 @@ impl Encoder {
             Stmt::NatTo { kind, addr, port } => {
                 let version = NfProto::of(*addr);
                 self.nat_family(version)?;
-                let data = match addr {
-                    IpAddr::V4(a) => a.octets().to_vec(),
-                    IpAddr::V6(a) => a.octets().to_vec(),
-                };
+                let data = super::addr_bytes(*addr);
                 self.exprs.push(Expr::ImmediateData { dreg: REG_1, data });
                 let proto = port.map(|p| {
                     self.exprs.push(Expr::ImmediateData {

@@ -17,7 +17,7 @@ use common::iptables::native::{self, Wanted};
 use common::iptables::{
     Family, Iptables as Tools, IptablesError, PendingRestore, TableDump, restore_line,
 };
-use common::nft::{Batch, Family as NftFamily, Nft, Table};
+use common::nft::{Batch, Family as NftFamily, Nft, Table, addr_bytes};
 
 use super::state::State;
 use super::{FirewallBackend, Owner};
@@ -111,12 +111,12 @@ fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, Firew
         let needles: Vec<Vec<u8>> = ips
             .iter()
             .filter(|ip| Family::of(ip) == *family)
-            .map(|ip| octets(*ip))
+            .map(|ip| addr_bytes(*ip))
             .collect();
         let needles: Vec<&[u8]> = needles.iter().map(Vec::as_slice).collect();
         // Only the rules holding one of the addresses can be their accepts.
         let rules = match nft.rules_containing(&table, CNI_FORWARD_CHAIN, &needles) {
-            Ok((rules, _)) => rules,
+            Ok(rules) => rules,
             Err(e) if e.is_not_found() => continue,
             Err(e) => return Err(e.into()),
         };
@@ -155,16 +155,9 @@ fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, Firew
 /// addresses of `family` (an accept compares with one) and the admin chain's name (the jump's
 /// target).
 fn needles(family: Family, config: &Config, target: &Target) -> Vec<Vec<u8>> {
-    let mut needles: Vec<Vec<u8>> = target.ips_of(family).map(octets).collect();
+    let mut needles: Vec<Vec<u8>> = target.ips_of(family).map(addr_bytes).collect();
     needles.push(config.admin_chain.as_bytes().to_vec());
     needles
-}
-
-fn octets(ip: IpAddr) -> Vec<u8> {
-    match ip {
-        IpAddr::V4(v4) => v4.octets().to_vec(),
-        IpAddr::V6(v6) => v6.octets().to_vec(),
-    }
 }
 
 /// The chains of the `filter` table an ADD or CHECK reads: of `CNI-FORWARD`, which holds two
