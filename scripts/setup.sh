@@ -19,6 +19,13 @@ declare -A want=(
   [containernetworking-plugins]=/usr/lib/cni/bridge
   [firewalld]=/usr/sbin/firewalld
   [dbus]=/usr/bin/dbus-daemon
+  # podman end to end (tests/tests/podman.rs): podman 4.3's CNI backend, runc, and busybox as
+  # the container image, imported from a tarball so nothing is pulled.
+  [podman]=/usr/bin/podman
+  [runc]=/usr/sbin/runc
+  [busybox-static]=/bin/busybox
+  # The bench's plot of the scale series (BENCHMARKS.md).
+  [gnuplot-nox]=/usr/bin/gnuplot-nox
 )
 missing=()
 for pkg in "${!want[@]}"; do
