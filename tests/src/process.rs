@@ -4,7 +4,8 @@
 //! from inside [`NetNs::run`]. Nothing here ever waits without a bound: a child still running at
 //! its deadline is killed and reported as timed out.
 
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
+use std::os::unix::process::ExitStatusExt as _;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
@@ -116,6 +117,63 @@ pub fn kill_and_reap(child: &mut Child) -> Option<ExitStatus> {
     child.wait().ok()
 }
 
+/// A child that exited: its status and the peak resident set size the kernel recorded for it.
+#[derive(Debug, Clone, Copy)]
+pub struct Reaped {
+    /// How it exited.
+    pub status: ExitStatus,
+    /// `ru_maxrss`: the most memory it ever had resident, in KiB.
+    pub max_rss_kib: u64,
+}
+
+/// Reaps `child` with `wait4`, which also reports its peak RSS (std's `wait` drops it). With a
+/// `deadline`, polls and kills the child when it passes (an error then); without one, blocks
+/// until it exits, which only the bench does, on plugin execs it times to the microsecond.
+/// `child` must not have been waited for already.
+///
+/// # Errors
+/// When waiting fails or the deadline passes.
+pub fn reap(child: &mut Child, deadline: Option<Instant>) -> io::Result<Reaped> {
+    let pid = libc::pid_t::try_from(child.id()).map_err(io::Error::other)?;
+    let flags = if deadline.is_some() { libc::WNOHANG } else { 0 };
+    loop {
+        if let Some((status, usage)) = wait4(pid, flags)? {
+            return Ok(Reaped {
+                status: ExitStatus::from_raw(status),
+                max_rss_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0),
+            });
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            let _ = child.kill();
+            let _ = wait4(pid, 0);
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("pid {pid} still ran at its deadline and was killed"),
+            ));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// `wait4(pid, flags)`: the raw status and resource usage, or `None` when `WNOHANG` found the
+/// child still running.
+#[allow(unsafe_code)]
+fn wait4(pid: libc::pid_t, flags: libc::c_int) -> io::Result<Option<(i32, libc::rusage)>> {
+    let mut status = 0;
+    // SAFETY: `rusage` is a plain C struct of integers, for which all zeroes is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: both out-pointers are valid, exclusive and live for the whole call.
+        let reaped = unsafe { libc::wait4(pid, &raw mut status, flags, &raw mut usage) };
+        match reaped {
+            -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            -1 => return Err(io::Error::last_os_error()),
+            0 => return Ok(None),
+            _ => return Ok(Some((status, usage))),
+        }
+    }
+}
+
 fn drain(mut pipe: impl Read + Send + 'static) -> Receiver<Vec<u8>> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -131,4 +189,33 @@ fn drain(mut pipe: impl Read + Send + 'static) -> Receiver<Vec<u8>> {
 fn collect(rx: Option<Receiver<Vec<u8>>>) -> Vec<u8> {
     rx.and_then(|rx| rx.recv_timeout(PIPE_GRACE).ok())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reap_reports_status_and_peak_rss() -> Result<()> {
+        let mut child = Command::new("sh").args(["-c", "exit 3"]).spawn()?;
+        let reaped = reap(&mut child, None)?;
+        assert_eq!(reaped.status.code(), Some(3));
+        assert!(reaped.max_rss_kib > 0, "{reaped:?}");
+        Ok(())
+    }
+
+    #[test]
+    fn reap_kills_a_child_at_its_deadline() -> Result<()> {
+        let mut child = Command::new("sleep").arg("5").spawn()?;
+        let started = Instant::now();
+        let err = reap(&mut child, Some(started + Duration::from_millis(50)))
+            .err()
+            .context("sleep 5 was reaped before its deadline")?;
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(
+            child.try_wait().is_err(),
+            "the killed child was already reaped"
+        );
+        Ok(())
+    }
 }
