@@ -15,16 +15,23 @@ fn the_demo_runs_a_live_chain_and_cleans_up() {
         String::from_utf8_lossy(&out.stderr)
     );
     for expected in [
-        "[2] ADD",
-        "passthrough:",
-        "tuning:",
-        "portmap:",
-        "nftables element of ip cni_portmap ports: tcp . 18080",
-        "(portmap DNAT)",
-        "HTTP 200",
-        "UDP echo",
-        "[5] CHECK",
-        "[6] DEL",
+        "bridge → tuning → portmap → bandwidth → firewall → sbr",
+        "  tuning     result: interface eth0 in the container, mac 02:42:0a:60:0a:63",
+        "host: nftables ip cni_portmap, ports: tcp . 18080",
+        "host: qdisc tbf 1: dev bwp",
+        "host: iptables -A CNI-FORWARD -s 10.96.10.",
+        "container: table 100: default via 10.96.10.1 dev eth0",
+        "-> container :8080  HTTP 200",
+        "host -> 127.0.0.1:18080 -> container :8080  HTTP 200",
+        "Mbit/s into the container",
+        "Mbit/s out of the container",
+        "blocked while CNI-ADMIN drops it",
+        "selects table 100",
+        "[4] CHECK",
+        "ok  every plugin verified",
+        "[5] DEL",
+        "every tbf and ingress qdisc are gone",
+        "a second DEL succeeds too",
     ] {
         assert!(
             stdout.contains(expected),

@@ -1,6 +1,9 @@
-//! The main job, run by `scripts/demo.sh`: a real plugin chain on live traffic in throwaway
-//! network namespaces, printing what each plugin did, what the kernel shows and which traffic
-//! got through. Everything it creates is removed when it ends, also on failure.
+//! The main job, run by `scripts/demo.sh`: the full chain bridge → tuning → portmap → bandwidth
+//! → firewall → sbr on live traffic in throwaway network namespaces. It prints what each plugin
+//! did and which kernel objects it made, checks traffic (HTTP through the mapped port from
+//! outside and from 127.0.0.1, throughput against the configured limits, a flow the firewall's
+//! admin chain blocks, replies that only source routing lets out), and verifies that DEL removed
+//! everything. Everything it creates is removed when it ends, also on failure.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -9,18 +12,26 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 use tests::netns::{CLIENT_V4, HOST_UPLINK_V4};
-use tests::traffic::{TcpServer, UdpServer, http_get, tcp_request, udp_request};
-use tests::{NetworkConfigList, Runtime, RuntimeConf, Topology, main_plugin};
+use tests::traffic::{IPERF3_PORT, TcpServer, UdpServer, http_get, iperf3, udp_request_from};
+use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, Topology, main_plugin};
 
 const NETWORK: &str = "demo";
 const CONTAINER_ID: &str = "demo-container-1";
 const IFNAME: &str = "eth0";
+const BRIDGE: &str = "cni-demo0";
 const SUBNET: &str = "10.96.10.0/24";
 const TIMEOUT: Duration = Duration::from_secs(3);
 /// The MAC address `tuning` gives the container interface.
 const TUNED_MAC: &str = "02:42:0a:60:0a:63";
 /// The host port `portmap` forwards to the container's HTTP server on 8080.
 const HOST_PORT: u16 = 18080;
+/// `bandwidth`'s limits, in bits per second: towards the container and out of it.
+const INGRESS_RATE: u64 = 40_000_000;
+const EGRESS_RATE: u64 = 16_000_000;
+/// The routing table `sbr` gives the container's address (its first free id).
+const SBR_TABLE: &str = "100";
+/// Seconds of each `iperf3` run.
+const IPERF_SECS: u32 = 2;
 
 fn main() -> std::process::ExitCode {
     match run() {
@@ -40,14 +51,27 @@ fn ok(what: &str) {
     println!("  ok  {what}");
 }
 
+/// Prints `lines` under a plugin's name, the name on the first line only.
+fn plugin_lines(plugin: &str, lines: &[String]) {
+    for (i, line) in lines.iter().enumerate() {
+        let name = if i == 0 { plugin } else { "" };
+        println!("  {name:<10} {line}");
+    }
+}
+
+fn mbit(bits_per_second: f64) -> String {
+    format!("{:.1} Mbit/s", bits_per_second / 1e6)
+}
+
+#[allow(clippy::too_many_lines)]
 fn run() -> Result<()> {
     let started = Instant::now();
-    println!("CNI meta plugins: a live chain in throwaway network namespaces");
+    println!("CNI meta plugins: a full chain on live traffic, in throwaway network namespaces");
 
     section(1, "namespaces");
     let topo = Topology::new("cnidemo")?;
     println!(
-        "  host       {:<22} plays the node: the main plugin and our host-side work run here",
+        "  host       {:<22} plays the node: the runtime and every plugin run here",
         topo.host.name()
     );
     println!(
@@ -55,17 +79,19 @@ fn run() -> Result<()> {
         topo.container.name()
     );
     println!(
-        "  client     {:<22} an outside machine at {CLIENT_V4}, routed through the host ({HOST_UPLINK_V4})",
+        "  client     {:<22} an outside machine at {CLIENT_V4}, one hop away (host side {HOST_UPLINK_V4})",
         topo.client.name()
     );
 
     let scratch = tempfile::tempdir()?;
+    let mut bridge = main_plugin::bridge(BRIDGE, &[SUBNET], &scratch.path().join("ipam"));
+    // No default route from IPAM: the container's way out is the one sbr puts in its table.
+    bridge["ipam"]["routes"] = json!([]);
     let list = NetworkConfigList::new(
         NETWORK,
         "1.0.0",
         vec![
-            main_plugin::bridge("cni-demo0", &[SUBNET], &scratch.path().join("ipam")),
-            json!({ "type": "portmap", "capabilities": { "portMappings": true } }),
+            bridge,
             json!({
                 "type": "tuning",
                 "dataDir": scratch.path().join("tuning"),
@@ -73,12 +99,14 @@ fn run() -> Result<()> {
                 "mtu": 1400,
                 "sysctl": { "net.ipv4.conf.IFNAME.arp_ignore": "1" },
             }),
-            json!({ "type": "passthrough", "dataDir": scratch.path().join("passthrough") }),
-            // A fixed table keeps the routes in main, where bridge's own CHECK looks for them.
-            json!({ "type": "sbr", "table": 100 }),
-            json!({ "type": "bandwidth", "ingressRate": 50_000_000, "ingressBurst": 500_000,
-                    "egressRate": 20_000_000, "egressBurst": 200_000 }),
+            json!({ "type": "portmap", "capabilities": { "portMappings": true } }),
+            json!({ "type": "bandwidth",
+                    "ingressRate": INGRESS_RATE, "ingressBurst": 400_000,
+                    "egressRate": EGRESS_RATE, "egressBurst": 160_000 }),
             json!({ "type": "firewall", "backend": "iptables" }),
+            // The hints keep the subnet's link route in main, where bridge's own CHECK looks
+            // for the gateway; every other route, the default among them, moves to table 100.
+            json!({ "type": "sbr", "addSourceHints": true }),
         ],
     );
     let runtime = Runtime::new(&topo.host)?;
@@ -94,75 +122,48 @@ fn run() -> Result<()> {
         2,
         &format!("ADD  network {NETWORK:?}, container {CONTAINER_ID:?}, ifname {IFNAME}"),
     );
+    let types: Vec<&str> = list
+        .plugins
+        .iter()
+        .map(|p| p["type"].as_str().unwrap_or_default())
+        .collect();
     println!(
-        "  conflist of {} plugins, cniVersion {}:",
-        list.plugins.len(),
-        list.cni_version
+        "  conflist, cniVersion {}: {}",
+        list.cni_version,
+        types.join(" → ")
     );
-    for plugin in &list.plugins {
-        let origin = plugin_origin(&runtime, plugin["type"].as_str().unwrap_or_default())?;
+    for plugin_type in &types {
         println!(
-            "    - {:<12} {origin}",
-            plugin["type"].as_str().unwrap_or_default()
+            "    {plugin_type:<10} {}",
+            plugin_origin(&runtime, plugin_type)?
         );
     }
+    println!();
     let t = Instant::now();
     let steps = runtime.add_steps(&list, &rt)?;
     let add_time = t.elapsed();
+    let result = steps.last().map(|(_, r)| r.clone()).unwrap_or_default();
+    let container_ip = container_ipv4(&result)?;
     let mut prev = Value::Null;
-    for (plugin_type, result) in &steps {
-        println!("  {plugin_type}:");
-        for line in result_changes(&prev, result) {
-            println!("      {line}");
-        }
-        for line in plugin_effects(plugin_type, scratch.path(), &topo)? {
-            println!("      {line}");
-        }
-        prev = result.clone();
+    for (plugin_type, step) in &steps {
+        let mut lines = result_changes(&prev, step);
+        lines.extend(plugin_effects(
+            plugin_type,
+            scratch.path(),
+            &topo,
+            &container_ip,
+        )?);
+        plugin_lines(plugin_type, &lines);
+        prev = step.clone();
     }
-    println!("  whole chain ADD took {} ms", add_time.as_millis());
-    let container_ip = container_ipv4(&prev)?;
+    println!("  the whole chain's ADD took {} ms", add_time.as_millis());
 
-    section(3, "what the kernel shows");
-    for line in topo
-        .container
-        .ip(&["-br", "addr", "show", "dev", IFNAME])?
-        .lines()
-    {
-        println!("  container  {line}");
-    }
-    for line in topo.container.ip(&["route"])?.lines() {
-        println!("  container  route {line}");
-    }
-    for line in topo
-        .host
-        .ip(&["-br", "link", "show", "master", "cni-demo0"])?
-        .lines()
-    {
-        println!("  host       bridge port {line}");
-    }
-
-    section(4, "live traffic");
-    let web: SocketAddr = format!("{container_ip}:8080").parse()?;
-    let _server = TcpServer::http(
+    section(3, "live traffic");
+    let _web = TcpServer::http(
         &topo.container,
         SocketAddr::from(([0, 0, 0, 0], 8080)),
         "hello from the container\n",
     )?;
-    let reply =
-        http_get(&topo.host, web, "/", TIMEOUT).context("HTTP from the host to the container")?;
-    ensure!(reply.status == 200, "HTTP status {}", reply.status);
-    ok(&format!(
-        "host      -> container {web}  HTTP {} {:?}",
-        reply.status,
-        reply.body.trim()
-    ));
-    let reply = http_get(&topo.client, web, "/", TIMEOUT)
-        .context("HTTP from the client to the container")?;
-    ok(&format!(
-        "client    -> container {web}  HTTP {} (routed through the host)",
-        reply.status
-    ));
     let mapped: SocketAddr = format!("{HOST_UPLINK_V4}:{HOST_PORT}").parse()?;
     let reply = http_get(&topo.client, mapped, "/", TIMEOUT)
         .context("HTTP from the client to the host port portmap forwards")?;
@@ -172,97 +173,186 @@ fn run() -> Result<()> {
         reply.status
     );
     ok(&format!(
-        "client    -> host {mapped} -> container :8080  HTTP {} (portmap DNAT)",
+        "portmap    client -> {mapped} -> container :8080  HTTP {} {:?}",
+        reply.status,
+        reply.body.trim()
+    ));
+    let local: SocketAddr = format!("127.0.0.1:{HOST_PORT}").parse()?;
+    let reply = http_get(&topo.host, local, "/", TIMEOUT)
+        .context("HTTP from the host's 127.0.0.1 to the mapped port")?;
+    ensure!(
+        reply.status == 200,
+        "HTTP status {} via 127.0.0.1",
+        reply.status
+    );
+    ok(&format!(
+        "portmap    host -> {local} -> container :8080  HTTP {} (localhost DNAT, masqueraded)",
         reply.status
     ));
+
+    // iperf3's receiver is its client here (-R), so the figures are what arrived.
+    let in_server: SocketAddr = format!("{CLIENT_V4}:{IPERF3_PORT}").parse()?;
+    let into = iperf3(
+        &topo.client,
+        in_server,
+        &topo.container,
+        in_server,
+        IPERF_SECS,
+        &["-R", "-B", &container_ip],
+    )
+    .context("iperf3 into the container")?;
+    let out_server: SocketAddr = format!("{container_ip}:{IPERF3_PORT}").parse()?;
+    let out_of = iperf3(
+        &topo.container,
+        out_server,
+        &topo.client,
+        out_server,
+        IPERF_SECS,
+        &["-R"],
+    )
+    .context("iperf3 out of the container")?;
+    #[allow(clippy::cast_precision_loss)]
+    for (report, limit, what) in [
+        (
+            &into,
+            INGRESS_RATE,
+            "into the container (ingressRate, tbf on the host veth)",
+        ),
+        (
+            &out_of,
+            EGRESS_RATE,
+            "out of the container (egressRate, tbf on the IFB)",
+        ),
+    ] {
+        let limit = limit as f64;
+        ensure!(
+            report.bits_per_second <= limit * 1.1 && report.bits_per_second >= limit * 0.5,
+            "{} measured {what}, against a limit of {}",
+            mbit(report.bits_per_second),
+            mbit(limit)
+        );
+        ok(&format!(
+            "bandwidth  {} {what}; limit {}",
+            mbit(report.bits_per_second),
+            mbit(limit)
+        ));
+    }
+
+    let web: SocketAddr = format!("{container_ip}:8080").parse()?;
+    let drop_rule = ["-s", CLIENT_V4, "-d", &container_ip, "-j", "DROP"];
+    topo.host
+        .exec_ok("iptables", &[&["-A", "CNI-ADMIN"][..], &drop_rule].concat())?;
+    let blocked = http_get(&topo.client, web, "/", Duration::from_millis(500)).is_err();
+    topo.host
+        .exec_ok("iptables", &[&["-D", "CNI-ADMIN"][..], &drop_rule].concat())?;
+    ensure!(blocked, "the admin chain's DROP did not block the client");
+    http_get(&topo.client, web, "/", TIMEOUT).context("HTTP once the DROP is gone")?;
+    ok(&format!(
+        "firewall   client -> {web} blocked while CNI-ADMIN drops it (the operator's chain comes first); flows again once removed"
+    ));
+
+    let unrouted = topo.container.exec("ip", &["route", "get", CLIENT_V4])?;
+    ensure!(
+        !unrouted.status.success(),
+        "the container's main table routes {CLIENT_V4}: {}",
+        String::from_utf8_lossy(&unrouted.stdout)
+    );
+    let routed = topo
+        .container
+        .ip(&["route", "get", CLIENT_V4, "from", &container_ip])?;
+    ensure!(
+        routed.contains(&format!("table {SBR_TABLE}")),
+        "replies from {container_ip} are not routed by table {SBR_TABLE}: {routed}"
+    );
     let echo_addr: SocketAddr = format!("{CLIENT_V4}:5353").parse()?;
     let echo = UdpServer::echo(&topo.client, echo_addr)?;
-    let answer = udp_request(&topo.container, echo_addr, b"ping", TIMEOUT)?;
+    let source: SocketAddr = format!("{container_ip}:0").parse()?;
+    let answer = udp_request_from(&topo.container, source, echo_addr, b"ping", TIMEOUT)?;
     ensure!(answer == b"ping", "UDP echo answered {answer:?}");
     ok(&format!(
-        "container -> client {echo_addr}  UDP echo, seen from {}",
+        "sbr        the container's main table has no route to {CLIENT_V4} (`ip route get` fails),"
+    ));
+    ok(&format!(
+        "           yet every reply above went out: `from {container_ip}` selects table {SBR_TABLE} ({})",
+        squeeze(routed.lines().next().unwrap_or_default())
+    ));
+    ok(&format!(
+        "sbr        container {container_ip} -> client {echo_addr} UDP echo answered, seen from {}",
         echo.peers()
             .first()
             .map_or_else(|| "?".into(), ToString::to_string)
     ));
-    let banner = TcpServer::banner(
-        &topo.client,
-        format!("{CLIENT_V4}:9000").parse()?,
-        "outside",
-    )?;
-    let got = tcp_request(&topo.container, banner.local_addr(), b"", TIMEOUT)?;
-    ok(&format!(
-        "container -> client {}  TCP banner {:?}",
-        banner.local_addr(),
-        String::from_utf8_lossy(&got)
-    ));
 
-    topo.host.exec_ok(
-        "iptables",
-        &[
-            "-A",
-            "CNI-ADMIN",
-            "-s",
-            CLIENT_V4,
-            "-d",
-            &container_ip,
-            "-j",
-            "DROP",
-        ],
-    )?;
-    ensure!(
-        http_get(&topo.client, web, "/", Duration::from_millis(500)).is_err(),
-        "the admin chain's DROP did not block the client"
-    );
-    topo.host.exec_ok("iptables", &["-F", "CNI-ADMIN"])?;
-    ok(&format!(
-        "client    -> container {web}  blocked while CNI-ADMIN drops it (the operator's chain is evaluated first)"
-    ));
-
-    section(5, "CHECK");
+    section(4, "CHECK");
     runtime.check(&list, &rt)?;
     ok("every plugin verified its part of the attachment");
 
-    section(6, "DEL (plugins in reverse order)");
+    section(5, "DEL (plugins in reverse order), then what is left");
+    let ifb = result["interfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["name"].as_str())
+        .find(|n| n.starts_with("bwp"))
+        .map(str::to_owned)
+        .context("bandwidth put no IFB in the result")?;
     let t = Instant::now();
     runtime.del(&list, &rt)?;
     let del_time = t.elapsed();
+    verify_cleanup(&topo, scratch.path(), &container_ip, &ifb)?;
+    runtime.del(&list, &rt)?;
+    ok(&format!(
+        "a second DEL succeeds too (DEL is idempotent); the first took {} ms",
+        del_time.as_millis()
+    ));
+
+    println!(
+        "\ndone in {:.1} s; the namespaces are removed now",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Checks, plugin by plugin, that DEL left nothing of the attachment behind.
+fn verify_cleanup(topo: &Topology, scratch: &Path, container_ip: &str, ifb: &str) -> Result<()> {
     ensure!(
         !topo.container.has_link(IFNAME)?,
         "{IFNAME} still exists in the container"
     );
-    ok(&format!("{IFNAME} is gone from the container"));
-    let left = std::fs::read_dir(scratch.path().join("passthrough"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-                .count()
-        })
-        .unwrap_or(0);
-    ensure!(left == 0, "passthrough left {left} record(s)");
-    ok("passthrough's record is removed");
+    let ports = topo.host.ip(&["-br", "link", "show", "master", BRIDGE])?;
+    ensure!(ports.trim().is_empty(), "ports left on {BRIDGE}: {ports}");
+    ok(&format!(
+        "bridge     {IFNAME} and its host veth are gone (the bridge {BRIDGE} stays, as bridge leaves it)"
+    ));
     ensure!(
         !scratch
-            .path()
             .join("tuning")
             .join(format!("{CONTAINER_ID}_{IFNAME}.json"))
             .exists(),
         "tuning left its backup file"
     );
-    ok("tuning restored the originals (before bridge removed eth0) and removed its backup");
-    let left = portmap_elements(&topo)?;
-    ensure!(left.is_empty(), "portmap left {left:?}");
-    ok("portmap removed its map elements (the table stays, as a long-lived skeleton)");
-    runtime.del(&list, &rt)?;
-    ok(&format!(
-        "a second DEL succeeds too (DEL is idempotent); first DEL took {} ms",
-        del_time.as_millis()
-    ));
-
-    println!(
-        "\ndone in {} ms; the namespaces are removed now",
-        started.elapsed().as_millis()
+    ok(
+        "tuning     its backup file is gone (DEL restored the originals from it before bridge deleted eth0)",
     );
+    let left = portmap_elements(&topo.host)?;
+    ensure!(left.is_empty(), "portmap left {left:?}");
+    ok("portmap    its map elements are gone (the table stays, a long-lived skeleton)");
+    ensure!(!topo.host.has_link(ifb)?, "bandwidth left the IFB {ifb}");
+    let qdiscs = shaping_qdiscs(&topo.host)?;
+    ensure!(qdiscs.is_empty(), "bandwidth left qdiscs: {qdiscs:?}");
+    ok(&format!(
+        "bandwidth  the IFB {ifb} and every tbf and ingress qdisc are gone"
+    ));
+    let rules = firewall_rules(&topo.host, container_ip)?;
+    ensure!(rules.is_empty(), "firewall left {rules:?}");
+    ok(&format!(
+        "firewall   no iptables rule names {container_ip} any more"
+    ));
+    let rules = sbr_rules(&topo.container, container_ip)?;
+    ensure!(rules.is_empty(), "sbr left {rules:?}");
+    ok(&format!(
+        "sbr        no rule `from {container_ip}` is left in the container"
+    ));
     Ok(())
 }
 
@@ -270,7 +360,7 @@ fn run() -> Result<()> {
 fn plugin_origin(runtime: &Runtime, plugin_type: &str) -> Result<String> {
     let path = runtime.find_plugin(plugin_type)?;
     let whose = if path.starts_with(tests::bins::reference_dir()) {
-        "Go, containernetworking-plugins"
+        "Go, from Debian's containernetworking-plugins: the main plugin"
     } else {
         "ours"
     };
@@ -297,47 +387,48 @@ fn result_changes(prev: &Value, result: &Value) -> Vec<String> {
             "on the host"
         };
         lines.push(format!(
-            "interface {} {} mac {}",
+            "result: interface {} {place}, mac {}",
             iface["name"].as_str().unwrap_or("?"),
-            place,
             iface["mac"].as_str().unwrap_or("-")
         ));
     }
     for ip in added("ips") {
         lines.push(format!(
-            "address {} gateway {}",
+            "result: address {} gateway {}",
             ip["address"].as_str().unwrap_or("?"),
             ip["gateway"].as_str().unwrap_or("-")
         ));
     }
     for route in added("routes") {
         lines.push(format!(
-            "route {} via {}",
+            "result: route {} via {}",
             route["dst"].as_str().unwrap_or("?"),
             route["gw"].as_str().unwrap_or("(gateway of the address)")
         ));
     }
-    if lines.is_empty() {
-        lines.push("passed the result on unchanged".into());
-    }
     lines
 }
 
-/// What a plugin of ours did beyond the result, read back from where it keeps it.
-fn plugin_effects(plugin_type: &str, scratch: &Path, topo: &Topology) -> Result<Vec<String>> {
+/// The kernel objects (and files) a plugin made, read back from the kernel.
+fn plugin_effects(
+    plugin_type: &str,
+    scratch: &Path,
+    topo: &Topology,
+    container_ip: &str,
+) -> Result<Vec<String>> {
     match plugin_type {
-        "passthrough" => {
-            let file = scratch
-                .join("passthrough")
-                .join(format!("{NETWORK}_{CONTAINER_ID}_{IFNAME}.json"));
-            let record: Value = serde_json::from_slice(
-                &std::fs::read(&file).with_context(|| format!("{file:?}"))?,
-            )?;
-            Ok(vec![format!(
-                "looked up {IFNAME} inside the container over netlink (mac {}) and recorded it in {}",
-                record["mac"].as_str().unwrap_or("-"),
-                file.display()
-            )])
+        "bridge" => {
+            let mut lines: Vec<String> = topo
+                .host
+                .ip(&["-br", "link", "show", "master", BRIDGE])?
+                .lines()
+                .map(|l| format!("host: veth {} on bridge {BRIDGE}", first_word(l)))
+                .collect();
+            lines.push(format!(
+                "container: {}",
+                squeeze(&topo.container.ip(&["-br", "addr", "show", "dev", IFNAME])?)
+            ));
+            Ok(lines)
         }
         "tuning" => {
             let file = scratch
@@ -360,57 +451,133 @@ fn plugin_effects(plugin_type: &str, scratch: &Path, topo: &Topology) -> Result<
                 .collect();
             Ok(vec![
                 format!(
-                    "inside the container: {IFNAME} mac {} -> {TUNED_MAC}, mtu {} -> 1400, sysctl {}",
+                    "container: {IFNAME} mac {} -> {TUNED_MAC}, mtu {} -> 1400",
                     saved["mac"].as_str().unwrap_or("?"),
                     saved["mtu"],
-                    sysctls.join(", ")
                 ),
-                format!("saved the originals for DEL in {}", file.display()),
+                format!("container: sysctl {}", sysctls.join(", ")),
+                format!("file: the originals, for DEL, in {}", file.display()),
             ])
         }
-        "sbr" => Ok(topo
-            .container
-            .ip(&["rule"])?
-            .lines()
-            .filter(|l| l.contains("from 10."))
-            .map(|l| format!("source rule in the container: {}", l.replace('\t', " ")))
-            .collect()),
-        "bandwidth" => Ok(topo
-            .host
-            .exec_ok("tc", &["qdisc", "show"])?
-            .lines()
-            .filter(|l| l.contains(" tbf ") || l.contains(" ingress "))
-            .map(|l| format!("shaping on the host: {}", l.trim()))
-            .collect()),
-        "firewall" => Ok(topo
-            .host
-            .exec_ok("iptables-save", &["-t", "filter"])?
-            .lines()
-            .filter(|l| l.contains("CNI-") && l.starts_with("-A"))
-            .map(|l| format!("iptables {l}"))
-            .collect()),
         "portmap" => {
             let localnet = topo
                 .host
-                .exec_ok("sysctl", &["-n", "net.ipv4.conf.cni-demo0.route_localnet"])?;
-            Ok(portmap_elements(topo)?
+                .sysctl(&format!("net.ipv4.conf.{BRIDGE}.route_localnet"))?;
+            Ok(portmap_elements(&topo.host)?
                 .into_iter()
-                .map(|e| format!("nftables element of ip cni_portmap {e}"))
+                .map(|e| format!("host: nftables ip cni_portmap, {e}"))
                 .chain(std::iter::once(format!(
-                    "net.ipv4.conf.cni-demo0.route_localnet = {} (127.0.0.1:{HOST_PORT} works too)",
+                    "host: net.ipv4.conf.{BRIDGE}.route_localnet = {} (so 127.0.0.1:{HOST_PORT} works)",
                     localnet.trim()
                 )))
                 .collect())
+        }
+        "bandwidth" => Ok(shaping_qdiscs(&topo.host)?
+            .into_iter()
+            .map(|q| format!("host: {q}"))
+            .collect()),
+        "firewall" => Ok(firewall_rules(&topo.host, container_ip)?
+            .into_iter()
+            .map(|r| format!("host: iptables {r}"))
+            .collect()),
+        "sbr" => {
+            let mut lines: Vec<String> = sbr_rules(&topo.container, container_ip)?
+                .into_iter()
+                .map(|r| format!("container: rule {r}"))
+                .collect();
+            lines.extend(
+                topo.container
+                    .ip(&["route", "show", "table", SBR_TABLE])?
+                    .lines()
+                    .map(|r| format!("container: table {SBR_TABLE}: {}", r.trim())),
+            );
+            let main = topo.container.ip(&["route", "show", "dev", IFNAME])?;
+            lines.push(format!(
+                "container: main table routes of {IFNAME}: {}",
+                if main.trim().is_empty() {
+                    "none left"
+                } else {
+                    main.trim()
+                }
+            ));
+            Ok(lines)
         }
         _ => Ok(Vec::new()),
     }
 }
 
+fn first_word(line: &str) -> &str {
+    line.split_whitespace().next().unwrap_or_default()
+}
+
+/// `line` with runs of whitespace made single spaces.
+fn squeeze(line: &str) -> String {
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A `tc` line's words without the reference count and the dashes `tc` pads some with.
+fn tc_words(line: &str) -> String {
+    let mut words = Vec::new();
+    let mut it = line.split_whitespace();
+    while let Some(word) = it.next() {
+        if word == "refcnt" {
+            it.next();
+        } else if !word.starts_with("---") {
+            words.push(word);
+        }
+    }
+    words.join(" ")
+}
+
+/// The host's tbf and ingress qdiscs and the redirect filters feeding the IFBs, as `tc` shows
+/// them (without the reference counts).
+fn shaping_qdiscs(host: &TestNetns) -> Result<Vec<String>> {
+    let mut found: Vec<String> = host
+        .exec_ok("tc", &["qdisc", "show"])?
+        .lines()
+        .filter(|l| l.contains(" tbf ") || l.contains(" ingress "))
+        .map(tc_words)
+        .collect();
+    let ingress: Vec<String> = found
+        .iter()
+        .filter(|l| l.contains(" ingress "))
+        .filter_map(|l| l.split(" dev ").nth(1).map(first_word).map(str::to_owned))
+        .collect();
+    for dev in ingress {
+        let filters = host.exec_ok("tc", &["filter", "show", "dev", &dev, "parent", "ffff:"])?;
+        found.extend(
+            filters
+                .lines()
+                .filter(|l| l.contains("mirred"))
+                .map(|l| format!("filter on {dev}: {}", squeeze(l))),
+        );
+    }
+    Ok(found)
+}
+
+/// The iptables rules (filter table) naming `ip`, as `iptables-save` prints them.
+fn firewall_rules(host: &TestNetns, ip: &str) -> Result<Vec<String>> {
+    Ok(host
+        .exec_ok("iptables-save", &["-t", "filter"])?
+        .lines()
+        .filter(|l| l.starts_with("-A") && l.contains(&format!("{ip}/32")))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The policy rules selecting on `from <ip>` in `ns`.
+fn sbr_rules(ns: &TestNetns, ip: &str) -> Result<Vec<String>> {
+    Ok(ns
+        .ip(&["rule"])?
+        .lines()
+        .filter(|l| l.contains(&format!("from {ip} ")))
+        .map(squeeze)
+        .collect())
+}
+
 /// The elements of the attachment in portmap's nftables maps and sets, as `nft` lists them.
-fn portmap_elements(topo: &Topology) -> Result<Vec<String>> {
-    let out = topo
-        .host
-        .exec("nft", &["list", "table", "ip", "cni_portmap"])?;
+fn portmap_elements(host: &TestNetns) -> Result<Vec<String>> {
+    let out = host.exec("nft", &["list", "table", "ip", "cni_portmap"])?;
     let owner = format!("comment \"{NETWORK}/{CONTAINER_ID}/{IFNAME}\"");
     let mut found = Vec::new();
     let mut set = String::new();
