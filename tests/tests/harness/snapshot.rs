@@ -1,0 +1,419 @@
+//! Snapshots of what plugins can leave behind in a network namespace and in directories,
+//! normalised so that two snapshots of the same state compare equal.
+//!
+//! Shared by the reliability tests (`concurrency.rs`, `soak.rs`, `faults.rs`); it is not part of
+//! the `harness` test binary. Include it with
+//!
+//! ```ignore
+//! #[cfg(test)]
+//! #[allow(dead_code)] // each test binary uses a different part
+//! #[path = "harness/snapshot.rs"]
+//! mod snapshot;
+//! ```
+//!
+//! A [`Snapshot`] is a map of named sections, each a list of normalised lines:
+//!
+//! | section | read with | normalisation |
+//! | --- | --- | --- |
+//! | `links` | `ip -j -d link show` | `name kind=… master=… alias=…` (no index, MAC, flags, MTU) |
+//! | `addresses` | `ip -j addr show` | `dev addr/len`, without IPv6 link-local addresses (derived from MACs) |
+//! | `routes` | `ip -j route show table all`, also `-6` | the JSON without `flags`/`expires`, without IPv6 link-local host routes |
+//! | `rules` | `ip -j rule show`, also `-6` | the JSON |
+//! | `qdiscs` | `tc -j qdisc show` | the JSON without `refcnt` |
+//! | `nftables` | `nft -j list ruleset` | each object without `handle` and counter values, in listing order |
+//! | `iptables`, `ip6tables` | `iptables-save`, `ip6tables-save` | without comments and chain counters, in order |
+//! | `files:<label>` | the directory tree | relative paths (`d/` for directories), `<absent>` when the root does not exist |
+//!
+//! The netfilter sections are optional ([`Scope::without_netfilter`], e.g. for container
+//! namespaces, which plugins never give rules). Nothing here changes any state; every read
+//! runs inside the given namespace. Interface indices, MACs, link-local addresses and handles
+//! are left out because they differ between two namespaces (or two runs) holding the same
+//! objects, so a snapshot of one namespace can also be compared with one of another namespace
+//! that went through the same steps.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use tests::TestNetns;
+
+/// Prefix of the IFBs bandwidth's DEL retired and its detached reaper deletes moments later.
+pub const TOMBSTONE_PREFIX: &str = bandwidth::names::TOMBSTONE_PREFIX;
+
+/// What a snapshot covers: one namespace, optionally its netfilter state, and directories.
+#[derive(Debug, Clone)]
+pub struct Scope<'a> {
+    ns: &'a TestNetns,
+    netfilter: bool,
+    dirs: Vec<(String, PathBuf)>,
+}
+
+impl<'a> Scope<'a> {
+    /// Links, addresses, routes, rules, qdiscs and netfilter rules of `ns`.
+    pub fn netns(ns: &'a TestNetns) -> Scope<'a> {
+        Scope {
+            ns,
+            netfilter: true,
+            dirs: Vec::new(),
+        }
+    }
+
+    /// Leaves out nftables and iptables (three execs fewer).
+    #[must_use]
+    pub fn without_netfilter(mut self) -> Scope<'a> {
+        self.netfilter = false;
+        self
+    }
+
+    /// Adds the tree under `dir` as section `files:<label>`. The label, not the path, names it,
+    /// so trees at different paths (a tempdir per run, a state dir per namespace inode)
+    /// compare.
+    #[must_use]
+    pub fn dir(mut self, label: &str, dir: impl Into<PathBuf>) -> Scope<'a> {
+        self.dirs.push((label.to_owned(), dir.into()));
+        self
+    }
+
+    /// Reads everything in scope now.
+    ///
+    /// # Errors
+    /// When a tool fails or prints something unexpected, or a directory cannot be read.
+    pub fn take(&self) -> Result<Snapshot> {
+        let mut sections = BTreeMap::new();
+        let ns = self.ns;
+        sections.insert("links".to_owned(), link_lines(&links(ns)?));
+        sections.insert("addresses".to_owned(), address_lines(ns)?);
+        sections.insert("routes".to_owned(), route_lines(ns)?);
+        sections.insert("rules".to_owned(), rule_lines(ns)?);
+        sections.insert("qdiscs".to_owned(), qdisc_lines(&qdiscs(ns)?));
+        if self.netfilter {
+            sections.insert("nftables".to_owned(), nft_lines(&nft_ruleset(ns)?));
+            sections.insert("iptables".to_owned(), iptables_save(ns, "iptables-save")?);
+            sections.insert("ip6tables".to_owned(), iptables_save(ns, "ip6tables-save")?);
+        }
+        for (label, dir) in &self.dirs {
+            sections.insert(format!("files:{label}"), tree(dir)?);
+        }
+        Ok(Snapshot { sections })
+    }
+}
+
+/// Normalised state, section by section (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    sections: BTreeMap<String, Vec<String>>,
+}
+
+impl Snapshot {
+    /// The lines of one section (empty when the section was not taken).
+    pub fn section(&self, name: &str) -> &[String] {
+        self.sections.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    /// The sections taken.
+    pub fn section_names(&self) -> impl Iterator<Item = &str> {
+        self.sections.keys().map(String::as_str)
+    }
+
+    /// What changed from `self` to `later`, one line per difference: `<section>: + <line>` for
+    /// a line only `later` has (or has more often), `- <line>` for one it lost, and
+    /// `<section>: same lines in another order` when only the order differs. Empty when both
+    /// are equal.
+    pub fn diff(&self, later: &Snapshot) -> Vec<String> {
+        let mut out = Vec::new();
+        let names: std::collections::BTreeSet<&String> =
+            self.sections.keys().chain(later.sections.keys()).collect();
+        for name in names {
+            let before = self.section(name);
+            let after = later.section(name);
+            if before == after {
+                continue;
+            }
+            let (lost, gained) = multiset_difference(before, after);
+            for line in &lost {
+                out.push(format!("{name}: - {line}"));
+            }
+            for line in &gained {
+                out.push(format!("{name}: + {line}"));
+            }
+            if lost.is_empty() && gained.is_empty() {
+                out.push(format!("{name}: same lines in another order"));
+            }
+        }
+        out
+    }
+
+    /// Fails, listing every difference, unless `later` equals `self`.
+    ///
+    /// # Errors
+    /// When they differ; the message starts with `what`.
+    pub fn ensure_same(&self, later: &Snapshot, what: &str) -> Result<()> {
+        let diff = self.diff(later);
+        if !diff.is_empty() {
+            bail!(
+                "{what}: {} difference(s)\n  {}",
+                diff.len(),
+                diff.join("\n  ")
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Lines of `a` missing from `b` and lines of `b` missing from `a`, counting repeats.
+fn multiset_difference(a: &[String], b: &[String]) -> (Vec<String>, Vec<String>) {
+    let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+    for line in a {
+        *counts.entry(line).or_default() += 1;
+    }
+    for line in b {
+        *counts.entry(line).or_default() -= 1;
+    }
+    let mut lost = Vec::new();
+    let mut gained = Vec::new();
+    for (line, n) in counts {
+        for _ in 0..n.max(0) {
+            lost.push(line.to_owned());
+        }
+        for _ in 0..(-n).max(0) {
+            gained.push(line.to_owned());
+        }
+    }
+    (lost, gained)
+}
+
+/// Waits (up to `timeout`) until `ns` holds no IFB that bandwidth's DEL retired: its detached
+/// reaper deletes them moments after DEL returns, so a snapshot taken earlier would show them.
+///
+/// # Errors
+/// When some are still there at the deadline (a reaper that never ran is a leak), or `ip` fails.
+pub fn wait_for_reapers(ns: &TestNetns, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left: Vec<String> = ns
+            .link_names()?
+            .into_iter()
+            .filter(|n| n.starts_with(TOMBSTONE_PREFIX))
+            .collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "retired IFBs still in {} after {timeout:?}: {left:?}",
+                ns.name()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `ip -j -d link show` of `ns`.
+///
+/// # Errors
+/// When `ip` fails.
+pub fn links(ns: &TestNetns) -> Result<Vec<Value>> {
+    array(ns.ip_json(&["-d", "link", "show"])?)
+}
+
+/// `tc -j qdisc show` of `ns` (every device).
+///
+/// # Errors
+/// When `tc` fails or prints no JSON.
+pub fn qdiscs(ns: &TestNetns) -> Result<Vec<Value>> {
+    let out = ns.exec_ok("tc", &["-j", "qdisc", "show"])?;
+    array(parse_json(&out, "tc -j qdisc show")?)
+}
+
+/// The `nftables` array of `nft -j list ruleset` of `ns`.
+///
+/// # Errors
+/// When `nft` fails or prints no JSON.
+pub fn nft_ruleset(ns: &TestNetns) -> Result<Vec<Value>> {
+    let out = ns.exec_ok("nft", &["-j", "list", "ruleset"])?;
+    let doc = parse_json(&out, "nft -j list ruleset")?;
+    array(doc["nftables"].clone())
+}
+
+/// The output of `tool` (`iptables-save`, `ip6tables-save`, with `args` such as `-t nat`) in
+/// `ns`, without comment lines and with chain counters stripped (`:FORWARD ACCEPT`).
+///
+/// # Errors
+/// When the tool fails.
+pub fn iptables_save_args(ns: &TestNetns, tool: &str, args: &[&str]) -> Result<Vec<String>> {
+    Ok(ns
+        .exec_ok(tool, args)?
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| match l.rfind(" [") {
+            Some(i) if l.starts_with(':') => l[..i].to_owned(),
+            _ => l.to_owned(),
+        })
+        .collect())
+}
+
+/// [`iptables_save_args`] of every table.
+///
+/// # Errors
+/// When the tool fails.
+pub fn iptables_save(ns: &TestNetns, tool: &str) -> Result<Vec<String>> {
+    iptables_save_args(ns, tool, &[])
+}
+
+fn parse_json(text: &str, what: &str) -> Result<Value> {
+    if text.trim().is_empty() {
+        return Ok(Value::Array(Vec::new()));
+    }
+    serde_json::from_str(text).with_context(|| format!("`{what}` printed no JSON: {text}"))
+}
+
+fn array(v: Value) -> Result<Vec<Value>> {
+    match v {
+        Value::Array(a) => Ok(a),
+        Value::Null => Ok(Vec::new()),
+        other => bail!("expected a JSON array, got {other}"),
+    }
+}
+
+fn link_lines(links: &[Value]) -> Vec<String> {
+    let mut lines: Vec<String> = links
+        .iter()
+        .map(|l| {
+            let kind = l["linkinfo"]["info_kind"]
+                .as_str()
+                .or_else(|| l["link_type"].as_str())
+                .unwrap_or("?");
+            let mut line = format!("{} kind={kind}", l["ifname"].as_str().unwrap_or("?"));
+            if let Some(master) = l["master"].as_str() {
+                line.push_str(&format!(" master={master}"));
+            }
+            if let Some(alias) = l["ifalias"].as_str() {
+                line.push_str(&format!(" alias={alias}"));
+            }
+            line
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn address_lines(ns: &TestNetns) -> Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for link in array(ns.ip_json(&["addr", "show"])?)? {
+        let dev = link["ifname"].as_str().unwrap_or("?");
+        for addr in link["addr_info"].as_array().into_iter().flatten() {
+            let local = addr["local"].as_str().unwrap_or("?");
+            if addr["family"] == "inet6" && addr["scope"] == "link" {
+                continue;
+            }
+            lines.push(format!("{dev} {local}/{}", addr["prefixlen"]));
+        }
+    }
+    lines.sort();
+    Ok(lines)
+}
+
+fn route_lines(ns: &TestNetns) -> Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for family in ["-4", "-6"] {
+        for mut route in array(ns.ip_json(&[family, "route", "show", "table", "all"])?)? {
+            let dst = route["dst"].as_str().unwrap_or_default();
+            // The host route of a link-local address embeds the MAC of its link.
+            if dst.starts_with("fe80:") && !dst.contains('/') {
+                continue;
+            }
+            if let Some(obj) = route.as_object_mut() {
+                obj.remove("flags");
+                obj.remove("expires");
+            }
+            lines.push(route.to_string());
+        }
+    }
+    lines.sort();
+    Ok(lines)
+}
+
+fn rule_lines(ns: &TestNetns) -> Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for family in ["-4", "-6"] {
+        for rule in array(ns.ip_json(&[family, "rule", "show"])?)? {
+            lines.push(format!("{family} {rule}"));
+        }
+    }
+    lines.sort();
+    Ok(lines)
+}
+
+fn qdisc_lines(qdiscs: &[Value]) -> Vec<String> {
+    let mut lines: Vec<String> = qdiscs
+        .iter()
+        .map(|q| {
+            let mut q = q.clone();
+            if let Some(obj) = q.as_object_mut() {
+                obj.remove("refcnt");
+            }
+            q.to_string()
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn nft_lines(ruleset: &[Value]) -> Vec<String> {
+    ruleset
+        .iter()
+        .filter(|o| o.get("metainfo").is_none())
+        .map(|o| {
+            let mut o = o.clone();
+            strip_volatile(&mut o);
+            o.to_string()
+        })
+        .collect()
+}
+
+/// Removes what changes without any object changing: handles, counter values, timeouts left.
+fn strip_volatile(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            for key in ["handle", "packets", "bytes", "expires"] {
+                map.remove(key);
+            }
+            map.values_mut().for_each(strip_volatile);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_volatile),
+        _ => {}
+    }
+}
+
+/// Relative paths under `root`, directories ending in `/`, sorted; `<absent>` when `root`
+/// does not exist.
+fn tree(root: &Path) -> Result<Vec<String>> {
+    if !root.exists() {
+        return Ok(vec!["<absent>".to_owned()]);
+    }
+    let mut lines = vec!["./".to_owned()];
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("failed to read {}", dir.display()))?
+        {
+            let entry = entry?;
+            let path = entry.path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .into_owned();
+            if entry.file_type()?.is_dir() {
+                lines.push(format!("{rel}/"));
+                stack.push(path);
+            } else {
+                lines.push(rel);
+            }
+        }
+    }
+    lines.sort();
+    Ok(lines)
+}
