@@ -341,7 +341,10 @@ pub fn remove_shaping(located: &mut Located) -> Vec<BandwidthError> {
                         .iter()
                         .any(|(kind, _)| *kind == TcMirrorActionType::EgressRedir)
             };
-            if filters.iter().any(ours) {
+            // An ingress qdisc without any filter is what an ADD killed between creating it
+            // and adding the redirect leaves: nothing else is attached to it either.
+            let empty = filters.is_empty();
+            if empty || filters.iter().any(ours) {
                 // Deleting the ingress qdisc takes its filters along: one request when every
                 // filter is at our priority (the usual case; the priority's header and hash
                 // table entries are listed too), else only our priority goes.
@@ -350,7 +353,7 @@ pub fn remove_shaping(located: &mut Located) -> Vec<BandwidthError> {
                     .is_ok_and(|q| q.is_some_and(|q| q.kind == "ingress"));
                 if ingress && filters.iter().all(|f| f.priority == FILTER_PRIORITY) {
                     collect(&mut errors, nl.del_qdisc(index, INGRESS, 0));
-                } else {
+                } else if !empty {
                     collect(
                         &mut errors,
                         nl.del_filters(index, INGRESS_HANDLE, FILTER_PRIORITY, PROTOCOL_ALL),
