@@ -255,6 +255,12 @@ impl FirewallBackend for Iptables {
             }
             plans.push((family, iptables_add(&dump, family, &self.config, target)?));
         }
+        // Recorded before any rule is committed: a call killed after its commit (or an
+        // `iptables-restore` it fed, finishing after it) leaves rules that only the record
+        // lets a DEL without prevResult find.
+        let name = owner.state_name();
+        let known = self.state.attachment(&name)?.is_some();
+        self.state.record(&name, &target.ips)?;
         let jobs: Vec<_> = plans.iter().zip(pending).collect();
         let results: Vec<(Family, Result<(), IptablesError>)> =
             concurrently(jobs, |((family, lines), pending)| {
@@ -283,10 +289,15 @@ impl FirewallBackend for Iptables {
                 }
             }
             if let Some(e) = results.into_iter().find_map(|(_, r)| r.err()) {
+                // A first ADD leaves no record behind; a repeated one keeps its record, whose
+                // earlier rules are still there.
+                if !known && let Err(f) = self.state.forget(&name, &target.ips) {
+                    log::warn!("ADD rollback of the state of {name} failed: {f}");
+                }
                 return Err(e.into());
             }
         }
-        self.state.record(&owner.state_name(), &target.ips)
+        Ok(())
     }
 
     fn check(&mut self, _owner: &Owner, target: &Target) -> Result<(), FirewallError> {
