@@ -2,7 +2,10 @@
 //!
 //! Writes go to a temporary file in the same directory, are synced, then renamed over the
 //! target, so a reader (or a DEL after a crash) sees either the old file or the new one, never a
-//! half-written backup. Removing a file that is already gone is not an error.
+//! half-written backup. Removing a file that is already gone is not an error. The temporary
+//! file of a name is always the same ([`StateStore::temp_path`]): a writer killed before its
+//! rename leaves it behind, the next write of the name replaces it and [`StateStore::remove`]
+//! deletes it. Callers serialise writes of one name (two writers would share the temporary).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -68,6 +71,15 @@ impl StateStore {
         Ok(self.dir.join(name))
     }
 
+    /// The temporary file a write of `name` goes through before its rename: `.<name>.tmp`.
+    ///
+    /// # Errors
+    /// As [`StateStore::path`].
+    pub fn temp_path(&self, name: &str) -> Result<PathBuf, StoreError> {
+        self.path(name)?;
+        Ok(self.dir.join(format!(".{name}.tmp")))
+    }
+
     /// Writes `value` as JSON to `name`, atomically.
     ///
     /// # Errors
@@ -84,7 +96,7 @@ impl StateStore {
             source,
         };
         std::fs::create_dir_all(&self.dir).map_err(|e| io("create the directory of", e))?;
-        let tmp = self.dir.join(format!(".{name}.tmp.{}", std::process::id()));
+        let tmp = self.temp_path(name)?;
         let result = (|| {
             let mut file = std::fs::File::create(&tmp)?;
             file.write_all(&bytes)?;
@@ -124,12 +136,25 @@ impl StateStore {
             .map_err(|source| StoreError::Corrupt { path, source })
     }
 
-    /// Removes `name`; returns whether it existed.
+    /// Removes `name`, and the temporary file a writer killed before its rename left; returns
+    /// whether `name` existed.
     ///
     /// # Errors
     /// [`StoreError::Io`] for failures other than "not found".
     pub fn remove(&self, name: &str) -> Result<bool, StoreError> {
         let path = self.path(name)?;
+        let tmp = self.temp_path(name)?;
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(StoreError::Io {
+                    op: "remove",
+                    path: tmp,
+                    source,
+                });
+            }
+        }
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -196,6 +221,23 @@ mod tests {
         assert!(store.remove("c1_eth0.json").unwrap());
         assert!(!store.remove("c1_eth0.json").unwrap());
         assert_eq!(store.list().unwrap(), ["c2_eth0.json"]);
+    }
+
+    #[test]
+    fn remove_deletes_the_temporary_of_a_writer_killed_before_its_rename() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path());
+        let tmp = store.temp_path("c1_eth0.json").unwrap();
+        assert_eq!(tmp, dir.path().join(".c1_eth0.json.tmp"));
+        std::fs::write(&tmp, "{\"mtu\": 15").unwrap();
+        assert!(!store.remove("c1_eth0.json").unwrap());
+        assert!(!tmp.exists());
+        // A leftover temporary is replaced by the next write of its name.
+        std::fs::write(&tmp, "{\"mtu\": 15").unwrap();
+        store.write("c1_eth0.json", &1).unwrap();
+        assert!(!tmp.exists());
+        assert_eq!(store.read::<u32>("c1_eth0.json").unwrap(), Some(1));
+        assert!(store.temp_path("../x").is_err());
     }
 
     #[test]

@@ -369,7 +369,9 @@ fn del(call: &Call) -> Result<(), CniError> {
     {
         errors.push(e);
     }
-    if errors.is_empty() && recorded.is_some() {
+    // Also without a record: an ADD killed before the rename of its state file leaves the
+    // temporary file, which this removes.
+    if errors.is_empty() {
         store.remove(&file).map_err(PortmapError::Store)?;
         state::prune(&store);
     }

@@ -128,9 +128,7 @@ pub fn write(store: &StateStore, name: &str, state: &State) -> Result<(), Portma
             source,
         })
     })?;
-    let tmp = store
-        .dir()
-        .join(format!(".{name}.tmp.{}", std::process::id()));
+    let tmp = store.temp_path(name).map_err(PortmapError::Store)?;
     let mut tries = 0;
     loop {
         let result = std::fs::create_dir_all(store.dir())

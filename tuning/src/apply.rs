@@ -265,13 +265,18 @@ pub fn del(
     store: &BackupStore,
 ) -> Result<Restored, TuningError> {
     let path = store.path(who.container_id, who.ifname);
-    if !path.exists() {
+    if !store.has_any(&path) {
         return Ok(Restored::NothingSaved);
     }
     let _lock = store.lock()?;
     let backup = match store.read(&path) {
         Ok(Some(b)) => b,
-        Ok(None) => return Ok(Restored::NothingSaved),
+        Ok(None) => {
+            // Only the temporary file of an ADD killed before its rename: that ADD had
+            // changed nothing yet.
+            store.remove(&path)?;
+            return Ok(Restored::NothingSaved);
+        }
         Err(e @ TuningError::BackupCorrupt { .. }) => {
             // Nothing in it can be restored; keeping it would only leak it.
             log::warn!("removing {e}");

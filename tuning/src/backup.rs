@@ -149,6 +149,14 @@ impl BackupStore {
             })
     }
 
+    /// The temporary file a write of `path` goes through before its rename: `.<name>.tmp`,
+    /// always the same (writes hold the lock), so one left by a writer killed before its rename
+    /// is replaced by the next write and deleted by [`BackupStore::remove`].
+    pub fn temp_path(&self, path: &Path) -> PathBuf {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        self.dir.join(format!(".{}.tmp", name.unwrap_or_default()))
+    }
+
     /// Writes a backup file atomically, mode 0600 like the Go plugin's.
     ///
     /// # Errors
@@ -163,12 +171,7 @@ impl BackupStore {
             .to_bytes()
             .map_err(|e| io("encode", std::io::Error::other(e)))?;
         std::fs::create_dir_all(&self.dir).map_err(|e| io("create the directory of", e))?;
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        let tmp = self.dir.join(format!(
-            ".{}.tmp.{}",
-            name.unwrap_or_default(),
-            std::process::id()
-        ));
+        let tmp = self.temp_path(path);
         let written = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -184,20 +187,31 @@ impl BackupStore {
         Ok(())
     }
 
-    /// Removes a backup file; a missing one is not an error.
+    /// Removes a backup file and its leftover temporary file; a missing one is not an error.
     ///
     /// # Errors
     /// [`TuningError::Backup`] for other failures.
     pub fn remove(&self, path: &Path) -> Result<(), TuningError> {
-        match std::fs::remove_file(path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(TuningError::Backup {
-                op: "remove",
-                path: path.to_path_buf(),
-                source,
-            }),
+        for file in [self.temp_path(path).as_path(), path] {
+            match std::fs::remove_file(file) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(TuningError::Backup {
+                        op: "remove",
+                        path: file.to_path_buf(),
+                        source,
+                    });
+                }
+            }
         }
+        Ok(())
+    }
+
+    /// Whether a backup file of `path`, or the temporary file of a write killed before its
+    /// rename, exists: what DEL has to look at.
+    pub fn has_any(&self, path: &Path) -> bool {
+        path.exists() || self.temp_path(path).exists()
     }
 
     /// Every `*.json` file in the directory (none when it does not exist).
@@ -314,6 +328,23 @@ mod tests {
         store.remove(&path).unwrap();
         store.remove(&path).unwrap();
         assert!(store.files().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_temporary_left_by_a_killed_write_is_replaced_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BackupStore::new(dir.path());
+        let path = store.path("c1", "eth0");
+        let tmp = store.temp_path(&path);
+        assert_eq!(tmp, dir.path().join(".c1_eth0.json.tmp"));
+        assert!(!store.has_any(&path));
+        std::fs::write(&tmp, "{\"mtu\": 15").unwrap();
+        assert!(store.has_any(&path));
+        store.remove(&path).unwrap();
+        assert!(!tmp.exists() && !store.has_any(&path));
+        std::fs::write(&tmp, "{\"mtu\": 15").unwrap();
+        store.write(&path, &Backup::default()).unwrap();
+        assert!(!tmp.exists() && path.exists());
     }
 
     #[test]

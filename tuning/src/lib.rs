@@ -94,7 +94,7 @@ impl Plugin for Tuning {
     fn del(&self, call: &Call) -> Result<(), CniError> {
         let conf: NetConf<DataDirKeys> = call.conf()?;
         let store = BackupStore::new(conf.plugin.dir());
-        if !store.path(&call.container_id, &call.ifname).exists() {
+        if !store.has_any(&store.path(&call.container_id, &call.ifname)) {
             return Ok(());
         }
         let ns = match &call.netns {
