@@ -59,7 +59,8 @@ pub struct AddPlan {
 /// key, which cannot be restored), `existing` the backup of an earlier ADD of this attachment.
 ///
 /// # Errors
-/// [`TuningError::InvalidValue`] when the MTU is outside the device's range.
+/// [`TuningError::InvalidValue`] when the MTU is outside the device's range, or the MAC is not
+/// as long as the device's hardware addresses.
 pub fn add(
     config: &Config,
     who: Attachment<'_>,
@@ -84,6 +85,22 @@ pub fn add(
             change.mtu = (mtu != link.mtu).then_some(mtu);
         }
         if let Some(mac) = &config.mac {
+            // The kernel takes a longer address and silently keeps its first bytes (an 8- or
+            // 20-octet MAC on an Ethernet device), so the length is checked here.
+            if let Some(live) = &link.mac
+                && live.len() != mac.bytes.len()
+            {
+                return Err(TuningError::InvalidValue {
+                    key: mac.origin.into(),
+                    value: mac.text.clone(),
+                    reason: format!(
+                        "{} has {}-byte hardware addresses, this one has {}",
+                        who.ifname,
+                        live.len(),
+                        mac.bytes.len()
+                    ),
+                });
+            }
             undo.mac = link.mac.as_deref().map(format_mac);
             change.mac = (link.mac.as_ref() != Some(&mac.bytes)).then(|| mac.bytes.clone());
         }
@@ -376,6 +393,32 @@ mod tests {
         let plan = add(&config(), WHO, Some(&same), &originals, None).unwrap();
         assert_eq!((plan.link.mtu, plan.link.promisc), (None, None));
         assert_eq!(plan.backup.mtu, Some(1400), "the live value is still saved");
+    }
+
+    #[test]
+    fn a_mac_longer_or_shorter_than_the_devices_is_code_7_before_any_change() {
+        for bytes in [
+            vec![2, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77],
+            vec![0; 20],
+        ] {
+            let mut c = config();
+            c.mac = Some(MacSetting {
+                origin: "args.cni.mac",
+                text: "02:11:22:33:44:55:66:77".into(),
+                bytes,
+            });
+            let err = add(&c, WHO, Some(&live()), &[None, None], None).unwrap_err();
+            assert!(
+                err.to_string().starts_with(
+                    "invalid args.cni.mac 02:11:22:33:44:55:66:77: eth0 has 6-byte hardware addresses"
+                ),
+                "{err}"
+            );
+            assert_eq!(
+                common::error::CniError::from(err).code,
+                common::error::ErrorCode::InvalidConfig
+            );
+        }
     }
 
     #[test]
