@@ -72,6 +72,15 @@ fn read_original(sysctl: &Sysctl, setting: &SysctlSetting) -> Result<Option<Stri
             value: setting.value.clone(),
         }),
         Err(e) if e.source.kind() == io::ErrorKind::PermissionDenied => Ok(None),
+        // `net.ipv4.conf.eth0`: a key of the config, not a failure of the kernel.
+        Err(e) if e.source.raw_os_error() == Some(libc::EISDIR) => {
+            Err(TuningError::InvalidSysctl {
+                origin: setting.origin,
+                key: setting.raw.clone(),
+                value: setting.value.clone(),
+                reason: format!("{} is a directory of sysctls, not one", setting.key),
+            })
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -336,5 +345,29 @@ fn missing_or(e: SysctlError, setting: &SysctlSetting) -> TuningError {
         ))
     } else {
         e.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::resolve_sysctl;
+    use common::error::{CniError, ErrorCode};
+
+    #[test]
+    fn a_sysctl_key_naming_a_directory_is_code_7() {
+        // Only reads this process's /proc/sys/net/ipv4/conf/lo.
+        let setting = SysctlSetting {
+            origin: "sysctl",
+            raw: "net.ipv4.conf.IFNAME".into(),
+            key: resolve_sysctl("net.ipv4.conf.IFNAME", "lo").unwrap(),
+            value: "1".into(),
+        };
+        let err = read_original(&Sysctl::default(), &setting).unwrap_err();
+        assert!(
+            err.to_string().contains("is a directory of sysctls"),
+            "{err}"
+        );
+        assert_eq!(CniError::from(err).code, ErrorCode::InvalidConfig);
     }
 }
