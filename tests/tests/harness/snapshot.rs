@@ -20,7 +20,7 @@
 //! | `routes` | `ip -j route show table all`, also `-6` | the JSON without `flags`/`expires`, without IPv6 link-local host routes |
 //! | `rules` | `ip -j rule show`, also `-6` | the JSON |
 //! | `qdiscs` | `tc -j qdisc show` | the JSON without `refcnt` |
-//! | `nftables` | `nft -j list ruleset` | each object without `handle` and counter values, in listing order |
+//! | `nftables` | `nft -j list ruleset` | each object without `handle` and counter values; tables sorted, objects in listing order within each |
 //! | `iptables`, `ip6tables` | `iptables-save`, `ip6tables-save` | without comments and chain counters, in order |
 //! | `files:<label>` | the directory tree | relative paths (`d/` for directories), `<absent>` when the root does not exist |
 //!
@@ -162,8 +162,9 @@ impl Snapshot {
     }
 }
 
-/// Lines of `a` missing from `b` and lines of `b` missing from `a`, counting repeats.
-fn multiset_difference(a: &[String], b: &[String]) -> (Vec<String>, Vec<String>) {
+/// Lines of `a` missing from `b` and lines of `b` missing from `a`, counting repeats (a line
+/// twice in `b` and once in `a` is one line missing from `a`), each sorted.
+pub fn multiset_difference(a: &[String], b: &[String]) -> (Vec<String>, Vec<String>) {
     let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
     for line in a {
         *counts.entry(line).or_default() += 1;
@@ -210,6 +211,58 @@ pub fn wait_for_reapers(ns: &TestNetns, timeout: Duration) -> Result<()> {
     }
 }
 
+/// The processes (pid and command name) whose main thread is in `ns`: children a plugin left
+/// running there, e.g. bandwidth's reaper or a lingering socket closer. Threads of other
+/// processes that merely entered `ns` (this test's own helpers) do not count.
+///
+/// # Errors
+/// When `ns` or `/proc` cannot be read.
+pub fn processes_in(ns: &TestNetns) -> Result<Vec<(u32, String)>> {
+    use std::os::unix::fs::MetadataExt as _;
+    let ino = std::fs::metadata(ns.path())?.ino();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let entry = entry?;
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A process that exits meanwhile is simply not there.
+        let Ok(meta) = std::fs::metadata(entry.path().join("ns/net")) else {
+            continue;
+        };
+        if meta.ino() == ino {
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            found.push((pid, comm.trim().to_owned()));
+        }
+    }
+    Ok(found)
+}
+
+/// Waits (up to `timeout`) until no process runs in `ns` ([`processes_in`]).
+///
+/// # Errors
+/// When some still run at the deadline, naming them.
+pub fn wait_for_no_processes(ns: &TestNetns, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = processes_in(ns)?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "processes still in {} after {timeout:?}: {left:?}",
+                ns.name()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// `ip -j -d link show` of `ns`.
 ///
 /// # Errors
@@ -232,10 +285,37 @@ pub fn qdiscs(ns: &TestNetns) -> Result<Vec<Value>> {
 /// # Errors
 /// When `nft` fails or prints no JSON.
 pub fn nft_ruleset(ns: &TestNetns) -> Result<Vec<Value>> {
-    let out = ns.exec_ok("nft", &["-j", "list", "ruleset"])?;
-    let doc = parse_json(&out, "nft -j list ruleset")?;
-    array(doc["nftables"].clone())
+    // A set's elements come in several netlink messages, each resuming the walk by count; a
+    // hash set that the kernel resizes meanwhile (resizes run later, in a worker) is listed
+    // with elements twice or not at all. Nothing changes while a test reads the ruleset, so
+    // two reads in a row that agree (counters aside) are a consistent one.
+    let read = || -> Result<Vec<Value>> {
+        let out = ns.exec_ok("nft", &["-j", "list", "ruleset"])?;
+        let doc = parse_json(&out, "nft -j list ruleset")?;
+        array(doc["nftables"].clone())
+    };
+    let stripped = |ruleset: &[Value]| {
+        let mut v = Value::Array(ruleset.to_vec());
+        strip_volatile(&mut v);
+        v
+    };
+    let mut last = read()?;
+    for _ in 0..NFT_READS {
+        let next = read()?;
+        if stripped(&next) == stripped(&last) {
+            return Ok(next);
+        }
+        last = next;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!(
+        "`nft list ruleset` in {} changed between each of {NFT_READS} reads",
+        ns.name()
+    )
 }
+
+/// Reads of [`nft_ruleset`] before it gives up waiting for two that agree.
+const NFT_READS: usize = 20;
 
 /// The output of `tool` (`iptables-save`, `ip6tables-save`, with `args` such as `-t nat`) in
 /// `ns`, without comment lines and with chain counters stripped (`:FORWARD ACCEPT`).
@@ -361,16 +441,34 @@ fn qdisc_lines(qdiscs: &[Value]) -> Vec<String> {
     lines
 }
 
+/// One line per object, grouped by table (tables sorted by family and name, since their
+/// listing order is their creation order, which races when two programs create them), each
+/// table's objects in listing order (rule order matters).
 fn nft_lines(ruleset: &[Value]) -> Vec<String> {
-    ruleset
+    let mut objects: Vec<((String, String), String)> = ruleset
         .iter()
         .filter(|o| o.get("metainfo").is_none())
         .map(|o| {
+            let body = o
+                .as_object()
+                .and_then(|m| m.values().next())
+                .unwrap_or(&Value::Null);
+            let table = if o.get("table").is_some() {
+                &body["name"]
+            } else {
+                &body["table"]
+            };
+            let key = (
+                body["family"].as_str().unwrap_or_default().to_owned(),
+                table.as_str().unwrap_or_default().to_owned(),
+            );
             let mut o = o.clone();
             strip_volatile(&mut o);
-            o.to_string()
+            (key, o.to_string())
         })
-        .collect()
+        .collect();
+    objects.sort_by(|a, b| a.0.cmp(&b.0));
+    objects.into_iter().map(|(_, line)| line).collect()
 }
 
 /// Removes what changes without any object changing: handles, counter values, timeouts left.
