@@ -390,8 +390,19 @@ fn del(call: &Call) -> Result<(), CniError> {
     if errors.is_empty() {
         return Ok(());
     }
+    Err(joined(errors))
+}
+
+/// The failures of a DEL or GC as one error: with the code they share (11 when our lock
+/// stayed held, so the runtime retries), else 999.
+fn joined(errors: Vec<PortmapError>) -> CniError {
     let msg: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    Err(CniError::new(ErrorCode::Internal, msg.join("; ")))
+    let codes: Vec<ErrorCode> = errors.into_iter().map(|e| CniError::from(e).code).collect();
+    let code = match codes.split_first() {
+        Some((first, rest)) if rest.iter().all(|c| c == first) => *first,
+        _ => ErrorCode::Internal,
+    };
+    CniError::new(code, msg.join("; "))
 }
 
 fn gc(call: &Call) -> Result<(), CniError> {
@@ -440,8 +451,7 @@ fn gc(call: &Call) -> Result<(), CniError> {
     if errors.is_empty() {
         return Ok(());
     }
-    let msg: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    Err(CniError::new(ErrorCode::Internal, msg.join("; ")))
+    Err(joined(errors))
 }
 
 fn status(call: &Call) -> Result<(), CniError> {
