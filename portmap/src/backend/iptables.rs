@@ -469,8 +469,34 @@ pub fn check(config: &Config, container_id: &str, ips: &[IpNet]) -> Result<(), P
                 )));
             }
         }
+        // The shared chains and jumps the attachment's rules need: whatever an ADD would
+        // still have to write.
+        if let Some(line) = add_lines(&dump, config, container_id, *ip)?.first() {
+            return Err(PortmapError::Check(format!(
+                "could not check {which} dnat: {} not found in table nat",
+                missing_object(line)
+            )));
+        }
     }
     Ok(())
+}
+
+/// What a restore line of [`add_lines`] creates, as CHECK names it: `chain X` for `-N X`,
+/// `rule -A X …` for `-A X …` and `-I X 1 …`.
+fn missing_object(line: &str) -> String {
+    if let Some(chain) = line.strip_prefix("-N ") {
+        return format!("chain {chain}");
+    }
+    let Some(insert) = line.strip_prefix("-I ") else {
+        return format!("rule {line}");
+    };
+    match insert.split_once(' ') {
+        Some((chain, rest)) => format!(
+            "rule -A {chain} {}",
+            rest.strip_prefix("1 ").unwrap_or(rest)
+        ),
+        None => format!("rule {line}"),
+    }
 }
 
 /// GC: tears down every `CNI-DN-` chain of `network` whose container is not in `live`, found
@@ -622,6 +648,22 @@ mod tests {
         );
         assert!(rules[1].contains("--dports 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15 "));
         assert!(rules[2].contains("--dports 16 "));
+    }
+
+    #[test]
+    fn check_names_a_missing_shared_object_as_the_dump_shows_it() {
+        assert_eq!(
+            missing_object("-N CNI-HOSTPORT-MASQ"),
+            "chain CNI-HOSTPORT-MASQ"
+        );
+        assert_eq!(
+            missing_object("-I POSTROUTING 1 -m comment --comment x -j CNI-HOSTPORT-MASQ"),
+            "rule -A POSTROUTING -m comment --comment x -j CNI-HOSTPORT-MASQ"
+        );
+        assert_eq!(
+            missing_object("-A CNI-HOSTPORT-MASQ -j MASQUERADE"),
+            "rule -A CNI-HOSTPORT-MASQ -j MASQUERADE"
+        );
     }
 
     #[test]

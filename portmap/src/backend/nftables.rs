@@ -61,17 +61,11 @@ fn nft_family(family: IpFamily) -> Family {
 /// The skeleton of one family's table: declared on the first ADD of a boot only.
 pub fn skeleton(batch: &mut Batch, family: IpFamily) {
     use DataType::{InetProto, InetService};
-    use Selector::{MetaL4proto, ThDport};
     let t = table(family);
     let addr = match family {
         IpFamily::V4 => DataType::Ipv4Addr,
         IpFamily::V6 => DataType::Ipv6Addr,
     };
-    let (saddr, daddr) = match family {
-        IpFamily::V4 => (Selector::IpSaddr, Selector::IpDaddr),
-        IpFamily::V6 => (Selector::Ip6Saddr, Selector::Ip6Daddr),
-    };
-    let v = plan::nfproto(family);
     batch
         .add_table(&t)
         .add_set(
@@ -132,59 +126,67 @@ pub fn skeleton(batch: &mut Batch, family: IpFamily) {
                 priority::SRCNAT,
             ),
         );
-    for chain in [names::CHAIN_PREROUTING, names::CHAIN_OUTPUT] {
-        batch.add_rule(
-            &t,
-            chain,
-            &Rule::new().fib_daddr_local().jump(names::CHAIN_HOSTPORTS),
-        );
+    for (chain, rule) in skeleton_rules(family) {
+        batch.add_rule(&t, chain, &rule);
     }
-    batch
-        .add_rule(
-            &t,
+}
+
+/// The rules of the skeleton of `family`, chain by chain in order.
+fn skeleton_rules(family: IpFamily) -> Vec<(&'static str, Rule)> {
+    use Selector::{MetaL4proto, ThDport};
+    let (saddr, daddr) = match family {
+        IpFamily::V4 => (Selector::IpSaddr, Selector::IpDaddr),
+        IpFamily::V6 => (Selector::Ip6Saddr, Selector::Ip6Daddr),
+    };
+    let v = plan::nfproto(family);
+    let mut rules = Vec::new();
+    for chain in [names::CHAIN_PREROUTING, names::CHAIN_OUTPUT] {
+        rules.push((
+            chain,
+            Rule::new().fib_daddr_local().jump(names::CHAIN_HOSTPORTS),
+        ));
+    }
+    rules.extend([
+        (
             names::CHAIN_HOSTPORTS,
-            &Rule::new().vmap(&[daddr, MetaL4proto, ThDport], names::MAP_HOSTIP_GATED),
-        )
-        .add_rule(
-            &t,
+            Rule::new().vmap(&[daddr, MetaL4proto, ThDport], names::MAP_HOSTIP_GATED),
+        ),
+        (
             names::CHAIN_HOSTPORTS,
-            &Rule::new().dnat_map(v, &[daddr, MetaL4proto, ThDport], names::MAP_HOSTIP_PORTS),
-        )
-        .add_rule(
-            &t,
+            Rule::new().dnat_map(v, &[daddr, MetaL4proto, ThDport], names::MAP_HOSTIP_PORTS),
+        ),
+        (
             names::CHAIN_HOSTPORTS,
-            &Rule::new().vmap(&[MetaL4proto, ThDport], names::MAP_GATED),
-        )
-        .add_rule(
-            &t,
+            Rule::new().vmap(&[MetaL4proto, ThDport], names::MAP_GATED),
+        ),
+        (
             names::CHAIN_HOSTPORTS,
-            &Rule::new().dnat_map(v, &[MetaL4proto, ThDport], names::MAP_PORTS),
-        )
-        .add_rule(
-            &t,
+            Rule::new().dnat_map(v, &[MetaL4proto, ThDport], names::MAP_PORTS),
+        ),
+        (
             names::CHAIN_POSTROUTING,
-            &Rule::new()
+            Rule::new()
                 .in_set(&[saddr, daddr], names::SET_HAIRPIN)
                 .masquerade(),
-        );
+        ),
+    ]);
     if family == IpFamily::V4 {
-        batch.add_rule(
-            &t,
+        rules.push((
             names::CHAIN_POSTROUTING,
-            &Rule::new()
+            Rule::new()
                 .saddr(IpAddr::V4(Ipv4Addr::LOCALHOST))
                 .in_set(&[daddr], names::SET_LOCALHOST)
                 .masquerade(),
-        );
+        ));
     }
-    batch.add_rule(
-        &t,
+    rules.push((
         names::CHAIN_POSTROUTING,
-        &Rule::new()
+        Rule::new()
             .ct_status(CtStatusFlags::DNAT)
             .in_set(&[daddr], names::SET_MASQ_ALL)
             .masquerade(),
-    );
+    ));
+    rules
 }
 
 /// Whether our table of `family` exists; an error when nf_tables itself is unusable.
@@ -294,7 +296,37 @@ pub fn add(
     nft.apply(&batch).map_err(nft_err)
 }
 
-/// Verifies exactly the attachment's elements and gate chain.
+/// Verifies that every rule of the skeleton is in its chain: without them the attachment's
+/// elements forward nothing.
+fn check_skeleton(nft: &mut Nft, t: &Table, family: IpFamily) -> Result<(), PortmapError> {
+    let mut listed: Vec<(&str, Vec<common::nft::ListedRule>)> = Vec::new();
+    for (chain, rule) in skeleton_rules(family) {
+        if !listed.iter().any(|(c, _)| *c == chain) {
+            let rules = nft.rules(t, chain).map_err(|e| {
+                if e.is_not_found() {
+                    PortmapError::Check(format!("chain {t} {chain} not found"))
+                } else {
+                    nft_err(e)
+                }
+            })?;
+            listed.push((chain, rules));
+        }
+        let have = listed
+            .iter()
+            .find(|(c, _)| *c == chain)
+            .map(|(_, r)| r.as_slice())
+            .unwrap_or_default();
+        if !have.iter().any(|r| r.is(&rule, t.family)) {
+            return Err(PortmapError::Check(format!(
+                "rule {t} {chain} {} not found",
+                rule.to_nft()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Verifies exactly the attachment's elements and gate chain, and the skeleton they need.
 ///
 /// # Errors
 /// [`PortmapError::Check`] naming the first missing or different object.
@@ -315,6 +347,7 @@ pub fn check(
         if !table_exists(nft, family).map_err(nft_err)? {
             return Err(PortmapError::Check(format!("table {t} not found")));
         }
+        check_skeleton(nft, &t, family)?;
         for claim in &p.claims {
             let have = nft
                 .element(&t, claim.map, &claim.element.key)
