@@ -139,6 +139,8 @@ pub fn write(store: &StateStore, name: &str, state: &State) -> Result<(), Portma
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => tries += 1,
             Err(source) => {
                 let _ = std::fs::remove_file(&tmp);
+                // The directory this write may have created must not outlive the failed ADD.
+                prune(store);
                 return Err(PortmapError::Store(common::store::StoreError::Io {
                     op: "write",
                     path,
@@ -200,5 +202,36 @@ mod tests {
         prune(&store);
         assert!(!store.dir().exists());
         prune(&store);
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_directory_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = StateStore::new(tmp.path().join("net-1"));
+        let att = Attachment {
+            network: "n".into(),
+            container_id: "c".repeat(300),
+            ifname: "eth0".into(),
+        };
+        let config = crate::config::Config {
+            network: "n".into(),
+            backend: crate::config::BackendChoice::Auto,
+            snat: true,
+            masq_all: false,
+            mark_masq_bit: 13,
+            external_set_mark_chain: None,
+            conditions_v4: Conditions::None,
+            conditions_v6: Conditions::None,
+            mappings: Vec::new(),
+        };
+        let st = State::new(Backend::Nftables, &config, &att, &[]);
+        // Longer than a file name may be (NAME_MAX, 255 bytes).
+        let err = write(&store, &file(&att), &st).unwrap_err();
+        assert!(err.to_string().contains("failed to write"), "{err}");
+        assert!(
+            !store.dir().exists(),
+            "{} left behind",
+            store.dir().display()
+        );
     }
 }
