@@ -222,6 +222,13 @@ pub fn plan_add(
             put(&mut ops, copy);
         }
     }
+    // Only the routes copied into a table leave main: DEL puts back what the tables hold, so a
+    // route serving none of the addresses (the IPv6 default when prevResult lists only IPv4)
+    // deleted here would be gone for good.
+    let main: Vec<&Route> = main
+        .into_iter()
+        .filter(|r| ips.iter().any(|ip| serves(ip, r)))
+        .collect();
     if config.add_source_hints {
         let mut hints = Vec::new();
         for ip in ips {
@@ -644,6 +651,29 @@ mod tests {
         // It replaces the kernel's subnet route, which the rollback would put back.
         assert_eq!(hint.1, Some(seen.routes[1].clone()));
         assert_eq!(dels(&ops), ["default via 10.1.0.1 dev 3 table 254"]);
+    }
+
+    #[test]
+    fn plan_add_leaves_in_main_the_routes_serving_none_of_the_addresses() {
+        let mut seen = bridged();
+        seen.routes
+            .push(route("::/0", Some("fd01::1"), None, TABLE_MAIN));
+        let ips = [ipcfg("10.1.0.5/24", Some("10.1.0.1"))];
+        for add_source_hints in [false, true] {
+            let config = Config {
+                add_source_hints,
+                ..Config::default()
+            };
+            let ops = plan_add(&config, &ips, &[], LINK, &seen).unwrap();
+            assert!(
+                !dels(&ops)
+                    .iter()
+                    .any(|d| d.starts_with("default via fd01::1")),
+                "{ops:?}"
+            );
+            assert!(!puts(&ops).iter().any(|p| p.contains("fd01::1")), "{ops:?}");
+            assert!(dels(&ops).contains(&"default via 10.1.0.1 dev 3 table 254".to_owned()));
+        }
     }
 
     #[test]
