@@ -90,13 +90,17 @@ fn delete_accepts(family: Family, ips: &[IpAddr]) -> Result<(), FirewallError> {
 /// detached child ([`common::linger::hand_off`]).
 ///
 /// Every rule of the chain that holds one of the addresses must decode
-/// ([`native::rule_args`]); the accepts are those equal to [`ip_rules`]. Returns true when it is done: it deleted the accepts, or found none while the
-/// tools of every family are `iptables-nft` ([`native::writes_nf_tables`]), so that nf_tables
-/// holds every rule they wrote and an accept absent there is absent (a repeated DEL then costs
-/// no exec and no read of the whole table). False when the caller must go the tools' way: a
-/// rule did not decode, or nothing was found on a host whose tools may be `iptables-legacy`.
+/// ([`native::rule_args`]); the accepts are those equal to [`ip_rules`]. Returns true when it is done: it deleted the accepts, or found none while, in every
+/// family, the tools are `iptables-nft` ([`native::writes_nf_tables`]) or no legacy `filter`
+/// table exists in the namespace, so that nf_tables holds every rule there is and an accept
+/// absent there is absent (a repeated DEL then costs no exec and no read of the whole table,
+/// and a DEL on a node without the tools succeeds when there is nothing to delete). False when
+/// the caller must go the tools' way: a rule did not decode, or nothing was found while
+/// `iptables-legacy` may hold rules.
 fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, FirewallError> {
-    let authoritative = families.iter().all(|f| native::writes_nf_tables(*f));
+    let authoritative = families
+        .iter()
+        .all(|f| native::writes_nf_tables(*f) || !legacy_filter_exists(*f));
     let mut nft = Nft::new()?;
     let mut batch = Batch::new();
     let mut found = 0;
@@ -149,6 +153,16 @@ fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, Firew
         log::debug!("closing the nf_tables socket at exit: {e}");
     }
     Ok(true)
+}
+
+/// Whether the legacy (x_tables) `filter` table of `family` exists in the calling thread's
+/// namespace: only then can `iptables-legacy` hold rules that nf_tables does not list.
+fn legacy_filter_exists(family: Family) -> bool {
+    let names = match family {
+        Family::V4 => "/proc/net/ip_tables_names",
+        Family::V6 => "/proc/net/ip6_tables_names",
+    };
+    std::fs::read_to_string(names).is_ok_and(|s| s.lines().any(|l| l == FILTER_TABLE))
 }
 
 /// The byte strings the rules an ADD or CHECK looks for in `CNI-FORWARD` contain: the
