@@ -1501,6 +1501,9 @@ fn without_iptables_tools(plugin: &'static str, keys: fn(&str) -> Value) -> Resu
         diff.is_empty(),
         "{plugin} ADD without the iptables tools changed: {diff:#?}"
     );
+    // The DEL a runtime sends after the failed ADD: there is nothing to remove.
+    ipt.ok("DEL", true, &env)
+        .context("DEL without the iptables tools after a failed ADD")?;
     let err = ipt.fails("CHECK", true, &env)?;
     ensure!(
         text(&err).contains("tables"),
