@@ -14,6 +14,7 @@
 //! as `harness/snapshot.rs` is included (see there).
 
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Mutex;
@@ -234,6 +235,17 @@ impl<'a> Chain<'a> {
             }
         }
         cmd.env("CNI_COMMAND", command).envs(env);
+        // `ru_maxrss` is at least the RSS of the address space that `execve` replaced. std
+        // spawns with `posix_spawn`, whose child execs from this process's own address space,
+        // so every plugin would report this whole test process's peak, file pages included.
+        // std documents that a `pre_exec` closure runs in the child after a `fork`: the copy
+        // that exec replaces then holds only this process's anonymous pages, well below a
+        // plugin's own peak.
+        // SAFETY: the closure does nothing, so it cannot break the forked child.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(|| Ok(()));
+        }
         // Files, not pipes: a detached grandchild (bandwidth's reaper) must not keep a reader
         // waiting, and nothing has to be drained while the child runs.
         let mut stdout = tempfile::tempfile()?;
