@@ -362,6 +362,23 @@ impl Fixture {
                 .map(str::to_owned)
                 .with_context(|| format!("no MAC for {ifname}: {links}"))
         };
+        // The IPv6 addresses (link-local ones too, and their `local` routes) settle once both
+        // ends have a carrier, DAD being off: the baseline must not catch them half-way.
+        let deadline = Instant::now() + SETTLE_DEADLINE;
+        for ns in [&host, &container] {
+            while !ns
+                .ip(&["-6", "addr", "show", "tentative"])?
+                .trim()
+                .is_empty()
+            {
+                ensure!(
+                    Instant::now() < deadline,
+                    "IPv6 addresses in {} still tentative after {SETTLE_DEADLINE:?}",
+                    ns.name()
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let host_mac = mac(&host, HOST_VETH)?;
         let ctr_mac = mac(&container, CTR_IF)?;
         let scratch = tempfile::tempdir()?;
