@@ -15,15 +15,18 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use serde_json::json;
 
-use super::{Lifecycle, Options, Row, Samples};
+use super::{Lifecycle, Options, Results, Samples};
 use crate::bins::{plugin_binary, reference_binary};
 use crate::netns::{TestNetns, veth_pair};
+
+/// The case, as the report and the targets name it.
+pub const CASE: &str = "ingress+egress";
 
 /// Runs the suite.
 ///
 /// # Errors
 /// When a namespace cannot be made or a plugin exec fails.
-pub fn run(options: &Options) -> Result<Vec<Row>> {
+pub fn run(options: &Options) -> Result<Results> {
     let host = TestNetns::new("benchbw-h")?;
     let container = TestNetns::new("benchbw-c")?;
     veth_pair(
@@ -52,7 +55,7 @@ pub fn run(options: &Options) -> Result<Vec<Row>> {
     });
     let lifecycle = Lifecycle {
         plugin: "bandwidth".into(),
-        case: "ingress+egress".into(),
+        case: CASE.into(),
         ours: plugin_binary("bandwidth")?,
         reference: reference_binary("bandwidth")?,
         host: host.netns()?,
@@ -99,19 +102,7 @@ pub fn run(options: &Options) -> Result<Vec<Row>> {
             }
         }
     }
-    let rows = ["ADD", "CHECK", "DEL"]
-        .into_iter()
-        .zip(ours.into_iter().zip(reference))
-        .map(|(verb, (ours, reference))| Row {
-            suite: "bandwidth".into(),
-            case: lifecycle.case.clone(),
-            step: verb.to_owned(),
-            ours,
-            reference,
-            reference_label: "Go bandwidth".into(),
-        })
-        .collect();
-    Ok(rows)
+    Ok(lifecycle.rows(ours, reference).into())
 }
 
 /// Waits until no retired IFB (`bwdel…`) is left in `host`.

@@ -1,17 +1,37 @@
-//! `firewall`: ADD/CHECK/DEL of ours (iptables and nftables backends) against the Go plugin
-//! with its iptables backend, interleaved; and our ADD with N other attachments installed
-//! (the sizes of [`Options::sizes`]) against none, per backend.
+//! `firewall` against Debian's Go `firewall` (its iptables backend), dual-stack prevResult,
+//! cniVersion 1.0.0.
+//!
+//! - Lifecycle: ADD, CHECK and DEL of ours with the iptables and with the nftables backend,
+//!   each against Go, interleaved.
+//! - Scale: three series, each in a host namespace of its own: `ours iptables`, `ours nftables`
+//!   and `Go iptables`, each installing its N others itself (one timed ADD per attachment,
+//!   round-robin across the series). At every size of [`Options::scale_sizes`] (which adds
+//!   500, the size of the growth target, to the default sizes), one more ADD and its DEL of
+//!   each series, interleaved. The Go series stops above [`Options::reference_max_size`]:
+//!   each Go ADD runs `iptables` several times over the whole `CNI-FORWARD` chain, so its
+//!   install cost grows with N; the report then notes the install time extrapolated from the
+//!   measured Go ADDs.
 
-use std::time::Instant;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use common::netns::NetNs;
 use serde_json::{Value, json};
 
-use super::{Exec, Lifecycle, Options, Row, Samples, time_exec};
+use super::{
+    Exec, GO_IPTABLES, Install, Lifecycle, OURS_IPTABLES, OURS_NFTABLES, Options, Results, Samples,
+    ScalePoint, StateDirs, cutoff_note, time_exec,
+};
 use crate::bins::{plugin_binary, reference_binary};
 use crate::netns::TestNetns;
 
-/// A dual-stack prevResult on bridge `cni-bench0` for address number `n`.
+/// Lifecycle case of our iptables backend.
+pub const CASE_IPTABLES: &str = "ours iptables vs Go iptables";
+/// Lifecycle case of our nftables backend.
+pub const CASE_NFTABLES: &str = "ours nftables vs Go iptables";
+
+/// A dual-stack prevResult on bridge `cni-bench0` for address number `n` (0 is the measured
+/// attachment, 1.. the others).
 fn prev_result(n: usize) -> Value {
     let (hi, lo) = (n / 250, n % 250 + 2);
     json!({
@@ -24,6 +44,8 @@ fn prev_result(n: usize) -> Value {
     })
 }
 
+/// The config of attachment `n`. The Go plugin takes an unknown backend for auto-detection,
+/// i.e. iptables here.
 fn config(backend: &str, n: usize) -> Value {
     json!({
         "cniVersion": "1.0.0", "name": "bench", "type": "firewall", "backend": backend,
@@ -31,39 +53,21 @@ fn config(backend: &str, n: usize) -> Value {
     })
 }
 
-fn exec(binary: &std::path::Path, command: &str, cid: &str, netns: &str, conf: &Value) -> Exec {
-    let env = [
-        ("CNI_COMMAND", command),
-        ("CNI_CONTAINERID", cid),
-        ("CNI_NETNS", netns),
-        ("CNI_IFNAME", "eth0"),
-        ("CNI_PATH", "/nonexistent"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    Exec {
-        binary: binary.to_owned(),
-        env,
-        stdin: serde_json::to_vec(conf).unwrap_or_default(),
-    }
-}
-
 /// Runs the suite.
 ///
 /// # Errors
 /// When a namespace cannot be made or any exec fails.
-pub fn run(options: &Options) -> Result<Vec<Row>> {
+pub fn run(options: &Options) -> Result<Results> {
     let ours = plugin_binary("firewall")?;
     let reference = reference_binary("firewall")?;
-    let mut rows = Vec::new();
-    for backend in ["iptables", "nftables"] {
-        // The Go plugin takes an unknown backend for auto-detection, i.e. iptables here.
+    let mut results = Results::default();
+    for (backend, case) in [("iptables", CASE_IPTABLES), ("nftables", CASE_NFTABLES)] {
         let host = TestNetns::new("bench-fw")?;
+        let _state = StateDirs::of(&host)?;
         let ctr = TestNetns::new("bench-fwc")?;
         let lifecycle = Lifecycle {
             plugin: "firewall".to_owned(),
-            case: format!("ours {backend} vs Go iptables"),
+            case: case.to_owned(),
             ours: ours.clone(),
             reference: reference.clone(),
             host: host.netns()?,
@@ -73,54 +77,149 @@ pub fn run(options: &Options) -> Result<Vec<Row>> {
             config: config(backend, 0),
             check: true,
         };
-        rows.extend(lifecycle.run(options.iterations)?);
+        results.rows.extend(
+            lifecycle
+                .run(options.iterations)
+                .with_context(|| format!("firewall {backend} lifecycle"))?,
+        );
     }
-    for backend in ["iptables", "nftables"] {
-        for &size in &options.sizes {
-            rows.push(scale(&ours, backend, size, options.iterations)?);
-        }
-    }
-    Ok(rows)
+    results.extend(scale(options, &ours, &reference)?);
+    Ok(results)
 }
 
-/// Our ADD (each followed by an untimed DEL) with `others` attachments installed.
-fn scale(ours: &std::path::Path, backend: &str, others: usize, iterations: usize) -> Result<Row> {
-    let host = TestNetns::new("bench-fws")?;
-    let ctr = TestNetns::new("bench-fwsc")?;
-    let ns = host.netns()?;
-    let netns = ctr.path().to_string_lossy().into_owned();
-    let started = Instant::now();
-    for n in 0..others {
-        time_exec(
-            &ns,
-            &exec(
-                ours,
-                "ADD",
-                &format!("other-{n}"),
-                &netns,
-                &config(backend, n + 1),
-            ),
-        )
-        .with_context(|| format!("installing other attachment {n}"))?;
+/// One scale series: an implementation in its own host namespace and its installs so far.
+struct Series {
+    name: &'static str,
+    backend: &'static str,
+    binary: PathBuf,
+    reference: bool,
+    ns: NetNs,
+    install: Samples,
+    _state: StateDirs,
+    _host: TestNetns,
+}
+
+impl Series {
+    fn new(
+        name: &'static str,
+        backend: &'static str,
+        binary: &Path,
+        reference: bool,
+    ) -> Result<Series> {
+        let host = TestNetns::new("bench-fws")?;
+        Ok(Series {
+            name,
+            backend,
+            binary: binary.to_owned(),
+            reference,
+            ns: host.netns()?,
+            install: Samples::default(),
+            _state: StateDirs::of(&host)?,
+            _host: host,
+        })
     }
-    log::info!("{others} others installed in {:?}", started.elapsed());
-    let conf = config(backend, others + 1);
-    let mut samples = Samples::default();
-    for i in 0..=iterations {
-        let cid = format!("bench-scale-{i}");
-        let add = time_exec(&ns, &exec(ours, "ADD", &cid, &netns, &conf))?;
-        time_exec(&ns, &exec(ours, "DEL", &cid, &netns, &conf))?;
-        // The first is a warm-up.
-        if i > 0 {
-            samples.push(add.elapsed);
+
+    fn exec(&self, command: &str, id: &str, netns: &Path, n: usize) -> Exec {
+        Exec::plugin(
+            &self.binary,
+            command,
+            id,
+            netns,
+            "eth0",
+            &config(self.backend, n),
+        )
+    }
+}
+
+/// The scale series; see the module docs.
+fn scale(options: &Options, ours: &Path, reference: &Path) -> Result<Results> {
+    let ctr = TestNetns::new("bench-fwsc")?;
+    let netns = ctr.path();
+    let mut series = vec![
+        Series::new(OURS_IPTABLES, "iptables", ours, false)?,
+        Series::new(OURS_NFTABLES, "nftables", ours, false)?,
+        Series::new(GO_IPTABLES, "iptables", reference, true)?,
+    ];
+    let sizes = options.scale_sizes("firewall");
+    let iterations = options.scale_iterations();
+    let mut results = Results::default();
+    let mut installed = 0;
+    for &size in &sizes {
+        series.retain(|s| !s.reference || size <= options.reference_max_size);
+        while installed < size {
+            let id = format!("other-{installed}");
+            for s in &mut series {
+                let timed = time_exec(&s.ns, &s.exec("ADD", &id, netns, installed + 1))
+                    .with_context(|| format!("installing {id} ({})", s.name))?;
+                s.install.push(timed.sample());
+            }
+            installed += 1;
+            if installed % 500 == 0 && installed < size {
+                eprintln!("  firewall: {installed}/{size} others installed");
+            }
+        }
+        let totals: Vec<String> = series
+            .iter()
+            .map(|s| format!("{} {:.1} s", s.name, s.install.total().as_secs_f64()))
+            .collect();
+        eprintln!(
+            "  firewall: {size} others installed ({})",
+            totals.join(", ")
+        );
+
+        let mut add = vec![Samples::default(); series.len()];
+        let mut del = add.clone();
+        // Round 0 warms up; then each round starts with the next series.
+        for i in 0..=iterations {
+            let id = format!("bench-scale-{i}");
+            for k in 0..series.len() {
+                let which = (i + k) % series.len();
+                let s = &series[which];
+                let a = time_exec(&s.ns, &s.exec("ADD", &id, netns, 0))
+                    .with_context(|| format!("{} ADD with {size} others", s.name))?;
+                let d = time_exec(&s.ns, &s.exec("DEL", &id, netns, 0))
+                    .with_context(|| format!("{} DEL with {size} others", s.name))?;
+                if i > 0 {
+                    add[which].push(a.sample());
+                    del[which].push(d.sample());
+                }
+            }
+        }
+        for ((s, add), del) in series.iter().zip(add).zip(del) {
+            results.scale.push(ScalePoint {
+                suite: "firewall".to_owned(),
+                series: s.name.to_owned(),
+                reference: s.reference,
+                others: size,
+                add,
+                del,
+                install: Install {
+                    by: if s.reference {
+                        "Go firewall".to_owned()
+                    } else {
+                        s.name.to_owned()
+                    },
+                    own: true,
+                    samples: s.install.clone(),
+                },
+            });
         }
     }
-    Ok(Row {
-        suite: "firewall".to_owned(),
-        case: format!("ours {backend}, {others} others installed"),
-        step: "ADD".to_owned(),
-        ours: samples,
-        reference: Samples::default(),
-        reference_label: "–".to_owned(),
-    })
+    let go_installs = results
+        .scale
+        .iter()
+        .filter(|p| p.reference)
+        .max_by_key(|p| p.others)
+        .map(|p| p.install.samples.clone())
+        .unwrap_or_default();
+    results.notes.extend(cutoff_note(
+        "firewall",
+        &format!("{GO_IPTABLES} figures"),
+        "the Go firewall installs its others itself, one ADD each, which runs iptables \
+         several times over the whole growing CNI-FORWARD chain",
+        &sizes,
+        options.reference_max_size,
+        &go_installs,
+    ));
+    Ok(results)
 }

@@ -1,30 +1,86 @@
 //! Benchmarks: our plugins against the Go reference binaries, interleaved in one run.
 //!
-//! Each suite ([`SUITES`]) prepares its own throwaway namespaces and returns [`Row`]s: one per
-//! (case, verb), with the median and p90 of ours and of the reference and their ratio. The
-//! `bench` binary runs the suites and prints one markdown table. Timings are wall-clock times of
-//! a whole exec (fork, exec, plugin, exit), measured from a thread inside the namespace the
-//! plugin runs in, exactly as a runtime pays them; ours and the reference alternate within each
-//! iteration so that machine noise hits both alike.
+//! Each suite ([`SUITES`]) prepares its own throwaway namespaces and returns [`Results`]:
 //!
-//! Nothing here asserts a timing: the bench reports, tests never time.
+//! - [`Row`]s, one per (case, verb): the median and p90 of ours and of the reference, the peak
+//!   RSS of each, and their ratio. Timings are wall-clock times of a whole exec (fork, exec,
+//!   plugin, exit), measured from the thread inside the namespace the plugin runs in, exactly as
+//!   a runtime pays them; ours and the reference alternate within each iteration so that
+//!   machine noise hits both alike. The peak RSS is the child's `ru_maxrss` from `wait4`: the
+//!   most memory the plugin, or any program it ran and reaped (`iptables`), had resident.
+//! - [`ScalePoint`]s (`portmap` and `firewall`): with N other attachments installed, for each
+//!   size N of [`Options::scale_sizes`], the ADD and DEL of one more attachment (ADD then DEL,
+//!   [`Options::scale_iterations`] times, the series interleaved) and the total wall time of
+//!   the N installing ADDs. A series is one implementation: `ours nftables`, `ours iptables`
+//!   or `Go iptables`. Each suite's module docs say who installs the others of each series.
+//! - Notes: the sizes a series left out, and why; who installed Go portmap's others.
+//!
+//! **Sizes.** `--sizes` (default 0, 100, 1000, 5000) is the scale series. Targets that name a
+//! size ([`targets::TARGETS`]: firewall ADD at 500 others, portmap ADD and DEL at 1000) are
+//! evaluated at exactly that size against 0, never at a neighbour: a scale suite always runs 0,
+//! and adds each size its targets name when the largest requested size reaches it. So the
+//! default run times firewall at 0, 100, 500, 1000, 5000; `--sizes 0,500` evaluates the
+//! firewall target and reports the portmap one as not measured.
+//!
+//! **Sizes left out.** Some series install their N others one ADD at a time over a ruleset
+//! that every ADD rereads, so the install cost grows with N and the total with N²:
+//! the Go firewall installs its own others (each Go ADD runs `iptables` several times over the
+//! whole `CNI-FORWARD` chain), and Go portmap's others are the iptables layout our iptables
+//! backend writes (each ADD's `iptables-restore` reloads the nat table). Measured on the
+//! 2-core dev machine, 5000 of them take about 40 minutes (Go firewall) and 25 minutes
+//! (portmap's iptables layout), against about 20 minutes for the whole default run without
+//! them. `--reference-max-size` ([`Options::reference_max_size`], default 1000) caps the
+//! sizes of those series: above it firewall has no `Go iptables` point, and portmap neither
+//! `Go iptables` nor `ours iptables`; the report notes which sizes are left out and the
+//! install time they would have taken, extrapolated from the measured installing ADDs. Our
+//! firewall iptables backend installs its 5000 in about 5 minutes, so it runs at every size.
+//! Go portmap's install figure is that of our iptables backend, and the report says so.
+//!
+//! [`targets`] holds the ratio targets of the plugin issues; [`report`] turns [`Results`] into
+//! the markdown tables, the target verdicts, the raw JSON and the gnuplot plot of
+//! `BENCHMARKS.md`. Nothing here asserts a timing: the bench reports, tests never time.
 
 pub mod bandwidth;
 pub mod firewall;
 pub mod nft;
 pub mod portmap;
+pub mod report;
 pub mod sbr;
+pub mod targets;
 pub mod tuning;
 
 use std::fmt::Write as _;
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use common::netns::NetNs;
 use serde_json::Value;
+
+use crate::netns::{NETNS_RUN_DIR, TestNetns};
+use crate::process;
+
+/// Timed repetitions of one more ADD and DEL per scale size at most: Go's calls over thousands
+/// of chains take a second or more each.
+pub const SCALE_ITERATIONS: usize = 30;
+
+/// The default sizes of the scale series.
+pub const DEFAULT_SIZES: [usize; 4] = [0, 100, 1000, 5000];
+
+/// The default of [`Options::reference_max_size`]: the Go firewall's own installs up to 1000
+/// others take a few minutes; 5000 would take about 40 more, and portmap's iptables layout
+/// about 25 more (see the module docs).
+pub const DEFAULT_REFERENCE_MAX_SIZE: usize = 1000;
+
+/// Scale series of our nftables backend.
+pub const OURS_NFTABLES: &str = "ours nftables";
+/// Scale series of our iptables backend.
+pub const OURS_IPTABLES: &str = "ours iptables";
+/// Scale series of the Go plugin (iptables, its default backend).
+pub const GO_IPTABLES: &str = "Go iptables";
 
 /// Options shared by every suite.
 #[derive(Debug, Clone)]
@@ -33,19 +89,78 @@ pub struct Options {
     pub iterations: usize,
     /// Scale: the sizes of "other attachments installed" series, for suites that have one.
     pub sizes: Vec<usize>,
+    /// The largest size of the series whose installs grow with N (the Go firewall's own, and
+    /// portmap's iptables layout: its `ours iptables` and `Go iptables` series); larger sizes
+    /// have no point of those series.
+    pub reference_max_size: usize,
 }
 
 impl Default for Options {
     fn default() -> Options {
         Options {
             iterations: 100,
-            sizes: vec![0, 100, 1000],
+            sizes: DEFAULT_SIZES.to_vec(),
+            reference_max_size: DEFAULT_REFERENCE_MAX_SIZE,
+        }
+    }
+}
+
+impl Options {
+    /// The sizes `suite`'s scale series runs: [`Options::sizes`], 0, and every size a target of
+    /// `suite` names that the largest requested size reaches; sorted, without duplicates.
+    #[must_use]
+    pub fn scale_sizes(&self, suite: &str) -> Vec<usize> {
+        let largest = self.sizes.iter().copied().max().unwrap_or(0);
+        let mut sizes = self.sizes.clone();
+        sizes.push(0);
+        sizes.extend(
+            targets::scale_sizes_of(suite)
+                .into_iter()
+                .filter(|&s| s <= largest),
+        );
+        sizes.sort_unstable();
+        sizes.dedup();
+        sizes
+    }
+
+    /// Timed repetitions per scale size: [`Options::iterations`], at most [`SCALE_ITERATIONS`].
+    #[must_use]
+    pub fn scale_iterations(&self) -> usize {
+        self.iterations.clamp(1, SCALE_ITERATIONS)
+    }
+}
+
+/// What a suite measured.
+#[derive(Debug, Clone, Default)]
+pub struct Results {
+    /// Ours against the reference, per case and verb.
+    pub rows: Vec<Row>,
+    /// Points of the scale series.
+    pub scale: Vec<ScalePoint>,
+    /// Remarks for the report (sizes without a Go point, and why).
+    pub notes: Vec<String>,
+}
+
+impl Results {
+    /// Appends `other`'s rows, points and notes.
+    pub fn extend(&mut self, other: Results) {
+        self.rows.extend(other.rows);
+        self.scale.extend(other.scale);
+        self.notes.extend(other.notes);
+    }
+}
+
+impl From<Vec<Row>> for Results {
+    fn from(rows: Vec<Row>) -> Results {
+        Results {
+            rows,
+            ..Results::default()
         }
     }
 }
 
 /// A suite: its name (what `--only` selects) and the function running it.
-pub type Suite = (&'static str, fn(&Options) -> Result<Vec<Row>>);
+pub type Suite = (&'static str, fn(&Options) -> Result<Results>);
 
 /// Every suite, in report order. Each plugin issue adds its own module and one entry here.
 pub const SUITES: &[Suite] = &[
@@ -57,20 +172,43 @@ pub const SUITES: &[Suite] = &[
     ("portmap", portmap::run),
 ];
 
+/// One timed step: its wall time and, for an exec, the child's peak RSS.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sample {
+    /// Wall time.
+    pub elapsed: Duration,
+    /// `ru_maxrss` of the exec in KiB; `None` for in-process steps.
+    pub max_rss_kib: Option<u64>,
+}
+
 /// Timings of one implementation for one step.
 #[derive(Debug, Clone, Default)]
-pub struct Samples(pub Vec<Duration>);
+pub struct Samples(pub Vec<Sample>);
 
 impl Samples {
-    /// Adds one timing.
-    pub fn push(&mut self, d: Duration) {
-        self.0.push(d);
+    /// Adds one sample.
+    pub fn push(&mut self, sample: Sample) {
+        self.0.push(sample);
     }
 
-    /// The `q` quantile (0.0..=1.0), nearest-rank; zero when empty.
+    /// Adds one timing of an in-process step (no RSS).
+    pub fn push_time(&mut self, elapsed: Duration) {
+        self.0.push(Sample {
+            elapsed,
+            max_rss_kib: None,
+        });
+    }
+
+    /// True without samples.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The `q` quantile (0.0..=1.0) of the times, nearest-rank; zero when empty.
     #[must_use]
     pub fn quantile(&self, q: f64) -> Duration {
-        let mut sorted = self.0.clone();
+        let mut sorted: Vec<Duration> = self.0.iter().map(|s| s.elapsed).collect();
         sorted.sort_unstable();
         if sorted.is_empty() {
             return Duration::ZERO;
@@ -95,6 +233,18 @@ impl Samples {
     pub fn p90(&self) -> Duration {
         self.quantile(0.9)
     }
+
+    /// The sum of the times.
+    #[must_use]
+    pub fn total(&self) -> Duration {
+        self.0.iter().map(|s| s.elapsed).sum()
+    }
+
+    /// The largest peak RSS of the execs, in KiB; `None` when no sample has one.
+    #[must_use]
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        self.0.iter().filter_map(|s| s.max_rss_kib).max()
+    }
 }
 
 /// One line of the report: a case and verb, ours against the reference.
@@ -102,7 +252,7 @@ impl Samples {
 pub struct Row {
     /// The plugin or module measured (`tuning`, `nft`, …).
     pub suite: String,
-    /// What was set up (`mac+mtu+2 sysctls`, `1000 others`, …).
+    /// What was set up (`mac+mtu+2 sysctls`, `2 mappings, ours nftables`, …).
     pub case: String,
     /// The step timed (`ADD`, `CHECK`, `DEL`, `batch`, …).
     pub step: String,
@@ -118,44 +268,111 @@ impl Row {
     /// Ours / reference, of the medians; `None` without reference samples.
     #[must_use]
     pub fn ratio(&self) -> Option<f64> {
-        let reference = self.reference.median();
-        (!self.reference.0.is_empty() && !reference.is_zero())
-            .then(|| self.ours.median().as_secs_f64() / reference.as_secs_f64())
+        ratio(&self.ours, &self.reference)
     }
 }
 
-fn ms(d: Duration) -> String {
-    format!("{:.3}", d.as_secs_f64() * 1e3)
-}
-
-/// The rows as one markdown table (times in milliseconds).
+/// `ours` / `reference` of the medians; `None` when either is empty or the reference is zero.
 #[must_use]
-pub fn markdown(rows: &[Row]) -> String {
-    let mut out = String::from(
-        "| suite | case | step | ours median ms | ours p90 ms | reference | ref median ms | ref p90 ms | ours/ref |\n\
-         | --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: |\n",
-    );
-    for row in rows {
-        let (ref_median, ref_p90) = if row.reference.0.is_empty() {
-            ("–".to_owned(), "–".to_owned())
-        } else {
-            (ms(row.reference.median()), ms(row.reference.p90()))
-        };
-        let ratio = row
-            .ratio()
-            .map_or_else(|| "–".to_owned(), |r| format!("{r:.3}"));
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {ref_median} | {ref_p90} | {ratio} |",
-            row.suite,
-            row.case,
-            row.step,
-            ms(row.ours.median()),
-            ms(row.ours.p90()),
-            row.reference_label,
-        );
+pub fn ratio(ours: &Samples, reference: &Samples) -> Option<f64> {
+    let r = reference.median();
+    (!ours.is_empty() && !reference.is_empty() && !r.is_zero())
+        .then(|| ours.median().as_secs_f64() / r.as_secs_f64())
+}
+
+/// The N others of a scale point: who installed them and how long that took.
+#[derive(Debug, Clone)]
+pub struct Install {
+    /// Who ran the N ADDs (`ours nftables`, `Go firewall`, `ours iptables (Go's layout)`).
+    pub by: String,
+    /// Whether the series' own implementation installed them (false for Go portmap, whose
+    /// layout our iptables backend writes).
+    pub own: bool,
+    /// One sample per installing ADD, in order; their sum is the total install time.
+    pub samples: Samples,
+}
+
+/// One size of a scale series: one implementation with `others` attachments installed.
+#[derive(Debug, Clone)]
+pub struct ScalePoint {
+    /// `portmap` or `firewall`.
+    pub suite: String,
+    /// The implementation ([`OURS_NFTABLES`], [`OURS_IPTABLES`], [`GO_IPTABLES`]).
+    pub series: String,
+    /// Whether this series is the Go plugin.
+    pub reference: bool,
+    /// Other attachments installed.
+    pub others: usize,
+    /// ADD of one more.
+    pub add: Samples,
+    /// DEL of that one more.
+    pub del: Samples,
+    /// The N installing ADDs.
+    pub install: Install,
+}
+
+/// The per-namespace state directories of our portmap and firewall for a host namespace,
+/// removed now (a fresh namespace may reuse the inode of one whose state a killed run left)
+/// and when dropped (the N installed attachments are not deleted one by one; their kernel
+/// state goes with the namespace).
+#[derive(Debug)]
+pub struct StateDirs(Vec<PathBuf>);
+
+impl StateDirs {
+    /// The state directories of `host`.
+    ///
+    /// # Errors
+    /// When the namespace cannot be stat'ed.
+    pub fn of(host: &TestNetns) -> Result<StateDirs> {
+        let ino = std::fs::metadata(host.path())?.ino();
+        let dirs = StateDirs(vec![
+            PathBuf::from(format!("/run/cni/portmap/net-{ino}")),
+            PathBuf::from(format!("/run/cni-firewall/{ino}")),
+        ]);
+        dirs.remove();
+        Ok(dirs)
     }
-    out
+
+    fn remove(&self) {
+        for dir in &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl Drop for StateDirs {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// Removes the namespaces a [`TestNetns`] of process `pid` left in `/run/netns` and returns
+/// their names. For the bench's signal and panic paths and for the test that runs the bench,
+/// which must leave nothing behind whatever happens.
+#[must_use]
+pub fn remove_namespaces_of(pid: u32) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(NETNS_RUN_DIR) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !is_namespace_of(&name, pid) {
+            continue;
+        }
+        let path = entry.path();
+        let _ = nix::mount::umount2(&path, nix::mount::MntFlags::MNT_DETACH);
+        let _ = std::fs::remove_file(&path);
+        removed.push(name);
+    }
+    removed
+}
+
+/// Whether `name` is that of a [`TestNetns`] made by process `pid`: `<prefix>-<pid>-<n>`.
+fn is_namespace_of(name: &str, pid: u32) -> bool {
+    name.rsplit_once('-').is_some_and(|(head, n)| {
+        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && head.ends_with(&format!("-{pid}"))
+    })
 }
 
 /// One exec of a plugin binary: its path, `CNI_*` environment and stdin.
@@ -169,20 +386,67 @@ pub struct Exec {
     pub stdin: Vec<u8>,
 }
 
-/// What a timed exec printed and how long it took.
+impl Exec {
+    /// A plugin exec with the usual `CNI_*` variables and `conf` on stdin (`CNI_PATH` points
+    /// nowhere: a meta plugin delegates to nothing).
+    #[must_use]
+    pub fn plugin(
+        binary: &Path,
+        command: &str,
+        container_id: &str,
+        netns: &Path,
+        ifname: &str,
+        conf: &Value,
+    ) -> Exec {
+        let env = [
+            ("CNI_COMMAND", command),
+            ("CNI_CONTAINERID", container_id),
+            ("CNI_NETNS", &netns.to_string_lossy()),
+            ("CNI_IFNAME", ifname),
+            ("CNI_PATH", "/nonexistent"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        Exec {
+            binary: binary.to_owned(),
+            env,
+            stdin: serde_json::to_vec(conf).unwrap_or_default(),
+        }
+    }
+}
+
+/// A finished exec: how long it took, its peak RSS, and what it printed.
 #[derive(Debug)]
 pub struct Timed {
     /// Wall time from before the fork to after the reap.
     pub elapsed: Duration,
+    /// `ru_maxrss` in KiB: the peak RSS of the plugin and of the children it reaped.
+    pub max_rss_kib: u64,
+    /// How it exited.
+    pub status: ExitStatus,
     /// Standard output.
     pub stdout: Vec<u8>,
+    /// Standard error.
+    pub stderr: Vec<u8>,
+}
+
+impl Timed {
+    /// Its time and peak RSS.
+    #[must_use]
+    pub fn sample(&self) -> Sample {
+        Sample {
+            elapsed: self.elapsed,
+            max_rss_kib: Some(self.max_rss_kib),
+        }
+    }
 }
 
 /// Runs `exec` inside `ns` and times it, whatever its exit status.
 ///
 /// # Errors
 /// When the binary cannot start or be waited for.
-pub fn run_exec(ns: &NetNs, exec: &Exec) -> Result<(Duration, Output)> {
+pub fn run_exec(ns: &NetNs, exec: &Exec) -> Result<Timed> {
     let mut cmd = Command::new(&exec.binary);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("CNI_") {
@@ -201,21 +465,25 @@ pub fn run_exec(ns: &NetNs, exec: &Exec) -> Result<(Duration, Output)> {
         .stdin(stdin)
         .stdout(stdout.try_clone()?)
         .stderr(stderr.try_clone()?);
-    let (elapsed, status) = ns.run_in_place(|| -> std::io::Result<_> {
+    let (elapsed, reaped) = ns.run_in_place(|| -> std::io::Result<_> {
         let started = Instant::now();
-        let status = cmd.spawn()?.wait()?;
-        Ok((started.elapsed(), status))
+        let mut child = cmd.spawn()?;
+        // No deadline: a blocking wait4, so the reap adds no polling delay to the timing.
+        let reaped = process::reap(&mut child, None)?;
+        Ok((started.elapsed(), reaped))
     })??;
-    let mut out = Output {
-        status,
+    let mut timed = Timed {
+        elapsed,
+        max_rss_kib: reaped.max_rss_kib,
+        status: reaped.status,
         stdout: Vec::new(),
         stderr: Vec::new(),
     };
     stdout.seek(SeekFrom::Start(0))?;
-    stdout.read_to_end(&mut out.stdout)?;
+    stdout.read_to_end(&mut timed.stdout)?;
     stderr.seek(SeekFrom::Start(0))?;
-    stderr.read_to_end(&mut out.stderr)?;
-    Ok((elapsed, out))
+    stderr.read_to_end(&mut timed.stderr)?;
+    Ok(timed)
 }
 
 /// Runs `exec` inside `ns` and times it. A failing exit is an error carrying the
@@ -224,21 +492,18 @@ pub fn run_exec(ns: &NetNs, exec: &Exec) -> Result<(Duration, Output)> {
 /// # Errors
 /// When the binary cannot start or exits non-zero.
 pub fn time_exec(ns: &NetNs, exec: &Exec) -> Result<Timed> {
-    let (elapsed, out) = run_exec(ns, exec)?;
-    if !out.status.success() {
+    let timed = run_exec(ns, exec)?;
+    if !timed.status.success() {
         bail!(
             "{} {:?} failed ({}): stdout {} stderr {}",
             exec.binary.display(),
             exec.env,
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            timed.status,
+            String::from_utf8_lossy(&timed.stdout),
+            String::from_utf8_lossy(&timed.stderr)
         );
     }
-    Ok(Timed {
-        elapsed,
-        stdout: out.stdout,
-    })
+    Ok(timed)
 }
 
 /// A plugin lifecycle case: one plugin config (with `prevResult`) run ADD → CHECK → DEL.
@@ -268,29 +533,24 @@ pub struct Lifecycle {
 
 impl Lifecycle {
     fn exec(&self, binary: &Path, command: &str, container_id: &str, config: &Value) -> Exec {
-        let env = [
-            ("CNI_COMMAND", command),
-            ("CNI_CONTAINERID", container_id),
-            ("CNI_NETNS", &self.netns.to_string_lossy()),
-            ("CNI_IFNAME", &self.ifname),
-            ("CNI_ARGS", &self.args),
-            ("CNI_PATH", "/nonexistent"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
-        Exec {
-            binary: binary.to_owned(),
-            env,
-            stdin: serde_json::to_vec(config).unwrap_or_default(),
-        }
+        let mut exec = Exec::plugin(
+            binary,
+            command,
+            container_id,
+            &self.netns,
+            &self.ifname,
+            config,
+        );
+        exec.env.push(("CNI_ARGS".to_owned(), self.args.clone()));
+        exec
     }
 
     /// One ADD, CHECK, DEL of `binary`, timed (for suites that settle state between cycles).
+    /// CHECK's sample is empty when the case does not time it.
     ///
     /// # Errors
     /// When any exec fails.
-    pub fn cycle(&self, binary: &Path, container_id: &str) -> Result<[Duration; 3]> {
+    pub fn cycle(&self, binary: &Path, container_id: &str) -> Result<[Sample; 3]> {
         let add = time_exec(
             &self.host,
             &self.exec(binary, "ADD", container_id, &self.config),
@@ -306,15 +566,15 @@ impl Lifecycle {
                 &self.host,
                 &self.exec(binary, "CHECK", container_id, &config),
             )?
-            .elapsed
+            .sample()
         } else {
-            Duration::ZERO
+            Sample::default()
         };
         let del = time_exec(
             &self.host,
             &self.exec(binary, "DEL", container_id, &self.config),
         )?;
-        Ok([add.elapsed, check, del.elapsed])
+        Ok([add.sample(), check, del.sample()])
     }
 
     /// Runs `iterations` lifecycles of each binary, alternating which goes first, and returns
@@ -346,8 +606,13 @@ impl Lifecycle {
                 }
             }
         }
-        let verbs = ["ADD", "CHECK", "DEL"];
-        Ok(verbs
+        Ok(self.rows(ours, reference))
+    }
+
+    /// The ADD, CHECK (when timed) and DEL rows of this case from per-verb samples.
+    #[must_use]
+    pub fn rows(&self, ours: [Samples; 3], reference: [Samples; 3]) -> Vec<Row> {
+        ["ADD", "CHECK", "DEL"]
             .into_iter()
             .zip(ours.into_iter().zip(reference))
             .filter(|(verb, _)| self.check || *verb != "CHECK")
@@ -359,20 +624,111 @@ impl Lifecycle {
                 reference,
                 reference_label: format!("Go {}", self.plugin),
             })
-            .collect())
+            .collect()
     }
+}
+
+/// Fits `t = a + b·n` by least squares to the (n, t) pairs, in seconds; `None` with fewer than
+/// two distinct n.
+#[must_use]
+pub fn fit_line(points: &[(usize, Duration)]) -> Option<(f64, f64)> {
+    #[allow(clippy::cast_precision_loss)]
+    let xy: Vec<(f64, f64)> = points
+        .iter()
+        .map(|&(n, t)| (n as f64, t.as_secs_f64()))
+        .collect();
+    #[allow(clippy::cast_precision_loss)]
+    let len = xy.len() as f64;
+    let mean_x = xy.iter().map(|p| p.0).sum::<f64>() / len;
+    let mean_y = xy.iter().map(|p| p.1).sum::<f64>() / len;
+    let sxx: f64 = xy.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    let sxy: f64 = xy.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    if xy.len() < 2 || sxx == 0.0 {
+        return None;
+    }
+    let b = sxy / sxx;
+    Some((mean_y - b * mean_x, b))
+}
+
+/// The report's note on the sizes of `suite`'s scale series above `max`
+/// (`--reference-max-size`), which have no `left_out`: which sizes, `why`, and the install time
+/// they would have needed, extrapolated from a line fitted to the measured installing ADDs
+/// `installs` (in install order). `None` when no size is above `max`.
+#[must_use]
+pub fn cutoff_note(
+    suite: &str,
+    left_out: &str,
+    why: &str,
+    sizes: &[usize],
+    max: usize,
+    installs: &Samples,
+) -> Option<String> {
+    let skipped: Vec<String> = sizes
+        .iter()
+        .filter(|&&s| s > max)
+        .map(ToString::to_string)
+        .collect();
+    let largest = *sizes.last()?;
+    if skipped.is_empty() {
+        return None;
+    }
+    let mut note = format!(
+        "{suite}: no {left_out} at {} others: {why}, and sizes above --reference-max-size {max} \
+         are left out so that a full run stays within about 30 minutes.",
+        skipped.join(", ")
+    );
+    let points: Vec<(usize, Duration)> = installs
+        .0
+        .iter()
+        .enumerate()
+        .map(|(n, s)| (n, s.elapsed))
+        .collect();
+    if let Some((a, b)) = fit_line(&points) {
+        let _ = write!(
+            note,
+            " A line fitted to the {} measured installing ADDs ({:.1} ms + {:.4} ms per other \
+             installed) puts installing {largest} at about {:.0} minutes.",
+            points.len(),
+            a * 1e3,
+            b * 1e3,
+            extrapolated_install(a, b, largest).as_secs_f64() / 60.0
+        );
+    }
+    Some(note)
+}
+
+/// The time `count` ADDs take when the nth (from 0) costs `a + b·n` seconds.
+#[must_use]
+pub fn extrapolated_install(a: f64, b: f64, count: usize) -> Duration {
+    #[allow(clippy::cast_precision_loss)]
+    let n = count as f64;
+    Duration::from_secs_f64((a * n + b * n * (n - 1.0) / 2.0).max(0.0))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn samples(ms: &[u64]) -> Samples {
+        Samples(
+            ms.iter()
+                .map(|&m| Sample {
+                    elapsed: Duration::from_millis(m),
+                    max_rss_kib: Some(m * 1024),
+                })
+                .collect(),
+        )
+    }
+
     #[test]
     fn quantiles_use_nearest_rank() {
-        let s = Samples((1..=10).map(Duration::from_millis).collect());
+        let s = samples(&(1..=10).collect::<Vec<_>>());
         assert_eq!(s.median(), Duration::from_millis(5));
         assert_eq!(s.p90(), Duration::from_millis(9));
+        assert_eq!(s.total(), Duration::from_millis(55));
+        assert_eq!(s.peak_rss_kib(), Some(10 * 1024));
         assert_eq!(Samples::default().median(), Duration::ZERO);
+        assert_eq!(Samples::default().peak_rss_kib(), None);
     }
 
     #[test]
@@ -381,17 +737,66 @@ mod tests {
             suite: "x".into(),
             case: "c".into(),
             step: "ADD".into(),
-            ours: Samples(vec![Duration::from_millis(1)]),
-            reference: Samples(vec![Duration::from_millis(4)]),
+            ours: samples(&[1]),
+            reference: samples(&[4]),
             reference_label: "Go x".into(),
         };
         assert_eq!(row.ratio(), Some(0.25));
-        let table = markdown(std::slice::from_ref(&row));
-        assert!(table.contains("| x | c | ADD | 1.000 | 1.000 | Go x | 4.000 | 4.000 | 0.250 |"));
         let alone = Row {
             reference: Samples::default(),
             ..row
         };
         assert_eq!(alone.ratio(), None);
+    }
+
+    #[test]
+    fn scale_sizes_add_zero_and_the_target_sizes_the_largest_size_reaches() {
+        let options = |sizes: &[usize]| Options {
+            sizes: sizes.to_vec(),
+            ..Options::default()
+        };
+        assert_eq!(
+            Options::default().scale_sizes("firewall"),
+            [0, 100, 500, 1000, 5000]
+        );
+        assert_eq!(
+            Options::default().scale_sizes("portmap"),
+            [0, 100, 1000, 5000]
+        );
+        assert_eq!(options(&[0, 1]).scale_sizes("firewall"), [0, 1]);
+        assert_eq!(options(&[500]).scale_sizes("portmap"), [0, 500]);
+        assert_eq!(
+            options(&[600, 100]).scale_sizes("firewall"),
+            [0, 100, 500, 600]
+        );
+    }
+
+    #[test]
+    fn a_line_fits_linear_install_costs_and_extrapolates_their_sum() {
+        let points: Vec<_> = (0..10)
+            .map(|n| (n, Duration::from_millis(10 + 2 * n as u64)))
+            .collect();
+        let (a, b) = fit_line(&points).unwrap();
+        assert!(
+            (a - 0.010).abs() < 1e-9 && (b - 0.002).abs() < 1e-9,
+            "{a} {b}"
+        );
+        let total: Duration = points.iter().map(|p| p.1).sum();
+        let estimate = extrapolated_install(a, b, 10);
+        assert!(
+            estimate.abs_diff(total) < Duration::from_micros(1),
+            "{estimate:?}"
+        );
+        assert_eq!(fit_line(&points[..1]), None);
+    }
+
+    #[test]
+    fn only_namespaces_of_the_given_pid_match() {
+        assert!(is_namespace_of("benchpm-h-4242-0", 4242));
+        assert!(is_namespace_of("bench-fw-4242-17", 4242));
+        assert!(!is_namespace_of("bench-fw-14242-17", 4242));
+        assert!(!is_namespace_of("bench-fw-4242-", 4242));
+        assert!(!is_namespace_of("bench-fw-4242", 4242));
+        assert!(!is_namespace_of("cni-1234-5678", 4242));
     }
 }

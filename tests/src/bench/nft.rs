@@ -1,7 +1,7 @@
 //! `common::nft` against the `nft` binary: one batch adding a map element and a rule to an
 //! existing table, over netlink versus `nft -f -` doing the same, interleaved in one run.
 
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -12,8 +12,9 @@ use common::nft::{
     Rule, Selector, Set, Table, Value, priority,
 };
 
-use super::{Options, Row, Samples};
+use super::{Options, Results, Row, Sample, Samples};
 use crate::netns::TestNetns;
+use crate::process;
 
 const TABLE: &str = "cni_bench";
 const CTR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -52,7 +53,7 @@ fn nft_script(port: u16) -> String {
 ///
 /// # Errors
 /// When the namespace, the skeleton or any timed step fails.
-pub fn run(options: &Options) -> Result<Vec<Row>> {
+pub fn run(options: &Options) -> Result<Results> {
     let ns = TestNetns::new("bench-nft")?;
     let netns = ns.netns()?;
     let t = Table::new(Family::Ip, TABLE);
@@ -98,10 +99,10 @@ pub fn run(options: &Options) -> Result<Vec<Row>> {
         let batch = our_batch(&t, 10_000 + i);
         let started = Instant::now();
         nft.apply(&batch)?;
-        apply.push(started.elapsed());
+        apply.push_time(started.elapsed());
 
         let script = nft_script(30_000 + i);
-        let elapsed = ns.run(|| -> Result<_> {
+        let sample = ns.run(|| -> Result<_> {
             let started = Instant::now();
             let mut child = Command::new("nft")
                 .args(["-f", "-"])
@@ -110,19 +111,27 @@ pub fn run(options: &Options) -> Result<Vec<Row>> {
                 .stderr(Stdio::piped())
                 .spawn()
                 .context("spawn nft")?;
+            // Dropped after the write: nft reads to end of file.
             child
                 .stdin
                 .take()
                 .context("nft stdin")?
                 .write_all(script.as_bytes())?;
-            let out = child.wait_with_output()?;
+            let reaped = process::reap(&mut child, None)?;
             let elapsed = started.elapsed();
-            if !out.status.success() {
-                bail!("nft -f failed: {}", String::from_utf8_lossy(&out.stderr));
+            if !reaped.status.success() {
+                let mut stderr = String::new();
+                if let Some(mut pipe) = child.stderr.take() {
+                    let _ = pipe.read_to_string(&mut stderr);
+                }
+                bail!("nft -f failed: {stderr}");
             }
-            Ok(elapsed)
+            Ok(Sample {
+                elapsed,
+                max_rss_kib: Some(reaped.max_rss_kib),
+            })
         })??;
-        exec.push(elapsed);
+        exec.push(sample);
 
         // A plugin call opens its socket too: time that path as well.
         let batch = our_batch(&t, 20_000 + i);
@@ -132,7 +141,7 @@ pub fn run(options: &Options) -> Result<Vec<Row>> {
             fresh.apply(&batch)?;
             Ok(started.elapsed())
         })??;
-        open_apply.push(elapsed);
+        open_apply.push_time(elapsed);
     }
     // Every step landed: 3 elements and 3 rules per iteration, plus the skeleton's rule.
     let elements = nft.elements(&t, "ports")?.len();
@@ -155,5 +164,6 @@ pub fn run(options: &Options) -> Result<Vec<Row>> {
     Ok(vec![
         row("batch over netlink", apply),
         row("open socket + batch", open_apply),
-    ])
+    ]
+    .into())
 }

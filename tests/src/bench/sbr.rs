@@ -17,16 +17,20 @@
 //! opens `CNI_NETNS` with `O_CREAT`, which is harmless here as the namespace exists.
 
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use super::{Exec, Lifecycle, Options, Row, Samples, time_exec};
+use super::{Exec, Lifecycle, Options, Results, Row, Sample, Samples, time_exec};
 use crate::bins::{plugin_binary, reference_binary};
 use crate::netns::{TestNetns, veth_pair};
 
 const VERSION: &str = "1.0.0";
+
+/// The case that moves the subnet and default route every cycle.
+pub const CASE_MOVES: &str = "moves 2 routes";
+/// The back-to-back case that only adds the rule.
+pub const CASE_RULE: &str = "rule only";
 
 fn config(ctr: &TestNetns, gateway: bool) -> Value {
     let mut ip = json!({ "address": "10.70.0.2/24", "interface": 0 });
@@ -80,21 +84,7 @@ fn reset(ctr: &TestNetns) -> Result<()> {
 }
 
 fn exec(binary: &Path, command: &str, ctr: &TestNetns, config: &Value) -> Exec {
-    let env = [
-        ("CNI_COMMAND", command),
-        ("CNI_CONTAINERID", "bench-sbr"),
-        ("CNI_NETNS", &ctr.path().to_string_lossy()),
-        ("CNI_IFNAME", "eth0"),
-        ("CNI_PATH", "/nonexistent"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    Exec {
-        binary: binary.to_owned(),
-        env,
-        stdin: serde_json::to_vec(config).unwrap_or_default(),
-    }
+    Exec::plugin(binary, command, "bench-sbr", ctr.path(), "eth0", config)
 }
 
 /// One reset (untimed) and a timed ADD, CHECK, DEL of `binary`.
@@ -103,7 +93,7 @@ fn fresh_cycle(
     binary: &Path,
     ctr: &TestNetns,
     config: &Value,
-) -> Result<[Duration; 3]> {
+) -> Result<[Sample; 3]> {
     reset(ctr)?;
     let add = time_exec(host, &exec(binary, "ADD", ctr, config))?;
     let mut check_config = config.clone();
@@ -111,14 +101,14 @@ fn fresh_cycle(
         serde_json::from_slice(&add.stdout).context("ADD printed no JSON result")?;
     let check = time_exec(host, &exec(binary, "CHECK", ctr, &check_config))?;
     let del = time_exec(host, &exec(binary, "DEL", ctr, config))?;
-    Ok([add.elapsed, check.elapsed, del.elapsed])
+    Ok([add.sample(), check.sample(), del.sample()])
 }
 
 /// Runs both cases.
 ///
 /// # Errors
 /// When the namespaces cannot be made or a plugin run fails.
-pub fn run(options: &Options) -> Result<Vec<Row>> {
+pub fn run(options: &Options) -> Result<Results> {
     let host = TestNetns::new("bench-sbr-host")?;
     let ctr = TestNetns::new("bench-sbr-ctr")?;
     veth_pair(
@@ -153,7 +143,7 @@ pub fn run(options: &Options) -> Result<Vec<Row>> {
         .zip(ours_samples.into_iter().zip(go_samples))
         .map(|(step, (ours, reference))| Row {
             suite: "sbr".to_owned(),
-            case: "moves 2 routes".to_owned(),
+            case: CASE_MOVES.to_owned(),
             step: step.to_owned(),
             ours,
             reference,
@@ -164,7 +154,7 @@ pub fn run(options: &Options) -> Result<Vec<Row>> {
     reset(&ctr)?;
     let steady = Lifecycle {
         plugin: "sbr".to_owned(),
-        case: "rule only".to_owned(),
+        case: CASE_RULE.to_owned(),
         ours,
         reference: go,
         host: host_ns,
@@ -175,5 +165,5 @@ pub fn run(options: &Options) -> Result<Vec<Row>> {
         check: true,
     };
     rows.extend(steady.run(options.iterations)?);
-    Ok(rows)
+    Ok(rows.into())
 }

@@ -5,15 +5,18 @@
 use anyhow::{Context, Result};
 use serde_json::json;
 
-use crate::bench::{Lifecycle, Options, Row};
+use crate::bench::{Lifecycle, Options, Results};
 use crate::bins;
 use crate::netns::{TestNetns, veth_pair};
+
+/// The case, as the report and the targets name it.
+pub const CASE: &str = "mac+mtu+promisc+2 sysctls";
 
 /// Runs the suite.
 ///
 /// # Errors
 /// When the namespaces cannot be made or a plugin fails.
-pub fn run(options: &Options) -> Result<Vec<Row>> {
+pub fn run(options: &Options) -> Result<Results> {
     let host = TestNetns::new("benchtune-h")?;
     let container = TestNetns::new("benchtune-c")?;
     veth_pair(
@@ -46,7 +49,7 @@ pub fn run(options: &Options) -> Result<Vec<Row>> {
     });
     let lifecycle = Lifecycle {
         plugin: "tuning".into(),
-        case: "mac+mtu+promisc+2 sysctls".into(),
+        case: CASE.into(),
         ours: bins::plugin_binary("tuning")?,
         reference: bins::reference_binary("tuning")?,
         host: host.netns()?,
@@ -56,7 +59,8 @@ pub fn run(options: &Options) -> Result<Vec<Row>> {
         config,
         check: true,
     };
-    lifecycle
+    Ok(lifecycle
         .run(options.iterations)
-        .context("tuning lifecycle")
+        .context("tuning lifecycle")?
+        .into())
 }

@@ -1,0 +1,317 @@
+//! The speed targets the plugin issues set, in one table ([`TARGETS`]), and their verdicts on a
+//! run's [`Results`]. The report derives its targets section from here; nothing is written by
+//! hand.
+//!
+//! Two kinds of target:
+//! - [`Measure::Ratio`]: ours / Go of the medians of one row (a case and verb of a suite).
+//! - [`Measure::Growth`]: a scale series' median at N others over its median at 0 others, for
+//!   one step. It is evaluated at exactly N, never at the nearest size run: the scale suites
+//!   run 0 always and add N when the largest requested size reaches it
+//!   ([`super::Options::scale_sizes`]); otherwise the verdict is "not measured".
+
+use super::{OURS_IPTABLES, OURS_NFTABLES, Results, Samples, firewall, portmap, sbr};
+
+/// What a target limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// Ours / Go of the medians of the row (`suite`, `case`, `step`).
+    Ratio {
+        /// The suite.
+        suite: &'static str,
+        /// The row's case.
+        case: &'static str,
+        /// The verb.
+        step: &'static str,
+    },
+    /// The median of `step` of scale series `series` at `others` others over that at 0.
+    Growth {
+        /// The suite.
+        suite: &'static str,
+        /// The scale series.
+        series: &'static str,
+        /// `ADD` or `DEL`.
+        step: &'static str,
+        /// Others installed.
+        others: usize,
+    },
+}
+
+/// An upper bound on a measure.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Target {
+    /// What is measured.
+    pub measure: Measure,
+    /// The largest value that meets the target.
+    pub limit: f64,
+}
+
+const fn ratio(suite: &'static str, case: &'static str, step: &'static str, limit: f64) -> Target {
+    Target {
+        measure: Measure::Ratio { suite, case, step },
+        limit,
+    }
+}
+
+const fn growth(
+    suite: &'static str,
+    series: &'static str,
+    step: &'static str,
+    others: usize,
+    limit: f64,
+) -> Target {
+    Target {
+        measure: Measure::Growth {
+            suite,
+            series,
+            step,
+            others,
+        },
+        limit,
+    }
+}
+
+/// The targets of the plugin issues, in report order.
+pub const TARGETS: &[Target] = &[
+    ratio("tuning", super::tuning::CASE, "ADD", 0.35),
+    ratio("tuning", super::tuning::CASE, "CHECK", 0.35),
+    ratio("tuning", super::tuning::CASE, "DEL", 0.35),
+    ratio("bandwidth", super::bandwidth::CASE, "ADD", 0.35),
+    ratio("bandwidth", super::bandwidth::CASE, "CHECK", 0.35),
+    ratio("bandwidth", super::bandwidth::CASE, "DEL", 0.1),
+    ratio("sbr", sbr::CASE_MOVES, "ADD", 0.35),
+    ratio("sbr", sbr::CASE_MOVES, "CHECK", 0.35),
+    ratio("sbr", sbr::CASE_MOVES, "DEL", 0.35),
+    ratio("sbr", sbr::CASE_RULE, "ADD", 0.35),
+    ratio("sbr", sbr::CASE_RULE, "CHECK", 0.35),
+    ratio("sbr", sbr::CASE_RULE, "DEL", 0.35),
+    ratio("firewall", firewall::CASE_IPTABLES, "ADD", 0.2),
+    ratio("firewall", firewall::CASE_IPTABLES, "CHECK", 0.2),
+    ratio("firewall", firewall::CASE_IPTABLES, "DEL", 0.2),
+    ratio("firewall", firewall::CASE_NFTABLES, "ADD", 0.07),
+    ratio("firewall", firewall::CASE_NFTABLES, "CHECK", 0.07),
+    ratio("firewall", firewall::CASE_NFTABLES, "DEL", 0.07),
+    growth("firewall", OURS_IPTABLES, "ADD", 500, 1.3),
+    growth("firewall", OURS_NFTABLES, "ADD", 500, 1.3),
+    ratio("portmap", portmap::CASE_NFTABLES, "ADD", 0.05),
+    ratio("portmap", portmap::CASE_NFTABLES, "CHECK", 0.05),
+    ratio("portmap", portmap::CASE_NFTABLES, "DEL", 0.1),
+    ratio("portmap", portmap::CASE_IPTABLES, "ADD", 0.2),
+    ratio("portmap", portmap::CASE_IPTABLES, "CHECK", 0.2),
+    ratio("portmap", portmap::CASE_IPTABLES, "DEL", 0.2),
+    growth("portmap", OURS_NFTABLES, "ADD", 1000, 1.3),
+    growth("portmap", OURS_NFTABLES, "DEL", 1000, 1.3),
+];
+
+/// The sizes `suite`'s growth targets name.
+#[must_use]
+pub fn scale_sizes_of(suite: &str) -> Vec<usize> {
+    TARGETS
+        .iter()
+        .filter_map(|t| match t.measure {
+            Measure::Growth {
+                suite: s, others, ..
+            } if s == suite => Some(others),
+            _ => None,
+        })
+        .collect()
+}
+
+impl Target {
+    /// The suite the target belongs to.
+    #[must_use]
+    pub fn suite(&self) -> &'static str {
+        match self.measure {
+            Measure::Ratio { suite, .. } | Measure::Growth { suite, .. } => suite,
+        }
+    }
+
+    /// What is measured, in words (`tuning ADD ours/Go (mac+mtu+…)`).
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self.measure {
+            Measure::Ratio { suite, case, step } => format!("{suite} {step}, ours/Go ({case})"),
+            Measure::Growth {
+                suite,
+                series,
+                step,
+                others,
+            } => format!("{suite} {step}, {series}: {others} others / 0 others"),
+        }
+    }
+
+    /// The measured value on `results`, or why there is none.
+    ///
+    /// # Errors
+    /// A sentence saying what was not run.
+    pub fn measure(&self, results: &Results) -> Result<f64, String> {
+        match self.measure {
+            Measure::Ratio { suite, case, step } => {
+                let row = results
+                    .rows
+                    .iter()
+                    .find(|r| r.suite == suite && r.case == case && r.step == step)
+                    .ok_or_else(|| format!("not measured: suite {suite} not run"))?;
+                row.ratio()
+                    .ok_or_else(|| "not measured: no Go timings".to_owned())
+            }
+            Measure::Growth {
+                suite,
+                series,
+                step,
+                others,
+            } => {
+                let at = |n: usize| -> Option<&Samples> {
+                    let point = results
+                        .scale
+                        .iter()
+                        .find(|p| p.suite == suite && p.series == series && p.others == n)?;
+                    Some(if step == "DEL" {
+                        &point.del
+                    } else {
+                        &point.add
+                    })
+                };
+                let (Some(base), Some(grown)) = (at(0), at(others)) else {
+                    return Err(format!(
+                        "not measured: the {suite} series did not run 0 and {others} others \
+                         (run --sizes with a size of at least {others})"
+                    ));
+                };
+                super::ratio(grown, base).ok_or_else(|| "not measured: no timings".to_owned())
+            }
+        }
+    }
+}
+
+/// A target's outcome on one run.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    /// The target.
+    pub target: Target,
+    /// The measured value, or why there is none.
+    pub value: Result<f64, String>,
+}
+
+impl Verdict {
+    /// Met (`Some(true)`), missed (`Some(false)`), or not measured (`None`).
+    #[must_use]
+    pub fn met(&self) -> Option<bool> {
+        self.value.as_ref().ok().map(|v| *v <= self.target.limit)
+    }
+
+    /// `met`, `missed`, or the reason it was not measured.
+    #[must_use]
+    pub fn status(&self) -> String {
+        match (&self.value, self.met()) {
+            (Ok(_), Some(true)) => "met".to_owned(),
+            (Ok(_), _) => "**missed**".to_owned(),
+            (Err(why), _) => why.clone(),
+        }
+    }
+}
+
+/// The verdict of every target whose suite was run (`suites`).
+#[must_use]
+pub fn evaluate(results: &Results, suites: &[&str]) -> Vec<Verdict> {
+    TARGETS
+        .iter()
+        .filter(|t| suites.contains(&t.suite()))
+        .map(|t| Verdict {
+            target: *t,
+            value: t.measure(results),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::bench::{Install, Row, Sample, ScalePoint};
+
+    fn ms(values: &[u64]) -> Samples {
+        Samples(
+            values
+                .iter()
+                .map(|&m| Sample {
+                    elapsed: Duration::from_millis(m),
+                    max_rss_kib: Some(1024),
+                })
+                .collect(),
+        )
+    }
+
+    fn point(series: &str, others: usize, add: u64) -> ScalePoint {
+        ScalePoint {
+            suite: "firewall".into(),
+            series: series.into(),
+            reference: false,
+            others,
+            add: ms(&[add]),
+            del: ms(&[1]),
+            install: Install {
+                by: series.into(),
+                own: true,
+                samples: Samples::default(),
+            },
+        }
+    }
+
+    #[test]
+    fn targets_limit_known_verbs_and_name_their_scale_sizes() {
+        for t in TARGETS {
+            let (Measure::Ratio { step, .. } | Measure::Growth { step, .. }) = t.measure;
+            assert!(["ADD", "CHECK", "DEL"].contains(&step), "{t:?}");
+            assert!(t.limit > 0.0, "{t:?}");
+        }
+        assert_eq!(scale_sizes_of("firewall"), [500, 500]);
+        assert_eq!(scale_sizes_of("portmap"), [1000, 1000]);
+        assert!(scale_sizes_of("tuning").is_empty());
+    }
+
+    #[test]
+    fn verdicts_compare_against_the_limit_and_say_what_was_not_run() {
+        let results = Results {
+            rows: vec![Row {
+                suite: "tuning".into(),
+                case: crate::bench::tuning::CASE.into(),
+                step: "ADD".into(),
+                ours: ms(&[1]),
+                reference: ms(&[4]),
+                reference_label: "Go tuning".into(),
+            }],
+            scale: vec![
+                point(OURS_IPTABLES, 0, 10),
+                point(OURS_IPTABLES, 500, 14),
+                point(OURS_NFTABLES, 0, 10),
+                point(OURS_NFTABLES, 500, 12),
+            ],
+            notes: Vec::new(),
+        };
+        let verdicts = evaluate(&results, &["tuning", "firewall"]);
+        let find = |d: &str| {
+            verdicts
+                .iter()
+                .find(|v| v.target.describe() == d)
+                .unwrap()
+                .clone()
+        };
+        let add = find("tuning ADD, ours/Go (mac+mtu+promisc+2 sysctls)");
+        assert_eq!(add.value, Ok(0.25));
+        assert_eq!(add.status(), "met");
+        let check = find("tuning CHECK, ours/Go (mac+mtu+promisc+2 sysctls)");
+        assert_eq!(check.met(), None);
+        assert!(
+            check.status().contains("not measured"),
+            "{}",
+            check.status()
+        );
+        let ipt = find("firewall ADD, ours iptables: 500 others / 0 others");
+        assert_eq!(ipt.met(), Some(false));
+        assert_eq!(ipt.status(), "**missed**");
+        let nft = find("firewall ADD, ours nftables: 500 others / 0 others");
+        assert_eq!(nft.met(), Some(true));
+        assert!(verdicts.iter().all(|v| v.target.suite() != "portmap"));
+    }
+}
