@@ -306,6 +306,7 @@ fn host_veth(result: &Value) -> Result<String> {
 /// The whole scenario for one chain: a reference node (one sequential ADD and DEL), then 50
 /// concurrent ADDs, the per-attachment checks, 50 concurrent DELs, and the comparisons.
 fn run(name: &str, parts: &[Part]) -> Result<()> {
+    let started = std::time::Instant::now();
     // Reference: what one ADD and DEL leave on a fresh node.
     let reference = Node::new("ccref")?;
     let fresh_reference = reference.scope().take()?;
@@ -377,7 +378,8 @@ fn run(name: &str, parts: &[Part]) -> Result<()> {
         "concurrent DELs",
     );
     println!(
-        "{name}: {CONTAINERS} concurrent ADDs and DELs, {} code-11 retries{}",
+        "{name}: {CONTAINERS} concurrent ADDs and DELs in {:.1} s, {} code-11 retries{}",
+        started.elapsed().as_secs_f64(),
         driver.retries(),
         driver
             .retried()
