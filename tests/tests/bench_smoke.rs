@@ -47,8 +47,10 @@ fn table(markdown: &str, heading: &str) -> Result<Vec<Vec<String>>> {
         .collect())
 }
 
+/// A figure of the tables: `1.234`, `0.250×`, or a peak RSS at the spawner's floor, `≤ 2.5`.
 fn number(cell: &str) -> Result<f64> {
-    cell.trim_end_matches('×')
+    cell.trim_start_matches("≤ ")
+        .trim_end_matches('×')
         .parse()
         .with_context(|| format!("{cell:?} is not a number"))
 }

@@ -7,7 +7,9 @@
 //!   plugin, exit), measured from the thread inside the namespace the plugin runs in, exactly as
 //!   a runtime pays them; ours and the reference alternate within each iteration so that
 //!   machine noise hits both alike. The peak RSS is the child's `ru_maxrss` from `wait4`: the
-//!   most memory the plugin, or any program it ran and reaped (`iptables`), had resident.
+//!   most memory the plugin, or any program it ran and reaped (`iptables`), had resident. The
+//!   execs run from a small [`spawner`] process, as `ru_maxrss` is never below the peak RSS
+//!   of the process that spawned the child.
 //! - [`ScalePoint`]s (`portmap` and `firewall`): with N other attachments installed, for each
 //!   size N of [`Options::scale_sizes`], the ADD and DEL of one more attachment (ADD then DEL,
 //!   [`Options::scale_iterations`] times, the series interleaved) and the total wall time of
@@ -46,22 +48,21 @@ pub mod nft;
 pub mod portmap;
 pub mod report;
 pub mod sbr;
+pub mod spawner;
 pub mod targets;
 pub mod tuning;
 
 use std::fmt::Write as _;
-use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
-use std::time::{Duration, Instant};
+use std::process::ExitStatus;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use common::netns::NetNs;
 use serde_json::Value;
 
 use crate::netns::{NETNS_RUN_DIR, TestNetns};
-use crate::process;
 
 /// Timed repetitions of one more ADD and DEL per scale size at most: Go's calls over thousands
 /// of chains take a second or more each.
@@ -442,48 +443,13 @@ impl Timed {
     }
 }
 
-/// Runs `exec` inside `ns` and times it, whatever its exit status.
+/// Runs `exec` inside `ns` and times it, whatever its exit status. The exec goes through the
+/// [`spawner`], whose small footprint keeps the peak RSS the plugin's own.
 ///
 /// # Errors
 /// When the binary cannot start or be waited for.
 pub fn run_exec(ns: &NetNs, exec: &Exec) -> Result<Timed> {
-    let mut cmd = Command::new(&exec.binary);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("CNI_") {
-            cmd.env_remove(key);
-        }
-    }
-    // Unlinked files, not pipes, hold the plugin's stdio: the timed span is then one spawn and
-    // one reap, with no wake-ups of this thread while the plugin writes (each a context switch
-    // on a 2-core machine, charged to whichever plugin runs).
-    let mut stdin = tempfile::tempfile()?;
-    stdin.write_all(&exec.stdin)?;
-    stdin.seek(SeekFrom::Start(0))?;
-    let mut stdout = tempfile::tempfile()?;
-    let mut stderr = tempfile::tempfile()?;
-    cmd.envs(exec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(stdin)
-        .stdout(stdout.try_clone()?)
-        .stderr(stderr.try_clone()?);
-    let (elapsed, reaped) = ns.run_in_place(|| -> std::io::Result<_> {
-        let started = Instant::now();
-        let mut child = cmd.spawn()?;
-        // No deadline: a blocking wait4, so the reap adds no polling delay to the timing.
-        let reaped = process::reap(&mut child, None)?;
-        Ok((started.elapsed(), reaped))
-    })??;
-    let mut timed = Timed {
-        elapsed,
-        max_rss_kib: reaped.max_rss_kib,
-        status: reaped.status,
-        stdout: Vec::new(),
-        stderr: Vec::new(),
-    };
-    stdout.seek(SeekFrom::Start(0))?;
-    stdout.read_to_end(&mut timed.stdout)?;
-    stderr.seek(SeekFrom::Start(0))?;
-    stderr.read_to_end(&mut timed.stderr)?;
-    Ok(timed)
+    spawner::run(ns, exec)
 }
 
 /// Runs `exec` inside `ns` and times it. A failing exit is an error carrying the

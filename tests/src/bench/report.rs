@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
+use super::spawner;
 use super::targets::Verdict;
 use super::{GO_IPTABLES, OURS_IPTABLES, OURS_NFTABLES, Options, Results, Row, Samples, ratio};
 use crate::bins;
@@ -42,7 +43,9 @@ one run by the bench (`tests/src/bin/bench.rs`), ours and Go interleaved so that
 hits both alike. A figure is the wall time of one whole exec (fork, exec, plugin, exit, reap) as
 a runtime pays it, measured from a thread inside the plugin's namespace; ratios are ours/Go of
 the medians. Peak RSS is the largest `ru_maxrss` over a row's execs: that of the plugin or of a
-program it ran (`iptables`), whichever is larger.
+program it ran (`iptables`), whichever is larger. The execs are spawned by a small process of
+the bench's, whose own peak RSS is a floor under every figure (`ru_maxrss` counts the memory
+the exec replaced); the tables give it.
 
 This file, `bench-scale.png` and `bench-data.json` (every sample) are written by the bench:
 rerun the command below rather than editing them.
@@ -70,6 +73,15 @@ fn ms(d: Duration) -> String {
 fn mib(kib: Option<u64>) -> String {
     #[allow(clippy::cast_precision_loss)]
     kib.map_or_else(|| "–".to_owned(), |k| format!("{:.1}", k as f64 / 1024.0))
+}
+
+/// A peak RSS figure in MiB, as `≤ x` when it is not above the spawner's floor: the exec then
+/// read the floor at its time, and its own peak was at most that.
+fn rss(kib: Option<u64>) -> String {
+    match (kib, spawner::rss_floor_kib()) {
+        (Some(k), Some(floor)) if k <= floor => format!("≤ {}", mib(Some(k))),
+        _ => mib(kib),
+    }
 }
 
 fn times(x: Option<f64>) -> String {
@@ -102,9 +114,9 @@ pub fn verb_table(rows: &[Row]) -> String {
             row.step,
             ms(row.ours.median()),
             ms(row.ours.p90()),
-            mib(row.ours.peak_rss_kib()),
+            rss(row.ours.peak_rss_kib()),
             row.reference_label,
-            mib(row.reference.peak_rss_kib()),
+            rss(row.reference.peak_rss_kib()),
             times(row.ratio()),
         );
     }
@@ -129,7 +141,7 @@ pub fn scale_table(results: &Results) -> String {
         };
         let (add_median, add_p90) = median_p90(&p.add);
         let (del_median, del_p90) = median_p90(&p.del);
-        let rss = p.add.peak_rss_kib().max(p.del.peak_rss_kib());
+        let peak = p.add.peak_rss_kib().max(p.del.peak_rss_kib());
         let installed = &p.install.samples;
         let (total, each) = if p.others == 0 || installed.is_empty() {
             ("–".to_owned(), "–".to_owned())
@@ -147,7 +159,7 @@ pub fn scale_table(results: &Results) -> String {
             p.series,
             times(add_ratio),
             times(del_ratio),
-            mib(rss),
+            rss(peak),
             p.install.by,
         );
     }
@@ -181,9 +193,16 @@ pub fn targets_table(verdicts: &[Verdict]) -> String {
 pub fn markdown(run: &Run<'_>, plot: Option<&str>) -> String {
     let mut out = String::new();
     let o = run.options;
+    let floor = spawner::rss_floor_kib().map_or_else(String::new, |kib| {
+        format!(
+            " Peak RSS cannot read below the peak RSS of the process spawning the execs, \
+             {} MiB at most: a figure not above it is marked ≤.",
+            mib(Some(kib))
+        )
+    });
     let _ = writeln!(
         out,
-        "## Per verb\n\n{} timed iterations per row after one warm-up.\n\n{}",
+        "## Per verb\n\n{} timed iterations per row after one warm-up.{floor}\n\n{}",
         o.iterations,
         verb_table(&run.results.rows)
     );
@@ -413,10 +432,14 @@ pub fn json(run: &Run<'_>, machine: &[(&str, String)]) -> Value {
             })
         })
         .collect();
-    let machine: serde_json::Map<String, Value> = machine
+    let mut machine: serde_json::Map<String, Value> = machine
         .iter()
         .map(|(k, v)| ((*k).to_owned(), json!(v)))
         .collect();
+    machine.insert(
+        "spawner_peak_rss_kib".to_owned(),
+        json!(spawner::rss_floor_kib()),
+    );
     json!({
         "command": run.command,
         "machine": machine,

@@ -14,7 +14,8 @@
 //!   `gnuplot`), its data and script, and every sample in `DIR/bench-data.json`.
 //!
 //! On SIGINT, SIGTERM or SIGHUP, and on a panic, it removes the namespaces it made before it
-//! dies.
+//! dies. `bench --spawner` is internal: the small process that runs the timed execs
+//! (`tests::bench::spawner`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,13 +24,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context, Result, bail};
 use nix::sys::signal::{SigSet, Signal};
 use tests::bench::report::{self, Run};
-use tests::bench::{Options, Results, SUITES, remove_namespaces_of, targets};
+use tests::bench::{Options, Results, SUITES, remove_namespaces_of, spawner, targets};
 
 /// Set when a terminating signal arrived: the signal thread is removing the namespaces and
 /// will end the process with the signal; the main thread's errors are then consequences.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some(spawner::SPAWNER_ARG) {
+        return spawner::serve();
+    }
     if let Err(e) = clean_up_on_signals() {
         eprintln!("bench failed: {e:#}");
         return ExitCode::FAILURE;
