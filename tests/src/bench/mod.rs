@@ -381,6 +381,8 @@ fn is_namespace_of(name: &str, pid: u32) -> bool {
 pub struct Exec {
     /// The binary.
     pub binary: PathBuf,
+    /// Its arguments (none for a plugin).
+    pub args: Vec<String>,
     /// `CNI_COMMAND`, `CNI_CONTAINERID`, … (every other `CNI_*` variable is removed).
     pub env: Vec<(String, String)>,
     /// The config on stdin.
@@ -411,6 +413,7 @@ impl Exec {
         .collect();
         Exec {
             binary: binary.to_owned(),
+            args: Vec::new(),
             env,
             stdin: serde_json::to_vec(conf).unwrap_or_default(),
         }

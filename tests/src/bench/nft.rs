@@ -1,20 +1,20 @@
 //! `common::nft` against the `nft` binary: one batch adding a map element and a rule to an
-//! existing table, over netlink versus `nft -f -` doing the same, interleaved in one run.
+//! existing table, over netlink versus `nft -f -` doing the same, interleaved in one run. The
+//! `nft` exec is timed like a plugin's ([`super::run_exec`]); ours runs in this process, so its
+//! rows have no peak RSS.
 
-use std::io::{Read as _, Write as _};
 use std::net::Ipv4Addr;
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use common::nft::{
     Batch, Chain, ChainHook, ChainType, DataType as T, Element, Family, L4Proto, NfProto, Nft,
     Rule, Selector, Set, Table, Value, priority,
 };
 
-use super::{Options, Results, Row, Sample, Samples};
+use super::{Exec, Options, Results, Row, Samples, time_exec};
 use crate::netns::TestNetns;
-use crate::process;
 
 const TABLE: &str = "cni_bench";
 const CTR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -101,36 +101,13 @@ pub fn run(options: &Options) -> Result<Results> {
         nft.apply(&batch)?;
         apply.push_time(started.elapsed());
 
-        let script = nft_script(30_000 + i);
-        let sample = ns.run(|| -> Result<_> {
-            let started = Instant::now();
-            let mut child = Command::new("nft")
-                .args(["-f", "-"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .context("spawn nft")?;
-            // Dropped after the write: nft reads to end of file.
-            child
-                .stdin
-                .take()
-                .context("nft stdin")?
-                .write_all(script.as_bytes())?;
-            let reaped = process::reap(&mut child, None)?;
-            let elapsed = started.elapsed();
-            if !reaped.status.success() {
-                let mut stderr = String::new();
-                if let Some(mut pipe) = child.stderr.take() {
-                    let _ = pipe.read_to_string(&mut stderr);
-                }
-                bail!("nft -f failed: {stderr}");
-            }
-            Ok(Sample {
-                elapsed,
-                max_rss_kib: Some(reaped.max_rss_kib),
-            })
-        })??;
+        let nft_f = Exec {
+            binary: PathBuf::from("nft"),
+            args: vec!["-f".to_owned(), "-".to_owned()],
+            env: Vec::new(),
+            stdin: nft_script(30_000 + i).into_bytes(),
+        };
+        let sample = time_exec(&netns, &nft_f)?.sample();
         exec.push(sample);
 
         // A plugin call opens its socket too: time that path as well.

@@ -34,6 +34,7 @@ pub const SPAWNER_ARG: &str = "--spawner";
 #[derive(Debug, Serialize, Deserialize)]
 struct Request {
     binary: PathBuf,
+    args: Vec<String>,
     env: Vec<(String, String)>,
     netns: PathBuf,
     stdin: Vec<u8>,
@@ -78,6 +79,7 @@ pub fn rss_floor_kib() -> Option<u64> {
 pub fn run(ns: &NetNs, exec: &Exec) -> Result<Timed> {
     let request = Request {
         binary: exec.binary.clone(),
+        args: exec.args.clone(),
         env: exec.env.clone(),
         netns: ns.path().to_owned(),
         stdin: exec.stdin.clone(),
@@ -171,6 +173,7 @@ pub fn serve() -> ExitCode {
 fn exec(request: &Request) -> Result<Response> {
     let ns = NetNs::open(&request.netns)?;
     let mut cmd = Command::new(&request.binary);
+    cmd.args(&request.args);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("CNI_") {
             cmd.env_remove(key);
