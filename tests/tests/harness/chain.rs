@@ -52,6 +52,7 @@ pub struct Chain<'a> {
     list: &'a NetworkConfigList,
     max_attempts: u32,
     measure: bool,
+    timeout: Duration,
     retries: AtomicU64,
     retried: Mutex<Vec<String>>,
     samples: Mutex<Vec<RssSample>>,
@@ -65,6 +66,7 @@ impl<'a> Chain<'a> {
             list,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             measure: false,
+            timeout: PLUGIN_TIMEOUT,
             retries: AtomicU64::new(0),
             retried: Mutex::new(Vec::new()),
             samples: Mutex::new(Vec::new()),
@@ -82,6 +84,14 @@ impl<'a> Chain<'a> {
     #[must_use]
     pub fn measuring_rss(mut self) -> Chain<'a> {
         self.measure = true;
+        self
+    }
+
+    /// Sets the deadline of one execution measured with [`Chain::measuring_rss`] (default
+    /// [`PLUGIN_TIMEOUT`]; unmeasured executions have the runtime's deadline).
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Chain<'a> {
+        self.timeout = timeout;
         self
     }
 
@@ -262,8 +272,22 @@ impl<'a> Chain<'a> {
                 let _ = pipe.write_all(&input);
             });
         }
-        let reaped = process::reap(&mut child, Some(Instant::now() + PLUGIN_TIMEOUT))
-            .with_context(|| format!("{kind} {command} of {}", rt.container_id))?;
+        let pid = child.id();
+        let (done, watchdog) = std::sync::mpsc::channel::<()>();
+        let timeout = self.timeout;
+        // Shortly before the deadline, what the still running plugin is doing, for the error.
+        let state = std::thread::spawn(move || {
+            let early = timeout.saturating_sub(Duration::from_secs(1));
+            match watchdog.recv_timeout(early) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Some(process_state(pid)),
+                _ => None,
+            }
+        });
+        let reaped = process::reap(&mut child, Some(Instant::now() + timeout));
+        let _ = done.send(());
+        let state = state.join().ok().flatten().unwrap_or_default();
+        let reaped =
+            reaped.with_context(|| format!("{kind} {command} of {}{state}", rt.container_id))?;
         if let Ok(mut samples) = self.samples.lock() {
             samples.push(RssSample {
                 plugin: kind.to_owned(),
@@ -280,4 +304,38 @@ impl<'a> Chain<'a> {
         stderr.read_to_end(&mut err)?;
         Ok((reaped.status, out, err))
     }
+}
+
+/// `/proc/<pid>`'s state, wait channel and kernel stack of each thread, on one line each.
+fn process_state(pid: u32) -> String {
+    let dir = format!("/proc/{pid}");
+    let read = |path: String| std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = String::from("; before the deadline it was:");
+    let status = read(format!("{dir}/status"));
+    for line in status
+        .lines()
+        .filter(|l| l.starts_with("Name:") || l.starts_with("State:"))
+    {
+        out.push_str(&format!(" {}", line.replace('\t', " ")));
+    }
+    let tasks = std::fs::read_dir(format!("{dir}/task"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    for task in tasks {
+        let stack: Vec<String> = read(format!("{}/stack", task.display()))
+            .lines()
+            .map(|l| l.split_whitespace().last().unwrap_or_default().to_owned())
+            .collect();
+        out.push_str(&format!(
+            "\n  task {}: wchan {} stack {}",
+            task.display(),
+            read(format!("{}/wchan", task.display())),
+            stack.join(" < ")
+        ));
+    }
+    out
 }
