@@ -52,5 +52,4 @@ uninstall:
 
 # The sizes README.md quotes.
 sizes: build
-	@ls -l $(addprefix $(RELEASE_DIR)/,$(PLUGINS)) | awk '{ printf "%-10s %5.2f MiB\n", $$9, $$5 / 1048576 }' \
-		| sed 's|$(RELEASE_DIR)/||'
+	@cd $(RELEASE_DIR) && stat -c '%n %s' $(PLUGINS) | awk '{ printf "%-10s %5.2f MiB\n", $$1, $$2 / 1048576 }'
