@@ -6,8 +6,10 @@
 //!   run again with the same input, at most [`Chain::with_max_attempts`] times in all, and
 //!   every such retry is counted; any other failure, and any failure that is not a CNI error
 //!   object on stdout, is an error;
-//! - optionally ([`Chain::measuring_rss`]) every execution is reaped with `wait4`, recording
-//!   the plugin's peak RSS.
+//! - optionally ([`Chain::measuring_rss`]) every execution is forked (not `posix_spawn`ed, so
+//!   that `ru_maxrss` is the plugin's own and not this test process's) and reaped with
+//!   `wait4`, recording the plugin's peak RSS and wall time; a plugin still running near its
+//!   deadline is reported with its kernel stacks.
 //!
 //! Unlike [`Runtime`] it keeps no result cache: [`Chain::add`] returns the final result and
 //! the caller passes it to CHECK and DEL. Shared by `concurrency.rs` and `soak.rs`; include it
