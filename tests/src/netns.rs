@@ -274,23 +274,29 @@ impl TestNetns {
     }
 }
 
-/// Directories our plugins keep per host namespace, named after its inode: portmap's and
-/// firewall's state and locks. A node's namespace lives as long as the node, so nothing removes
-/// them there; a test's namespace goes away, and they go with it. Removed while the namespace is
-/// still mounted, so that no other namespace can have taken over its inode number yet.
+/// The directories our plugins keep per host namespace, named after its inode: portmap's and
+/// firewall's state and locks.
+pub fn plugin_state_dirs(ino: u64) -> [PathBuf; 2] {
+    [
+        PathBuf::from(format!("/run/cni/portmap/net-{ino}")),
+        PathBuf::from(format!("/run/cni-firewall/{ino}")),
+    ]
+}
+
+/// Removes [`plugin_state_dirs`] of the namespace at `path`. A node's namespace lives as long as
+/// the node, so nothing removes them there; a test's namespace goes away, and they go with it.
+/// Called while the namespace is still mounted, so that no other namespace can have taken over
+/// its inode number yet.
 fn remove_plugin_state(path: &Path) {
     use std::os::unix::fs::MetadataExt as _;
     let Ok(ino) = std::fs::metadata(path).map(|m| m.ino()) else {
         return;
     };
-    for dir in [
-        format!("/run/cni-firewall/{ino}"),
-        format!("/run/cni/portmap/net-{ino}"),
-    ] {
+    for dir in plugin_state_dirs(ino) {
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => eprintln!("failed to remove {dir}: {e}"),
+            Err(e) => eprintln!("failed to remove {}: {e}", dir.display()),
         }
     }
 }

@@ -85,9 +85,10 @@ impl Node {
         let host = TestNetns::new(prefix)?;
         let runtime = Runtime::new(&host)?.with_timeout(PLUGIN_TIMEOUT);
         let ino = std::fs::metadata(host.path())?.ino();
+        let [portmap_dir, firewall_dir] = tests::netns::plugin_state_dirs(ino);
         let node = Node {
-            portmap_dir: PathBuf::from(format!("/run/cni/portmap/net-{ino}")),
-            firewall_dir: PathBuf::from(format!("/run/cni-firewall/{ino}")),
+            portmap_dir,
+            firewall_dir,
             host,
             runtime,
             scratch: tempfile::tempdir()?,

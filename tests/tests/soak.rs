@@ -86,10 +86,7 @@ struct RunDirs(Vec<PathBuf>);
 impl RunDirs {
     fn of(host: &TestNetns) -> Result<RunDirs> {
         let ino = std::fs::metadata(host.path())?.ino();
-        let dirs = RunDirs(vec![
-            PathBuf::from(format!("/run/cni/portmap/net-{ino}")),
-            PathBuf::from(format!("/run/cni-firewall/{ino}")),
-        ]);
+        let dirs = RunDirs(tests::netns::plugin_state_dirs(ino).to_vec());
         dirs.remove();
         Ok(dirs)
     }

@@ -326,10 +326,7 @@ impl StateDirs {
     /// When the namespace cannot be stat'ed.
     pub fn of(host: &TestNetns) -> Result<StateDirs> {
         let ino = std::fs::metadata(host.path())?.ino();
-        let dirs = StateDirs(vec![
-            PathBuf::from(format!("/run/cni/portmap/net-{ino}")),
-            PathBuf::from(format!("/run/cni-firewall/{ino}")),
-        ]);
+        let dirs = StateDirs(crate::netns::plugin_state_dirs(ino).to_vec());
         dirs.remove();
         Ok(dirs)
     }
