@@ -10,6 +10,7 @@
 //!   CHECK/STATUS/GC) plus raw execution for conformance tests.
 //! - [`main_plugin`]: configs of the Go `bridge`/`ptp` + `host-local` that start a chain.
 //! - [`traffic`]: TCP/UDP/HTTP servers and clients in namespaces, and `iperf3` runs.
+//! - [`result`]: lookups in a CNI result (an address of a family, the host veth).
 //! - [`process`]: child processes spawned inside a namespace and waited for with a deadline.
 //!
 //! Everything needs root and fails (never skips) without it. Nothing here touches the machine's
@@ -22,6 +23,7 @@ pub mod bins;
 pub mod main_plugin;
 pub mod netns;
 pub mod process;
+pub mod result;
 pub mod runtime;
 pub mod traffic;
 

@@ -24,6 +24,7 @@ use bandwidth::names::{
 };
 use serde_json::{Value, json};
 use tests::netns::CLIENT_V4;
+use tests::result::{address, host_veth};
 use tests::traffic::{IPERF3_PORT, Iperf3Report, iperf3};
 use tests::{
     NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
@@ -56,30 +57,6 @@ fn static_limits() -> Value {
         "ingressRate": INGRESS_RATE, "ingressBurst": burst_for(INGRESS_RATE),
         "egressRate": EGRESS_RATE, "egressBurst": burst_for(EGRESS_RATE),
     })
-}
-
-fn container_ip(result: &Value) -> Result<String> {
-    result["ips"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|ip| ip["address"].as_str()?.split_once('/'))
-        .map(|(a, _)| a.to_owned())
-        .find(|a| !a.contains(':'))
-        .with_context(|| format!("no IPv4 address in {result}"))
-}
-
-/// The host-side veth the bridge plugin reports (no sandbox, not the bridge).
-fn host_veth(result: &Value) -> Result<String> {
-    result["interfaces"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|i| i["sandbox"].is_null())
-        .filter_map(|i| i["name"].as_str())
-        .find(|n| n.starts_with("veth"))
-        .map(str::to_owned)
-        .with_context(|| format!("no host veth in {result}"))
 }
 
 /// Throughput into the container: the server sends from the client namespace.
@@ -188,7 +165,7 @@ fn shaping_holds_both_directions_near_the_rate_and_del_lifts_it() -> Result<()> 
     let list = chain(scratch.path(), "10.95.1.0/24", static_limits());
     let rt = RuntimeConf::new("bw-e2e", topo.container.path(), "eth0");
     let result = runtime.add(&list, &rt)?;
-    let ip = container_ip(&result)?;
+    let ip = address(&result, false)?;
     let veth = host_veth(&result)?;
 
     // The IFB is appended to the result, on the host, with its MAC.

@@ -48,6 +48,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use bandwidth::names::{Owner, ifb_name};
 use serde_json::{Value, json};
+use tests::result::{address, host_veth};
 use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, main_plugin};
 
 use chain::Chain;
@@ -277,31 +278,6 @@ fn all_ok<R>(results: Vec<Result<R>>, what: &str) -> Result<Vec<R>> {
 
 fn container_scope(ns: &TestNetns) -> Scope<'_> {
     Scope::netns(ns).without_netfilter()
-}
-
-/// The first address of one family in a result, without its prefix length.
-fn address(result: &Value, v6: bool) -> Result<String> {
-    result["ips"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|ip| ip["address"].as_str()?.split_once('/'))
-        .map(|(a, _)| a.to_owned())
-        .find(|a| a.contains(':') == v6)
-        .with_context(|| format!("no address of that family in {result}"))
-}
-
-/// The host-side veth in a result (no sandbox, not the bridge).
-fn host_veth(result: &Value) -> Result<String> {
-    result["interfaces"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|i| i["sandbox"].is_null())
-        .filter_map(|i| i["name"].as_str())
-        .find(|n| n.starts_with("veth"))
-        .map(str::to_owned)
-        .with_context(|| format!("no host veth in {result}"))
 }
 
 /// The whole scenario for one chain: a reference node (one sequential ADD and DEL), then 50

@@ -297,15 +297,7 @@ impl Stage {
 
     /// The host-side veth of the container (the bridge's result names it).
     fn host_veth(&self) -> Result<String> {
-        self.prev["interfaces"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|i| i["sandbox"].is_null())
-            .filter_map(|i| i["name"].as_str())
-            .find(|n| n.starts_with("veth"))
-            .map(str::to_owned)
-            .with_context(|| format!("no host veth in {}", self.prev))
+        tests::result::host_veth(&self.prev)
     }
 
     /// The command running `verb` on our plugin inside the host namespace, and its stdin (the

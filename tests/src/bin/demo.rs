@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 use tests::netns::{CLIENT_V4, HOST_UPLINK_V4};
 use tests::traffic::{IPERF3_PORT, TcpServer, UdpServer, http_get, iperf3, udp_request_from};
@@ -143,7 +143,7 @@ fn run() -> Result<()> {
     let steps = runtime.add_steps(&list, &rt)?;
     let add_time = t.elapsed();
     let result = steps.last().map(|(_, r)| r.clone()).unwrap_or_default();
-    let container_ip = container_ipv4(&result)?;
+    let container_ip = tests::result::address(&result, false)?;
     let mut prev = Value::Null;
     for (plugin_type, step) in &steps {
         let mut lines = result_changes(&prev, step);
@@ -607,15 +607,4 @@ fn portmap_elements(host: &TestNetns) -> Result<Vec<String>> {
         }
     }
     Ok(found)
-}
-
-fn container_ipv4(result: &Value) -> Result<String> {
-    for ip in result["ips"].as_array().into_iter().flatten() {
-        if let Some((addr, _)) = ip["address"].as_str().and_then(|a| a.split_once('/'))
-            && !addr.contains(':')
-        {
-            return Ok(addr.to_string());
-        }
-    }
-    bail!("the result has no IPv4 address: {result}")
 }
