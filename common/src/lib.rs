@@ -1,6 +1,7 @@
 //! Shared machinery for the CNI meta plugins.
 #![warn(missing_docs)]
 
+pub mod arena;
 pub mod args;
 pub mod conf;
 pub mod conntrack;

@@ -133,10 +133,11 @@ fn child_setup(keep: &[RawFd]) {
 
 fn close_range(first: u32, last: u32) {
     // SAFETY: closes descriptors of the forked child that nothing in it uses again: the
-    // objects owning them are never dropped, as the child leaves through `_exit`.
+    // objects owning them are never dropped, as the child leaves through `_exit`. (The system
+    // call itself: the libc crate has no `close_range` wrapper for musl.)
     #[allow(unsafe_code)]
     unsafe {
-        libc::close_range(first, last, 0);
+        libc::syscall(libc::SYS_close_range, first, last, 0u32);
     }
 }
 

@@ -220,6 +220,10 @@ pub fn run(plugin: &dyn Plugin) -> ExitCode {
 #[macro_export]
 macro_rules! plugin_main {
     ($name:literal, $plugin:expr) => {
+        /// The allocator of a short-lived plugin process (see [`common::arena`]).
+        #[global_allocator]
+        static ALLOCATOR: $crate::arena::Arena = $crate::arena::Arena::new();
+
         /// The process entry point (see [`common::plugin_main`]).
         // SAFETY: `main` is the one C entry point of this binary and no other symbol of the
         // program has that name; its signature is the one libc's start-up calls.
