@@ -1,8 +1,11 @@
 //! A directory of JSON state files, written atomically.
 //!
-//! Writes go to a temporary file in the same directory, are synced, then renamed over the
-//! target, so a reader (or a DEL after a crash) sees either the old file or the new one, never a
-//! half-written backup. Removing a file that is already gone is not an error. The temporary
+//! Writes go to a temporary file in the same directory, then are renamed over the target, so a
+//! reader (or a DEL after a plugin was killed) sees either the old file or the new one, never a
+//! half-written one. Nothing is fsynced: a state file describes kernel objects (rules, links in
+//! a network namespace) that a crash or reboot removes as well, so making it durable buys
+//! nothing, and it costs a disk flush per write where `/run` is not a tmpfs (1-7 ms each on
+//! this machine's ext4, where the firewall's ADD wrote three files). Removing a file that is already gone is not an error. The temporary
 //! file of a name is always the same ([`StateStore::temp_path`]): a writer killed before its
 //! rename leaves it behind, the next write of the name replaces it and [`StateStore::remove`]
 //! deletes it. Callers serialise writes of one name (two writers would share the temporary).
@@ -100,16 +103,11 @@ impl StateStore {
         let result = (|| {
             let mut file = std::fs::File::create(&tmp)?;
             file.write_all(&bytes)?;
-            file.sync_all()?;
             std::fs::rename(&tmp, &path)
         })();
         if let Err(e) = result {
             let _ = std::fs::remove_file(&tmp);
             return Err(io("write", e));
-        }
-        // Make the rename itself durable; a failure here loses nothing already visible.
-        if let Ok(dir) = std::fs::File::open(&self.dir) {
-            let _ = dir.sync_all();
         }
         Ok(())
     }
