@@ -409,34 +409,6 @@ impl Iptables {
             stdin,
         )
     }
-
-    /// Starts `iptables-restore --noflush` for `table` without its script, so that the tool's
-    /// start (2–3 ms, mostly loading its libraries) overlaps whatever the caller does before it
-    /// knows the lines: [`PendingRestore::commit`] then sends them.
-    ///
-    /// Only for the nf_tables variant ([`native::writes_nf_tables`]): `iptables-legacy-restore`
-    /// takes the xtables lock when it starts and would hold it while waiting.
-    ///
-    /// # Errors
-    /// When the tool is missing or does not start.
-    pub fn start_restore(&self, table: &str) -> Result<PendingRestore, IptablesError> {
-        let program = format!("{}-restore", self.family.prefix());
-        let args = vec!["--noflush".to_owned(), "-w".to_owned(), self.wait_secs()];
-        let child = spawn(
-            &program,
-            &args.iter().map(String::as_str).collect::<Vec<_>>(),
-            true,
-        )?;
-        Ok(PendingRestore {
-            started: Some(Started {
-                child,
-                program,
-                args,
-                limit: self.wait + EXEC_GRACE,
-            }),
-            table: table.to_owned(),
-        })
-    }
 }
 
 /// A tool process that has been started.
@@ -446,44 +418,6 @@ struct Started {
     program: String,
     args: Vec<String>,
     limit: Duration,
-}
-
-/// An `iptables-restore --noflush` started by [`Iptables::start_restore`], waiting for its
-/// script. Dropped without [`PendingRestore::commit`], it gets an empty script and exits
-/// without changing anything.
-#[derive(Debug)]
-pub struct PendingRestore {
-    started: Option<Started>,
-    table: String,
-}
-
-impl PendingRestore {
-    /// Sends `lines` as one transaction (nothing when empty) and waits for the tool, as
-    /// [`Iptables::restore`] does.
-    ///
-    /// # Errors
-    /// As [`Iptables::restore`].
-    pub fn commit(mut self, lines: &[String]) -> Result<(), IptablesError> {
-        let Some(started) = self.started.take() else {
-            return Ok(());
-        };
-        let script = (!lines.is_empty()).then(|| script(&self.table, lines));
-        finish(
-            started,
-            Some(script.as_deref().unwrap_or_default().as_bytes()),
-        )
-        .map(|_| ())
-    }
-}
-
-impl Drop for PendingRestore {
-    fn drop(&mut self) {
-        if let Some(mut started) = self.started.take() {
-            // EOF on stdin: the tool has nothing to do and exits.
-            drop(started.child.stdin.take());
-            let _ = started.child.wait();
-        }
-    }
 }
 
 /// The `iptables-restore` input committing `lines` to `table`.
@@ -882,31 +816,67 @@ COMMIT
     }
 
     #[test]
-    fn a_started_restore_commits_its_lines_or_nothing_when_dropped() {
+    fn natively_appended_rules_equal_the_restore_s_in_the_kernel() {
         in_new_netns(|| {
-            for family in Family::BOTH {
+            for (family, a) in [(Family::V4, "10.9.0.5/32"), (Family::V6, "fd09::5/128")] {
                 let ipt = Iptables::new(family);
-                let pending = ipt.start_restore("filter").unwrap();
-                // Work done while the tool starts (here: none) does not disturb it.
-                pending
-                    .commit(&[restore_line::<&str>("-N", "CNI-EARLY", &[]).unwrap()])
-                    .unwrap();
                 assert!(
-                    ipt.save("filter").unwrap().has_chain("CNI-EARLY"),
-                    "{family}"
+                    native::writes_nf_tables(family),
+                    "{family}: needs iptables-nft"
                 );
+                let forms: Vec<Vec<String>> = [
+                    vec![
+                        "-d",
+                        a,
+                        "-m",
+                        "conntrack",
+                        "--ctstate",
+                        "RELATED,ESTABLISHED",
+                    ],
+                    vec!["-s", a],
+                    vec!["-s", a, "-d", a, "-m", "conntrack", "--ctstate", "INVALID"],
+                    vec![],
+                ]
+                .into_iter()
+                .zip(["ACCEPT", "ACCEPT", "DROP", "CNI-ADMIN"])
+                .map(|(m, j)| m.into_iter().chain(["-j", j]).map(str::to_owned).collect())
+                .collect();
+                let mut lines = vec![
+                    restore_line::<&str>("-N", "CNI-FORWARD", &[]).unwrap(),
+                    restore_line::<&str>("-N", "CNI-ADMIN", &[]).unwrap(),
+                ];
+                for rule in &forms {
+                    lines.push(restore_line("-A", "CNI-FORWARD", rule).unwrap());
+                }
+                ipt.restore("filter", &lines).unwrap();
 
-                drop(ipt.start_restore("filter").unwrap());
-                ipt.start_restore("filter").unwrap().commit(&[]).unwrap();
-                assert_eq!(ipt.save("filter").unwrap().rules("CNI-EARLY").len(), 0);
+                let table = crate::nft::Table::new(
+                    match family {
+                        Family::V4 => crate::nft::Family::Ip,
+                        Family::V6 => crate::nft::Family::Ip6,
+                    },
+                    "filter",
+                );
+                let mut batch = crate::nft::Batch::new();
+                for rule in &forms {
+                    let encoded = native::encode_rule(family, rule).expect("a known form");
+                    batch.add_rule(&table, "CNI-FORWARD", &encoded);
+                }
+                let mut nft = crate::nft::Nft::new().unwrap();
+                nft.apply(&batch).unwrap();
 
-                // A failing script is reported as such.
-                let err = ipt
-                    .start_restore("filter")
-                    .unwrap()
-                    .commit(&[restore_line::<&str>("-N", "CNI-EARLY", &[]).unwrap()])
-                    .unwrap_err();
-                assert!(matches!(err, IptablesError::Failed { .. }), "{err}");
+                // Expression for expression, the second half is the first.
+                let listed = nft.rules(&table, "CNI-FORWARD").unwrap();
+                let (theirs, ours) = listed.split_at(forms.len());
+                for (t, o) in theirs.iter().zip(ours) {
+                    assert_eq!((&t.exprs, &t.comment), (&o.exprs, &o.comment), "{family}");
+                }
+                // And the tools list them alike.
+                let saved = ipt.save("filter").unwrap();
+                let rules = saved.rules("CNI-FORWARD");
+                assert_eq!(rules.len(), 2 * forms.len(), "{family}");
+                assert_eq!(rules[..forms.len()], rules[forms.len()..], "{family}");
+                assert_eq!(rules[..forms.len()], forms[..], "{family}");
             }
         });
     }

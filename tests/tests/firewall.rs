@@ -868,6 +868,90 @@ mod e2e {
         Ok(())
     }
 
+    #[test]
+    fn iptables_add_appends_over_nf_tables_once_the_skeleton_is_there() -> Result<()> {
+        let host = TestNetns::new("fwappend")?;
+        let rt = Runtime::new(&host)?;
+        let netns = host.path().to_string_lossy().into_owned();
+        let conf = |v4, v6| direct_conf("iptables", "isolated", Some(prev_result(v4, v6)));
+        let first = conf("10.66.0.2", "fd66::2");
+        ok(
+            &exec(&rt, "firewall", "ADD", "app-a", &netns, &first),
+            "first ADD",
+        );
+        // `iptables-restore` now names an nf_tables tool that refuses every script: only the
+        // native append can add the second attachment.
+        let tools = refusing_nft_restore()?;
+        let path = tools.path().to_string_lossy().into_owned();
+        let env = [("PATH", path.as_str())];
+        let second = conf("10.66.0.3", "fd66::3");
+        let add = exec_env(&rt, "firewall", "ADD", ("app-b", &netns), &second, &env);
+        ok(&add, "ADD over nf_tables");
+        let check = exec_env(&rt, "firewall", "CHECK", ("app-b", &netns), &second, &env);
+        ok(&check, "CHECK of the natively added rules");
+        // The tools list the natively added accepts exactly as they list their own.
+        let (v4, v6) = both_tables(&host);
+        for (lines, a, b) in [
+            (&v4, "10.66.0.2/32", "10.66.0.3/32"),
+            (&v6, "fd66::2/128", "fd66::3/128"),
+        ] {
+            let accepts = |ip: &str| -> Vec<String> {
+                lines
+                    .iter()
+                    .filter(|l| l.starts_with("-A CNI-FORWARD") && l.contains(ip))
+                    .map(|l| l.replace(ip, "ADDR"))
+                    .collect()
+            };
+            ensure!(accepts(a).len() == 2, "{lines:#?}");
+            ensure!(accepts(a) == accepts(b), "{lines:#?}");
+        }
+        // A namespace without the skeleton needs the restore, which refuses here: the ADD
+        // fails, naming the tool's complaint.
+        let bare = TestNetns::new("fwappend2")?;
+        let bare_rt = Runtime::new(&bare)?;
+        let bare_netns = bare.path().to_string_lossy().into_owned();
+        let add = exec_env(
+            &bare_rt,
+            "firewall",
+            "ADD",
+            ("app-c", &bare_netns),
+            &first,
+            &env,
+        );
+        ensure!(
+            !add.status.success(),
+            "ADD without the skeleton did not run the restore"
+        );
+        let out = String::from_utf8_lossy(&add.stdout);
+        ensure!(out.contains("refused"), "{out}");
+        ok(
+            &exec(&rt, "firewall", "DEL", "app-b", &netns, &second),
+            "DEL of the native attachment",
+        );
+        let (v4, v6) = both_tables(&host);
+        ensure!(
+            !v4.iter()
+                .chain(&v6)
+                .any(|l| l.contains("10.66.0.3") || l.contains("fd66::3")),
+            "{v4:#?} {v6:#?}"
+        );
+        Ok(())
+    }
+
+    /// A directory whose `iptables-restore` and `ip6tables-restore` lead to
+    /// `refuse-nft-restore`: an nf_tables tool by its name, which fails every script.
+    fn refusing_nft_restore() -> Result<tempfile::TempDir> {
+        use std::os::unix::fs::PermissionsExt;
+        let tools = tempfile::tempdir()?;
+        let tool = tools.path().join("refuse-nft-restore");
+        std::fs::write(&tool, "#!/bin/sh\necho 'refused by the test' >&2\nexit 1\n")?;
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755))?;
+        for name in ["iptables-restore", "ip6tables-restore"] {
+            std::os::unix::fs::symlink(&tool, tools.path().join(name))?;
+        }
+        Ok(tools)
+    }
+
     /// A directory holding links to `iptables-restore` and `ip6tables-restore` only, for a
     /// `PATH` on which any other iptables tool is missing.
     fn restore_tools_only() -> Result<tempfile::TempDir> {

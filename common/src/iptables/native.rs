@@ -14,7 +14,9 @@ use std::sync::OnceLock;
 use netlink_packet_netfilter::nftables::MetaKey;
 
 use super::{Family, TableDump};
-use crate::nft::{CmpOp, Expr, Family as NftFamily, Nft, NftError, PayloadBase, Table, Verdict};
+use crate::nft::{
+    CmpOp, Expr, Family as NftFamily, Nft, NftError, PayloadBase, Rule, Table, Verdict,
+};
 
 /// Whether `<family>-restore` on `PATH` is the nf_tables variant (`xtables-nft-multi` or an
 /// `*-nft-restore`, through any chain of symlinks such as Debian's alternatives).
@@ -61,6 +63,11 @@ pub enum Wanted<'a> {
     /// there?" exactly, while a chain of thousands costs the kernel's listing but not their
     /// decoding. An empty list reads whether the chain exists and nothing else.
     Containing(&'a [Vec<u8>]),
+    /// Only the first rule containing one of these byte strings, if any: the listing stops
+    /// there ([`Nft::first_rule_containing`]), so a rule near the top of a chain of thousands
+    /// costs a handful of rules' listing. A caller that needs every such rule wants
+    /// [`Wanted::Containing`].
+    FirstContaining(&'a [Vec<u8>]),
 }
 
 /// The rules of `chains` in `table` of `family`, as `iptables-save` would print them, left
@@ -89,6 +96,10 @@ pub fn snapshot(
             Wanted::Containing(needles) => {
                 let needles: Vec<&[u8]> = needles.iter().map(Vec::as_slice).collect();
                 nft.rules_containing(&table, chain, &needles)
+            }
+            Wanted::FirstContaining(needles) => {
+                let needles: Vec<&[u8]> = needles.iter().map(Vec::as_slice).collect();
+                Nft::first_rule_containing(&table, chain, &needles).map(Vec::from_iter)
             }
         };
         let listed = match listed {
@@ -321,6 +332,62 @@ fn ctstate(info: &[u8]) -> Option<Vec<String>> {
     Some(args)
 }
 
+/// `XT_ALIGN(sizeof(struct xt_conntrack_mtinfo3))` on 64-bit machines: the `info` length
+/// `iptables-nft` sends and the kernel lists.
+const CT_INFO_LEN: usize = 168;
+
+/// The revision-3 conntrack match info that `-m conntrack --ctstate A,B` makes.
+fn ctstate_info(states: &str) -> Option<Vec<u8>> {
+    let mut mask = 0u16;
+    for state in states.split(',') {
+        mask |= CT_STATES.iter().find(|(name, _)| *name == state)?.1;
+    }
+    let mut info = vec![0; CT_INFO_LEN];
+    info[CT_MATCH_FLAGS..CT_MATCH_FLAGS + 2].copy_from_slice(&XT_CONNTRACK_STATE.to_ne_bytes());
+    info[CT_STATE_MASK..CT_STATE_MASK + 2].copy_from_slice(&mask.to_ne_bytes());
+    Some(info)
+}
+
+/// The nf_tables rule that `iptables-nft` makes of `-A CHAIN <args>`, expression for
+/// expression, for the forms the plugins append: `[-s ADDR] [-d ADDR]` (host addresses of
+/// `family`), `[-m conntrack --ctstate STATES]`, then `-j ACCEPT|DROP|RETURN|CHAIN`, with the
+/// counter `iptables-nft` puts before every verdict. [`rule_args`] decodes it back to `args`.
+/// `None` for any other form, which the caller leaves to `iptables-restore`.
+#[must_use]
+pub fn encode_rule(family: Family, args: &[String]) -> Option<Rule> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut rest = args.as_slice();
+    let mut rule = Rule::new();
+    if let ["-s", addr, tail @ ..] = rest {
+        rule = rule.saddr(host_addr(family, addr)?);
+        rest = tail;
+    }
+    if let ["-d", addr, tail @ ..] = rest {
+        rule = rule.daddr(host_addr(family, addr)?);
+        rest = tail;
+    }
+    if let ["-m", "conntrack", "--ctstate", states, tail @ ..] = rest {
+        rule = rule.xt_match("conntrack", 3, ctstate_info(states)?);
+        rest = tail;
+    }
+    let rule = rule.counter();
+    Some(match rest {
+        ["-j", "ACCEPT"] => rule.accept(),
+        ["-j", "DROP"] => rule.drop(),
+        ["-j", "RETURN"] => rule.ret(),
+        ["-j", chain] if !chain.is_empty() && !chain.starts_with('-') => rule.jump(chain),
+        _ => return None,
+    })
+}
+
+/// The address of `10.0.0.2/32` or `fd00::2/128` (the form `iptables-save` prints a host
+/// in), when it is of `family`.
+fn host_addr(family: Family, cidr: &str) -> Option<IpAddr> {
+    let net: ipnet::IpNet = cidr.parse().ok()?;
+    let addr = net.addr();
+    (net.prefix_len() == net.max_prefix_len() && Family::of(&addr) == family).then_some(addr)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,6 +512,62 @@ mod tests {
             args(vec![conntrack(1, 1, 1 | 8), counter()], Family::V4).as_deref(),
             Some("-m conntrack ! --ctstate INVALID,NEW")
         );
+    }
+
+    fn strings(line: &str) -> Vec<String> {
+        line.split(' ').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn encoded_rules_are_iptables_nft_s_expressions_and_decode_back() {
+        let line = "-d 10.1.0.5/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT";
+        let rule = encode_rule(Family::V4, &strings(line)).unwrap();
+        let mut want = addr(16, CmpOp::Eq, &[10, 1, 0, 5]).to_vec();
+        want.extend([
+            conntrack(1, 0, 6),
+            counter(),
+            Expr::ImmediateVerdict(Verdict::Accept),
+        ]);
+        assert_eq!(rule.encode(NftFamily::Ip).unwrap(), want);
+
+        for (family, table, line) in [
+            (Family::V4, NftFamily::Ip, line),
+            (Family::V4, NftFamily::Ip, "-s 10.1.0.5/32 -j ACCEPT"),
+            (
+                Family::V6,
+                NftFamily::Ip6,
+                "-s fd01::5/128 -d fd01::6/128 -j DROP",
+            ),
+            (
+                Family::V6,
+                NftFamily::Ip6,
+                "-m conntrack --ctstate INVALID -j RETURN",
+            ),
+            (Family::V4, NftFamily::Ip, "-j CNI-ADMIN"),
+        ] {
+            let rule = encode_rule(family, &strings(line)).unwrap();
+            let exprs = rule.encode(table).unwrap();
+            assert_eq!(args(exprs, family).as_deref(), Some(line), "{line}");
+        }
+    }
+
+    #[test]
+    fn forms_outside_the_encoder_are_left_to_the_tools() {
+        for (family, line) in [
+            (Family::V4, "-s 10.1.0.0/16 -j ACCEPT"),
+            (Family::V6, "-s 10.1.0.5/32 -j ACCEPT"),
+            (Family::V4, "-d 10.1.0.5/32 -s 10.1.0.6/32 -j ACCEPT"),
+            (Family::V4, "! -s 10.1.0.5/32 -j ACCEPT"),
+            (Family::V4, "-i br0 -j ACCEPT"),
+            (Family::V4, "-m conntrack --ctstate BOGUS -j ACCEPT"),
+            (Family::V4, "-m conntrack ! --ctstate NEW -j ACCEPT"),
+            (Family::V4, "-m comment --comment x -j ACCEPT"),
+            (Family::V4, "-s 10.1.0.5/32"),
+            (Family::V4, "-s 10.1.0.5/32 -g X"),
+            (Family::V4, "-j ACCEPT -s 10.1.0.5/32"),
+        ] {
+            assert!(encode_rule(family, &strings(line)).is_none(), "{line}");
+        }
     }
 
     #[test]

@@ -18,6 +18,11 @@ pub use batch::BatchFailure;
 
 /// Receive buffer size: large enough for any single datagram a dump sends.
 const RECV_BUF: usize = 64 * 1024;
+/// Receive buffer of [`NetlinkSocket::dump_until`]. The kernel sizes each datagram of a dump
+/// after the largest read so far (up to 32 KiB) and builds the next one as soon as a read
+/// takes the last: reading 8 KiB at a time (libmnl's size, which `nft` and `iptables-nft`
+/// read with) keeps what is built past the wanted reply to a few kilobytes.
+const DUMP_UNTIL_BUF: usize = 8 * 1024;
 
 /// A netlink socket of one protocol (`NETLINK_ROUTE`, `NETLINK_NETFILTER`, …).
 #[derive(Debug)]
@@ -97,7 +102,40 @@ impl NetlinkSocket {
         serialize(payload, NLM_F_REQUEST, 0)
     }
 
+    /// [`NetlinkSocket::dump_as`] that stops reading at the first reply for which `stop` is
+    /// true (returned last), so that the kernel does not even build the rest of a long dump:
+    /// it fills one datagram per read. Consumes the socket, as the rest of the dump would
+    /// still be queued on it.
+    ///
+    /// # Errors
+    /// As [`NetlinkSocket::dump_as`].
+    pub fn dump_until<I, O>(
+        mut self,
+        payload: I,
+        stop: impl FnMut(&O) -> bool,
+    ) -> io::Result<Vec<O>>
+    where
+        I: NetlinkSerializable,
+        O: NetlinkDeserializable,
+    {
+        self.buf = Vec::with_capacity(DUMP_UNTIL_BUF);
+        self.exchange_until(payload, NLM_F_REQUEST | NLM_F_DUMP, stop)
+    }
+
     fn exchange<I, O>(&mut self, payload: I, flags: u16) -> io::Result<Vec<O>>
+    where
+        I: NetlinkSerializable,
+        O: NetlinkDeserializable,
+    {
+        self.exchange_until(payload, flags, |_| false)
+    }
+
+    fn exchange_until<I, O>(
+        &mut self,
+        payload: I,
+        flags: u16,
+        mut stop: impl FnMut(&O) -> bool,
+    ) -> io::Result<Vec<O>>
     where
         I: NetlinkSerializable,
         O: NetlinkDeserializable,
@@ -141,7 +179,13 @@ impl NetlinkSocket {
                         return Err(io::Error::from_raw_os_error(done.code.abs()));
                     }
                     NetlinkPayload::Done(_) => return Ok(replies),
-                    NetlinkPayload::InnerMessage(inner) => replies.push(inner),
+                    NetlinkPayload::InnerMessage(inner) => {
+                        let last = stop(&inner);
+                        replies.push(inner);
+                        if last {
+                            return Ok(replies);
+                        }
+                    }
                     _ => {}
                 }
             }

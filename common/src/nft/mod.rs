@@ -456,6 +456,54 @@ impl Nft {
             .collect())
     }
 
+    /// The first rule of a chain in the calling thread's namespace that contains one of
+    /// `needles` (see [`Nft::rules_containing`]), reading the chain only up to it: the kernel
+    /// builds a dump one datagram per read, so the rules after it cost nothing, where a full
+    /// listing of a chain of thousands takes milliseconds of kernel time (for a chain's
+    /// leading jump, say). Uses a socket of its own, as the rest of the dump stays queued on
+    /// it; a fresh socket also keeps the kernel's first datagram small.
+    ///
+    /// # Errors
+    /// `is_not_found()` when the table or chain does not exist.
+    pub fn first_rule_containing(
+        table: &Table,
+        chain: &str,
+        needles: &[&[u8]],
+    ) -> Result<Option<ListedRule>, NftError> {
+        let finders: Vec<memchr::memmem::Finder> = needles
+            .iter()
+            .filter(|n| !n.is_empty())
+            .map(memchr::memmem::Finder::new)
+            .collect();
+        let wanted =
+            |rule: &raw::DumpedRule| rule.is_in(&table.name, chain) && rule.contains_any(&finders);
+        let msg = NfTablesMessage::GetRule(RuleMessage {
+            attributes: vec![
+                RuleAttribute::Table(table.name.clone()),
+                RuleAttribute::Chain(chain.to_string()),
+            ],
+        });
+        let replies: Vec<raw::DumpedRule> = Nft::new()?
+            .socket
+            .dump_until(batch::nft_message(table.family, msg), wanted)
+            .map_err(|source| NftError::Request {
+                op: format!("list chain {table} {chain}"),
+                source,
+            })?;
+        if let Some(found) = replies.last().filter(|rule| wanted(rule)) {
+            return Ok(Some(found.decode()));
+        }
+        // Read to the end without a match: tell an empty chain from a missing one.
+        if Nft::new()?.chain_exists(table, chain)? {
+            Ok(None)
+        } else {
+            Err(NftError::Request {
+                op: format!("list chain {table} {chain}"),
+                source: io::Error::from_raw_os_error(libc::ENOENT),
+            })
+        }
+    }
+
     fn dump_rules(&mut self, table: &Table, chain: &str) -> Result<Vec<raw::DumpedRule>, NftError> {
         // A dump of a missing chain is simply empty: ask first, so a caller can tell them apart.
         if !self.chain_exists(table, chain)? {

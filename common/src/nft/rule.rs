@@ -284,6 +284,11 @@ enum Stmt {
         map: String,
     },
     Counter,
+    XtMatch {
+        name: String,
+        rev: u32,
+        info: Vec<u8>,
+    },
     Verdict(Verdict),
     NatTo {
         kind: NatKind,
@@ -482,6 +487,18 @@ impl Rule {
     #[must_use]
     pub fn counter(self) -> Rule {
         self.push(Stmt::Counter)
+    }
+
+    /// An xtables match, as `iptables-nft` writes the extensions it has no native form for:
+    /// `name` at revision `rev` with its `xt_*_info` structure (host byte order, padded to
+    /// the kernel's `XT_ALIGN`). `nft` lists it translated (`ct state …`) or as `xt match`.
+    #[must_use]
+    pub fn xt_match(self, name: &str, rev: u32, info: Vec<u8>) -> Rule {
+        self.push(Stmt::XtMatch {
+            name: name.to_string(),
+            rev,
+            info,
+        })
     }
 
     /// `accept`.
@@ -796,6 +813,11 @@ impl Encoder {
                 packets: 0,
                 bytes: 0,
             }),
+            Stmt::XtMatch { name, rev, info } => self.exprs.push(Expr::XtMatch {
+                name: name.clone(),
+                rev: *rev,
+                info: info.clone(),
+            }),
             Stmt::Verdict(v) => self.exprs.push(Expr::ImmediateVerdict(v.clone())),
             Stmt::NatTo { kind, addr, port } => {
                 let version = NfProto::of(*addr);
@@ -939,6 +961,7 @@ fn stmt_to_nft(stmt: &Stmt) -> String {
         Stmt::Lookup { keys, set } => format!("{} @{set}", concat_to_nft(keys)),
         Stmt::Vmap { keys, map } => format!("{} vmap @{map}", concat_to_nft(keys)),
         Stmt::Counter => "counter".to_string(),
+        Stmt::XtMatch { name, .. } => format!("xt match {name:?}"),
         Stmt::Verdict(v) => verdict_to_nft(v),
         Stmt::NatTo { kind, addr, port } => {
             let target = match (addr, port) {

@@ -4,19 +4,19 @@
 //!
 //! The read goes over nf_tables netlink where the tools are `iptables-nft`
 //! ([`Tools::snapshot`]), so it neither starts a process nor grows with the other attachments'
-//! rules; `iptables-save` otherwise. The tools' process starts dominate every call, so the two
-//! families run concurrently, nothing is exec'd that has nothing to do (no restore without
-//! lines, no family without addresses), and DEL deletes by handle over nf_tables netlink, or
-//! else first tries its deletions blind (one restore, no save) and reads the table only when
-//! that transaction fails.
+//! rules; `iptables-save` otherwise. The tools' process starts dominate every call, so nothing
+//! is exec'd that can be done without: where the tools are `iptables-nft`, an ADD that only
+//! appends an attachment's accepts (every ADD once a node has the skeleton) writes them over
+//! nf_tables netlink, encoded as the tools would ([`native::encode_rule`]), and DEL deletes
+//! by handle the same way. Otherwise the families' restores run concurrently, never without
+//! lines or for a family without addresses, and DEL first tries its deletions blind (one
+//! restore, no save), reading the table only when that transaction fails.
 
 use std::net::IpAddr;
 
 use common::conf::Attachment;
 use common::iptables::native::{self, Wanted};
-use common::iptables::{
-    Family, Iptables as Tools, IptablesError, PendingRestore, TableDump, restore_line,
-};
+use common::iptables::{Family, Iptables as Tools, IptablesError, TableDump, restore_line};
 use common::nft::{Batch, Family as NftFamily, Nft, Table, addr_bytes};
 
 use super::state::State;
@@ -105,13 +105,7 @@ fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, Firew
     let mut batch = Batch::new();
     let mut found = 0;
     for family in families {
-        let table = Table::new(
-            match family {
-                Family::V4 => NftFamily::Ip,
-                Family::V6 => NftFamily::Ip6,
-            },
-            FILTER_TABLE,
-        );
+        let table = filter_table(*family);
         let needles: Vec<Vec<u8>> = ips
             .iter()
             .filter(|ip| Family::of(ip) == *family)
@@ -155,6 +149,63 @@ fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, Firew
     Ok(true)
 }
 
+/// ADD's fast path where the tools are `iptables-nft` and the plans only append rules to
+/// `CNI-FORWARD` in forms [`native::encode_rule`] knows, i.e. an attachment's accepts once
+/// the node has the skeleton: the rules go in over nf_tables netlink, encoded as
+/// `iptables-restore` would have, both families in one transaction. That saves the restores'
+/// process starts (2 ms each, and competing for the CPU with the reads) and their loads of the
+/// table. Returns false when the caller must run the restores: a family's tools are legacy, a
+/// line is anything else (the first ADD on a node creates chains and jumps), or the
+/// transaction failed (logged).
+fn append_natively(plans: &[(Family, Vec<String>)]) -> bool {
+    const APPEND: &str = "-A CNI-FORWARD ";
+    let mut batch = Batch::new();
+    for (family, lines) in plans {
+        if !lines.is_empty() && !native::writes_nf_tables(*family) {
+            return false;
+        }
+        for line in lines {
+            // `restore_line` quotes an argument only when it needs it, and these forms'
+            // arguments never do: a line with a quote is another form.
+            let Some(args) = line
+                .strip_prefix(APPEND)
+                .filter(|a| !a.contains(['"', '\'']))
+            else {
+                return false;
+            };
+            let args: Vec<String> = args.split(' ').map(str::to_owned).collect();
+            let Some(rule) = native::encode_rule(*family, &args) else {
+                return false;
+            };
+            batch.add_rule(&filter_table(*family), CNI_FORWARD_CHAIN, &rule);
+        }
+    }
+    if batch.is_empty() {
+        return true;
+    }
+    match Nft::new().and_then(|mut nft| nft.apply(&batch)) {
+        Ok(()) => {
+            log::debug!("appended {} rule(s) over nf_tables netlink", batch.len());
+            true
+        }
+        Err(e) => {
+            log::debug!("appending over nf_tables failed ({e}); using iptables-restore");
+            false
+        }
+    }
+}
+
+/// The nf_tables table that `iptables-nft` keeps `family`'s `filter` table in.
+fn filter_table(family: Family) -> Table {
+    Table::new(
+        match family {
+            Family::V4 => NftFamily::Ip,
+            Family::V6 => NftFamily::Ip6,
+        },
+        FILTER_TABLE,
+    )
+}
+
 /// Whether the legacy (x_tables) `filter` table of `family` exists in the calling thread's
 /// namespace: only then can `iptables-legacy` hold rules that nf_tables does not list.
 fn legacy_filter_exists(family: Family) -> bool {
@@ -175,15 +226,29 @@ fn needles(family: Family, config: &Config, target: &Target) -> Vec<Vec<u8>> {
 }
 
 /// The chains of the `filter` table an ADD or CHECK reads: of `CNI-FORWARD`, which holds two
-/// accepts per attachment, only the rules that can be the ones wanted; of the admin chain,
-/// only whether it exists.
-fn read(family: Family, config: &Config, target: &Target) -> Result<TableDump, IptablesError> {
+/// accepts per attachment, only the rules that can be the ones wanted, and with `accepts`
+/// false only the first rule jumping to the admin chain (an ADD that knows the accepts are
+/// absent: the listing stops at the jump, near the top, so it does not grow with the other
+/// attachments); of the admin chain, only whether it exists. `iptables-save`, where the
+/// tools are legacy, reads everything.
+fn read(
+    family: Family,
+    config: &Config,
+    target: &Target,
+    accepts: bool,
+) -> Result<TableDump, IptablesError> {
     let needles = needles(family, config, target);
+    let admin = [config.admin_chain.as_bytes().to_vec()];
+    let cni_forward = if accepts {
+        Wanted::Containing(&needles)
+    } else {
+        Wanted::FirstContaining(&admin)
+    };
     Tools::new(family).snapshot(
         FILTER_TABLE,
         &[
+            (CNI_FORWARD_CHAIN, cni_forward),
             (FORWARD_CHAIN, Wanted::All),
-            (CNI_FORWARD_CHAIN, Wanted::Containing(&needles)),
             (&config.admin_chain, Wanted::Containing(&[])),
             (STAGE1_CHAIN, Wanted::All),
             (STAGE2_CHAIN, Wanted::All),
@@ -248,17 +313,16 @@ impl FirewallBackend for Iptables {
     fn add(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
         let _lock = self.state.lock()?;
         let families = target.families();
-        // Where the tools are iptables-nft, each family's restore starts now and loads while
-        // the chains are read; it gets its lines (or nothing) once they are known.
-        let pending: Vec<Option<PendingRestore>> = families
-            .iter()
-            .map(|family| {
-                native::writes_nf_tables(*family)
-                    .then(|| Tools::new(*family).start_restore(FILTER_TABLE).ok())
-                    .flatten()
-            })
-            .collect();
-        let saves = per_family(&families, |family| read(family, &self.config, target));
+        let name = owner.state_name();
+        let known = self.state.attachment(&name)?.is_some();
+        // Every accept this backend commits is recorded first, so unless the attachment or
+        // one of its addresses is recorded, its accepts are not in the table (but for copies
+        // written by something else, such as the Go plugin before an upgrade for a container
+        // ADDed again without a DEL, which are then duplicated; DEL removes every copy).
+        let accepts = known || self.state.claims_any(&target.ips)?;
+        let saves = per_family(&families, |family| {
+            read(family, &self.config, target, accepts)
+        });
         let mut plans: Vec<(Family, Vec<String>)> = Vec::new();
         for (family, dump) in saves {
             let dump: TableDump = dump?;
@@ -272,17 +336,13 @@ impl FirewallBackend for Iptables {
         // Recorded before any rule is committed: a call killed after its commit (or an
         // `iptables-restore` it fed, finishing after it) leaves rules that only the record
         // lets a DEL without prevResult find.
-        let name = owner.state_name();
-        let known = self.state.attachment(&name)?.is_some();
         self.state.record(&name, &target.ips)?;
-        let jobs: Vec<_> = plans.iter().zip(pending).collect();
+        if append_natively(&plans) {
+            return Ok(());
+        }
         let results: Vec<(Family, Result<(), IptablesError>)> =
-            concurrently(jobs, |((family, lines), pending)| {
-                let result = match pending {
-                    Some(pending) => pending.commit(lines),
-                    None => Tools::new(*family).restore(FILTER_TABLE, lines),
-                };
-                (*family, result)
+            concurrently(plans.iter().collect(), |(family, lines)| {
+                (*family, Tools::new(*family).restore(FILTER_TABLE, lines))
             });
         if results.iter().any(|(_, r)| r.is_err()) {
             // Undo this attachment's accepts in the families that committed; the skeleton and
@@ -316,7 +376,8 @@ impl FirewallBackend for Iptables {
 
     fn check(&mut self, _owner: &Owner, target: &Target) -> Result<(), FirewallError> {
         let families = target.families();
-        for (family, dump) in per_family(&families, |family| read(family, &self.config, target)) {
+        let read = |family| read(family, &self.config, target, true);
+        for (family, dump) in per_family(&families, read) {
             let dump = dump?;
             if let Some((chain, rule)) = iptables_missing(&dump, family, &self.config, target) {
                 let what = if rule.is_empty() {

@@ -119,6 +119,19 @@ impl State {
         Ok(())
     }
 
+    /// Whether an attachment claims one of `ips`.
+    ///
+    /// # Errors
+    /// An unreadable state file.
+    pub fn claims_any(&self, ips: &[IpAddr]) -> Result<bool, FirewallError> {
+        for ip in ips {
+            if self.ips.read::<String>(&ip.to_string())?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Whether `ip` is claimed by an attachment other than `name`.
     ///
     /// # Errors
