@@ -11,8 +11,7 @@
 //! the system allocator and is freed as usual, so the memory a call can hold for nothing is
 //! bounded by [`ARENA_SIZE`].
 //!
-//! Thread-safe (the bump is a compare-and-swap), and safe across `fork`, unlike a locking
-//! allocator: a child forked while another thread allocates sees a consistent offset.
+//! Thread-safe: the bump is a compare-and-swap, with no lock.
 //!
 //! Installed by [`crate::plugin_main!`] in the plugin binaries only; tests and tools keep the
 //! standard allocator.
