@@ -13,14 +13,15 @@
 //!   measured Go ADDs.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use common::netns::NetNs;
 use serde_json::{Value, json};
 
 use super::{
-    Exec, GO_IPTABLES, Install, Lifecycle, OURS_IPTABLES, OURS_NFTABLES, Options, Results, Samples,
-    ScalePoint, StateDirs, cutoff_note, time_exec,
+    Exec, GO_IPTABLES, Install, Lifecycle, OURS_IPTABLES, OURS_NFTABLES, Options, Results, Sample,
+    Samples, ScalePoint, StateDirs, cutoff_note, time_exec,
 };
 use crate::bins::{plugin_binary, reference_binary};
 use crate::netns::TestNetns;
@@ -131,6 +132,127 @@ impl Series {
     }
 }
 
+/// The address whose accepts [`time_kernel_append`] appends: outside every series' range.
+const PROBE_V4: &str = "10.71.255.254/32";
+const PROBE_V6: &str = "fd71::ffff/128";
+
+/// The median time the kernel takes to commit one attachment's four accepts (both families,
+/// one nf_tables transaction, as our iptables ADD sends them) into `CNI-FORWARD` of `ns`,
+/// timed from this process so that no plugin start is in it. Each append is deleted again,
+/// out of the timing.
+fn time_kernel_append(ns: &NetNs, iterations: usize) -> Result<Duration> {
+    use common::iptables::{Family, native};
+    use common::nft::{Batch, Family as NftFamily, Nft, Table, addr_bytes};
+    let accepts = |family: Family, cidr: &str| -> Result<Vec<common::nft::Rule>> {
+        let forms = [
+            vec![
+                "-d",
+                cidr,
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "RELATED,ESTABLISHED",
+            ],
+            vec!["-s", cidr],
+        ];
+        forms
+            .into_iter()
+            .map(|mut args| {
+                args.extend(["-j", "ACCEPT"]);
+                let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+                native::encode_rule(family, &args).context("an accept the encoder knows")
+            })
+            .collect()
+    };
+    let tables = [
+        (
+            Table::new(NftFamily::Ip, "filter"),
+            accepts(Family::V4, PROBE_V4)?,
+            PROBE_V4,
+        ),
+        (
+            Table::new(NftFamily::Ip6, "filter"),
+            accepts(Family::V6, PROBE_V6)?,
+            PROBE_V6,
+        ),
+    ];
+    let mut samples = Samples::default();
+    ns.run(|| -> Result<()> {
+        let mut nft = Nft::new()?;
+        for _ in 0..=iterations {
+            let mut add = Batch::new();
+            for (table, rules, _) in &tables {
+                for rule in rules {
+                    add.add_rule(table, "CNI-FORWARD", rule);
+                }
+            }
+            let start = Instant::now();
+            nft.apply(&add)?;
+            samples.push(Sample {
+                elapsed: start.elapsed(),
+                max_rss_kib: None,
+            });
+            let mut del = Batch::new();
+            for (table, _, cidr) in &tables {
+                let addr: std::net::IpAddr = cidr.split('/').next().unwrap_or_default().parse()?;
+                let needle = addr_bytes(addr);
+                for rule in nft.rules_containing(table, "CNI-FORWARD", &[&needle])? {
+                    del.delete_rule(table, "CNI-FORWARD", rule.handle);
+                }
+            }
+            nft.apply(&del)?;
+            // A commit in a namespace right after one that deleted rules waits for the
+            // kernel to free them (an RCU grace period, 3-12 ms here): let that pass, so the
+            // next append is timed alone.
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        Ok(())
+    })??;
+    // The first append warmed up.
+    samples.0.remove(0);
+    Ok(samples.median())
+}
+
+/// What [`time_kernel_append`] measured at each size, beside the growth of our iptables ADD
+/// (`ours_add`: its median at each size), for the report.
+fn kernel_append_note(kernel: &[(usize, Duration)], ours_add: &[(usize, Duration)]) -> String {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let figures: Vec<String> = kernel
+        .iter()
+        .map(|(size, d)| format!("{:.2} ms at {size}", ms(*d)))
+        .collect();
+    let growth = |points: &[(usize, Duration)], size: usize| {
+        let at = |n| points.iter().find(|(s, _)| *s == n).map(|(_, d)| ms(*d));
+        Some(at(size)? - at(0)?)
+    };
+    let compared: Vec<String> = kernel
+        .iter()
+        .filter(|(size, _)| *size > 0)
+        .filter_map(|(size, _)| {
+            Some(format!(
+                "{:+.2} ms of {:+.2} ms at {size}",
+                growth(kernel, *size)?,
+                growth(ours_add, *size)?
+            ))
+        })
+        .collect();
+    format!(
+        "firewall: the kernel alone takes {} others to commit one attachment's four accepts \
+         (both families, one nf_tables transaction, timed from the bench process: no plugin \
+         start in it); of the growth of our iptables ADD's median over 0 others, that is {}. \
+         The kernel re-checks every chain reachable from a base chain and re-packs a changed \
+         chain whole at each commit, so any writer of the reference's iptables layout (our \
+         iptables backend, iptables-restore, the Go plugin) pays this growth on each ADD; the \
+         nftables backend adds set elements and no rules, so it does not.",
+        figures.join(", "),
+        if compared.is_empty() {
+            "not measured (no size above 0)".to_owned()
+        } else {
+            compared.join(", ")
+        }
+    )
+}
+
 /// The scale series; see the module docs.
 fn scale(options: &Options, ours: &Path, reference: &Path) -> Result<Results> {
     let ctr = TestNetns::new("bench-fwsc")?;
@@ -143,6 +265,7 @@ fn scale(options: &Options, ours: &Path, reference: &Path) -> Result<Results> {
     let sizes = options.scale_sizes("firewall");
     let iterations = options.scale_iterations();
     let mut results = Results::default();
+    let mut kernel_append: Vec<(usize, Duration)> = Vec::new();
     let mut installed = 0;
     for &size in &sizes {
         series.retain(|s| !s.reference || size <= options.reference_max_size);
@@ -185,6 +308,7 @@ fn scale(options: &Options, ours: &Path, reference: &Path) -> Result<Results> {
                 }
             }
         }
+        kernel_append.push((size, time_kernel_append(&series[0].ns, iterations)?));
         for ((s, add), del) in series.iter().zip(add).zip(del) {
             results.scale.push(ScalePoint {
                 suite: "firewall".to_owned(),
@@ -205,6 +329,15 @@ fn scale(options: &Options, ours: &Path, reference: &Path) -> Result<Results> {
             });
         }
     }
+    let ours_add: Vec<(usize, Duration)> = results
+        .scale
+        .iter()
+        .filter(|p| p.series == OURS_IPTABLES)
+        .map(|p| (p.others, p.add.median()))
+        .collect();
+    results
+        .notes
+        .push(kernel_append_note(&kernel_append, &ours_add));
     let go_installs = results
         .scale
         .iter()
