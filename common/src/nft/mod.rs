@@ -443,11 +443,7 @@ impl Nft {
         chain: &str,
         needles: &[&[u8]],
     ) -> Result<Vec<ListedRule>, NftError> {
-        let finders: Vec<memchr::memmem::Finder> = needles
-            .iter()
-            .filter(|n| !n.is_empty())
-            .map(memchr::memmem::Finder::new)
-            .collect();
+        let finders = finders(needles);
         Ok(self
             .dump_rules(table, chain)?
             .iter()
@@ -470,26 +466,14 @@ impl Nft {
         chain: &str,
         needles: &[&[u8]],
     ) -> Result<Option<ListedRule>, NftError> {
-        let finders: Vec<memchr::memmem::Finder> = needles
-            .iter()
-            .filter(|n| !n.is_empty())
-            .map(memchr::memmem::Finder::new)
-            .collect();
+        let finders = finders(needles);
         let wanted =
             |rule: &raw::DumpedRule| rule.is_in(&table.name, chain) && rule.contains_any(&finders);
-        let msg = NfTablesMessage::GetRule(RuleMessage {
-            attributes: vec![
-                RuleAttribute::Table(table.name.clone()),
-                RuleAttribute::Chain(chain.to_string()),
-            ],
-        });
+        let msg = get_rules(table, chain);
         let replies: Vec<raw::DumpedRule> = Nft::new()?
             .socket
             .dump_until(batch::nft_message(table.family, msg), wanted)
-            .map_err(|source| NftError::Request {
-                op: format!("list chain {table} {chain}"),
-                source,
-            })?;
+            .map_err(|source| list_chain_error(table, chain, source))?;
         if let Some(found) = replies.last().filter(|rule| wanted(rule)) {
             return Ok(Some(found.decode()));
         }
@@ -497,32 +481,20 @@ impl Nft {
         if Nft::new()?.chain_exists(table, chain)? {
             Ok(None)
         } else {
-            Err(NftError::Request {
-                op: format!("list chain {table} {chain}"),
-                source: io::Error::from_raw_os_error(libc::ENOENT),
-            })
+            Err(list_chain_error(table, chain, missing()))
         }
     }
 
     fn dump_rules(&mut self, table: &Table, chain: &str) -> Result<Vec<raw::DumpedRule>, NftError> {
         // A dump of a missing chain is simply empty: ask first, so a caller can tell them apart.
         if !self.chain_exists(table, chain)? {
-            return Err(NftError::Request {
-                op: format!("list chain {table} {chain}"),
-                source: io::Error::from_raw_os_error(libc::ENOENT),
-            });
+            return Err(list_chain_error(table, chain, missing()));
         }
-        let msg = NfTablesMessage::GetRule(RuleMessage {
-            attributes: vec![
-                RuleAttribute::Table(table.name.clone()),
-                RuleAttribute::Chain(chain.to_string()),
-            ],
-        });
-        let op = || format!("list chain {table} {chain}");
+        let msg = get_rules(table, chain);
         let mut replies: Vec<raw::DumpedRule> = self
             .socket
             .dump_as(batch::nft_message(table.family, msg))
-            .map_err(|source| NftError::Request { op: op(), source })?;
+            .map_err(|source| list_chain_error(table, chain, source))?;
         // Old kernels ignore the dump filter: keep only this chain's rules.
         replies.retain(|reply| reply.is_in(&table.name, chain));
         Ok(replies)
@@ -684,6 +656,38 @@ fn decode_element(
         }
     }
     (!element.key.is_empty()).then_some(element)
+}
+
+/// Substring finders for `needles`, empty ones left out (they would match every rule).
+fn finders<'a>(needles: &[&'a [u8]]) -> Vec<memchr::memmem::Finder<'a>> {
+    needles
+        .iter()
+        .filter(|n| !n.is_empty())
+        .map(|n| memchr::memmem::Finder::new(*n))
+        .collect()
+}
+
+/// The request listing the rules of `chain` in `table`.
+fn get_rules(table: &Table, chain: &str) -> NfTablesMessage {
+    NfTablesMessage::GetRule(RuleMessage {
+        attributes: vec![
+            RuleAttribute::Table(table.name.clone()),
+            RuleAttribute::Chain(chain.to_string()),
+        ],
+    })
+}
+
+/// A failure to list `chain` in `table`.
+fn list_chain_error(table: &Table, chain: &str, source: io::Error) -> NftError {
+    NftError::Request {
+        op: format!("list chain {table} {chain}"),
+        source,
+    }
+}
+
+/// The error of a table or chain that does not exist.
+fn missing() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOENT)
 }
 
 #[cfg(test)]
