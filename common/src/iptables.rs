@@ -465,9 +465,16 @@ fn finish(started: Started, stdin: Option<&[u8]>) -> Result<Output, IptablesErro
         program: program.clone(),
         source,
     };
+    let mut unread = None;
     if let Some(mut pipe) = child.stdin.take() {
         // Scripts are small; the pipe buffer takes them whole. Dropping the pipe sends EOF.
-        pipe.write_all(stdin.unwrap_or_default()).map_err(io)?;
+        match pipe.write_all(stdin.unwrap_or_default()) {
+            Ok(()) => {}
+            // A tool that exits without reading its script (one that cannot start, say)
+            // closes the pipe first: its status and stderr tell why, so they are reported.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => unread = Some(e),
+            Err(e) => return Err(io(e)),
+        }
     }
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
@@ -490,7 +497,10 @@ fn finish(started: Started, stdin: Option<&[u8]>) -> Result<Output, IptablesErro
         }
     };
     if out.status.success() {
-        return Ok(out);
+        return match unread {
+            Some(e) => Err(io(e)),
+            None => Ok(out),
+        };
     }
     let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
     if out.status.code() == Some(RESOURCE_PROBLEM) && stderr.contains("xtables lock") {
@@ -543,6 +553,31 @@ COMMIT
             ]
         ));
         assert!(!dump.has_rule("CNI-HOSTPORT-DNAT", &["-j", "CNI-DN-1"]));
+    }
+
+    #[test]
+    fn a_tool_that_exits_without_reading_its_script_is_reported_by_its_own_words() {
+        // More than a pipe buffer, so the write is still blocked when the tool exits.
+        let script = vec![b'#'; 1 << 20];
+        let run = |code: &str| {
+            let args = ["-c", code];
+            let child = spawn("sh", &args, true).unwrap();
+            finish(
+                Started {
+                    child,
+                    program: "sh".to_owned(),
+                    args: args.iter().map(|a| (*a).to_owned()).collect(),
+                    limit: Duration::from_secs(10),
+                },
+                Some(&script),
+            )
+        };
+        match run("echo 'cannot start' >&2; exit 2") {
+            Err(IptablesError::Failed { stderr, .. }) => assert_eq!(stderr, "cannot start"),
+            other => panic!("{other:?}"),
+        }
+        // Exiting 0 with the script unread is no success.
+        assert!(matches!(run("exit 0"), Err(IptablesError::Io { .. })));
     }
 
     #[test]
