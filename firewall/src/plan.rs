@@ -208,10 +208,48 @@ fn isolation_rules(bridge: &str, policy: IngressPolicy) -> Vec<(&'static str, Pl
     rules
 }
 
-/// Restore lines that make `dump` hold what ADD of `target` needs in `family`: the chains the
-/// dump lacks (`-N`; never `:CHAIN`, which would flush an existing one), the jumps if absent
-/// anywhere in their chain (inserted first), the per-address accepts if absent (appended), and
-/// the bridge's isolation rules. Empty when everything is in place.
+/// What ADD of an attachment writes in one family, in order: `head`, the accepts, `tail`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AddPlan {
+    /// Restore lines for the chains the table lacks (`-N`; never `:CHAIN`, which would flush
+    /// an existing one) and the jumps absent anywhere in their chain (inserted first).
+    pub head: Vec<String>,
+    /// The attachment's accepts that `CNI-FORWARD` lacks, as the arguments of `-A CNI-FORWARD`.
+    pub accepts: Vec<Vec<String>>,
+    /// Restore lines for the bridge's isolation chains and rules.
+    pub tail: Vec<String>,
+}
+
+impl AddPlan {
+    /// True when everything is in place.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.head.is_empty() && self.accepts.is_empty() && self.tail.is_empty()
+    }
+
+    /// True when the only writes are accepts appended to `CNI-FORWARD`.
+    #[must_use]
+    pub fn only_appends_accepts(&self) -> bool {
+        self.head.is_empty() && self.tail.is_empty()
+    }
+
+    /// Every write as restore lines, in order.
+    ///
+    /// # Errors
+    /// An argument that cannot be written on a restore line.
+    pub fn lines(&self) -> Result<Vec<String>, IptablesError> {
+        let mut lines = self.head.clone();
+        for args in &self.accepts {
+            lines.push(restore_line("-A", CNI_FORWARD_CHAIN, args)?);
+        }
+        lines.extend(self.tail.iter().cloned());
+        Ok(lines)
+    }
+}
+
+/// What makes `dump` hold what ADD of `target` needs in `family` ([`AddPlan`]): the chains
+/// the dump lacks, the jumps if absent anywhere in their chain, the per-address accepts if
+/// absent, and the bridge's isolation rules. Empty when everything is in place.
 ///
 /// # Errors
 /// An argument that cannot be written on a restore line.
@@ -220,32 +258,35 @@ pub fn iptables_add(
     family: Family,
     config: &Config,
     target: &Target,
-) -> Result<Vec<String>, IptablesError> {
-    let mut lines = Vec::new();
+) -> Result<AddPlan, IptablesError> {
+    let mut plan = AddPlan::default();
     for chain in [CNI_FORWARD_CHAIN, config.admin_chain.as_str()] {
         if !dump.has_chain(chain) {
-            lines.push(restore_line::<&str>("-N", chain, &[])?);
+            plan.head.push(restore_line::<&str>("-N", chain, &[])?);
         }
     }
     let fwd = forward_jump();
     if !dump.has_rule(FORWARD_CHAIN, &fwd) {
-        lines.push(restore_line("-I", FORWARD_CHAIN, &fwd)?);
+        plan.head.push(restore_line("-I", FORWARD_CHAIN, &fwd)?);
     }
     let admin = admin_jump(&config.admin_chain);
     if !dump.has_rule(CNI_FORWARD_CHAIN, &admin) {
-        lines.push(restore_line("-I", CNI_FORWARD_CHAIN, &admin)?);
+        plan.head
+            .push(restore_line("-I", CNI_FORWARD_CHAIN, &admin)?);
     }
     for ip in target.ips_of(family) {
         for rule in ip_rules(ip) {
             if !dump.has_rule(CNI_FORWARD_CHAIN, &rule) {
-                lines.push(restore_line("-A", CNI_FORWARD_CHAIN, &rule)?);
+                plan.accepts.push(rule);
             }
         }
     }
     if let Some(bridge) = &target.bridge {
-        lines.extend(iptables_isolation(dump, config.ingress, bridge)?);
+        plan.tail = iptables_isolation(dump, config.ingress, bridge)?;
     }
-    Ok(lines)
+    // Rendered once here, so a rule that cannot be written fails before anything is done.
+    plan.lines()?;
+    Ok(plan)
 }
 
 /// Restore lines that add the isolation chains and rules of `bridge` under `policy` that
@@ -395,6 +436,8 @@ COMMIT
             &config(IngressPolicy::Open),
             &target(None),
         )
+        .unwrap()
+        .lines()
         .unwrap();
         assert_eq!(
             lines,
@@ -413,6 +456,8 @@ COMMIT
             &config(IngressPolicy::Open),
             &target(None),
         )
+        .unwrap()
+        .lines()
         .unwrap();
         assert!(v6.contains(&"-A CNI-FORWARD -s fd01::5/128 -j ACCEPT".to_owned()));
     }
@@ -432,11 +477,16 @@ COMMIT
             ips: vec!["10.1.0.6".parse().unwrap()],
             bridge: Some("br0".into()),
         };
+        let append = iptables_add(&dump, Family::V4, &c, &other).unwrap();
+        assert!(append.only_appends_accepts(), "{append:?}");
+        assert_eq!(append.accepts, ip_rules("10.1.0.6".parse().unwrap()));
         let (chain, rule) = iptables_missing(&dump, Family::V4, &c, &other).unwrap();
         assert_eq!(chain, "CNI-FORWARD");
         assert_eq!(rule[1], "10.1.0.6/32");
         let isolated = config(IngressPolicy::Isolated);
-        let lines = iptables_add(&dump, Family::V4, &isolated, &t).unwrap();
+        let plan = iptables_add(&dump, Family::V4, &isolated, &t).unwrap();
+        assert!(plan.accepts.is_empty() && !plan.only_appends_accepts());
+        let lines = plan.lines().unwrap();
         assert_eq!(
             lines,
             [
@@ -455,7 +505,10 @@ COMMIT
             ips: vec!["10.1.0.5".parse().unwrap()],
             bridge: Some("br0".into()),
         };
-        let lines = iptables_add(&dump, Family::V4, &c, &t).unwrap();
+        let lines = iptables_add(&dump, Family::V4, &c, &t)
+            .unwrap()
+            .lines()
+            .unwrap();
         assert_eq!(lines.len(), 2 + 2 + 2 + 2 + 5);
         assert!(lines[..2].iter().all(|l| l.starts_with("-N ")));
         assert!(

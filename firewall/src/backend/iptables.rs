@@ -24,7 +24,7 @@ use super::{FirewallBackend, Owner};
 use crate::config::Config;
 use crate::error::FirewallError;
 use crate::names::{CNI_FORWARD_CHAIN, FILTER_TABLE, FORWARD_CHAIN, STAGE1_CHAIN, STAGE2_CHAIN};
-use crate::plan::{Target, ip_rules, iptables_add, iptables_del, iptables_missing};
+use crate::plan::{AddPlan, Target, ip_rules, iptables_add, iptables_del, iptables_missing};
 
 /// Runs `f` on every item, concurrently when there are several (each runs its own tool
 /// processes), and returns the results in order.
@@ -149,32 +149,24 @@ fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, Firew
     Ok(true)
 }
 
-/// ADD's fast path where the tools are `iptables-nft` and the plans only append rules to
-/// `CNI-FORWARD` in forms [`native::encode_rule`] knows, i.e. an attachment's accepts once
-/// the node has the skeleton: the rules go in over nf_tables netlink, encoded as
+/// ADD's fast path where the tools are `iptables-nft` and the plans only append accepts to
+/// `CNI-FORWARD` (every ADD once the node has the skeleton), in forms
+/// [`native::encode_rule`] knows: the rules go in over nf_tables netlink, encoded as
 /// `iptables-restore` would have, both families in one transaction. That saves the restores'
 /// process starts (2 ms each, and competing for the CPU with the reads) and their loads of the
-/// table. Returns false when the caller must run the restores: a family's tools are legacy, a
-/// line is anything else (the first ADD on a node creates chains and jumps), or the
+/// table. Returns false when the caller must run the restores: a family's tools are legacy,
+/// the plan writes anything else (the first ADD on a node creates chains and jumps), or the
 /// transaction failed (logged).
-fn append_natively(plans: &[(Family, Vec<String>)]) -> bool {
-    const APPEND: &str = "-A CNI-FORWARD ";
+fn append_natively(plans: &[(Family, AddPlan)]) -> bool {
     let mut batch = Batch::new();
-    for (family, lines) in plans {
-        if !lines.is_empty() && !native::writes_nf_tables(*family) {
+    for (family, plan) in plans {
+        if !plan.only_appends_accepts()
+            || (!plan.accepts.is_empty() && !native::writes_nf_tables(*family))
+        {
             return false;
         }
-        for line in lines {
-            // `restore_line` quotes an argument only when it needs it, and these forms'
-            // arguments never do: a line with a quote is another form.
-            let Some(args) = line
-                .strip_prefix(APPEND)
-                .filter(|a| !a.contains(['"', '\'']))
-            else {
-                return false;
-            };
-            let args: Vec<String> = args.split(' ').map(str::to_owned).collect();
-            let Some(rule) = native::encode_rule(*family, &args) else {
+        for args in &plan.accepts {
+            let Some(rule) = native::encode_rule(*family, args) else {
                 return false;
             };
             batch.add_rule(&filter_table(*family), CNI_FORWARD_CHAIN, &rule);
@@ -323,7 +315,7 @@ impl FirewallBackend for Iptables {
         let saves = per_family(&families, |family| {
             read(family, &self.config, target, accepts)
         });
-        let mut plans: Vec<(Family, Vec<String>)> = Vec::new();
+        let mut plans: Vec<(Family, AddPlan)> = Vec::new();
         for (family, dump) in saves {
             let dump: TableDump = dump?;
             if plans.is_empty() && !dump.has_chain(CNI_FORWARD_CHAIN) {
@@ -341,8 +333,11 @@ impl FirewallBackend for Iptables {
             return Ok(());
         }
         let results: Vec<(Family, Result<(), IptablesError>)> =
-            concurrently(plans.iter().collect(), |(family, lines)| {
-                (*family, Tools::new(*family).restore(FILTER_TABLE, lines))
+            concurrently(plans.iter().collect(), |(family, plan)| {
+                let result = plan
+                    .lines()
+                    .and_then(|lines| Tools::new(*family).restore(FILTER_TABLE, &lines));
+                (*family, result)
             });
         if results.iter().any(|(_, r)| r.is_err()) {
             // Undo this attachment's accepts in the families that committed; the skeleton and
@@ -351,14 +346,14 @@ impl FirewallBackend for Iptables {
                 if result.is_err() {
                     continue;
                 }
-                let undo: Vec<String> = plans
+                let undo: Result<Vec<String>, IptablesError> = plans
                     .iter()
                     .filter(|(f, _)| f == family)
-                    .flat_map(|(_, lines)| lines)
-                    .filter_map(|l| l.strip_prefix("-A CNI-FORWARD "))
-                    .map(|rest| format!("-D CNI-FORWARD {rest}"))
+                    .flat_map(|(_, plan)| &plan.accepts)
+                    .map(|args| restore_line("-D", CNI_FORWARD_CHAIN, args))
                     .collect();
-                if let Err(u) = Tools::new(*family).restore(FILTER_TABLE, &undo) {
+                let undone = undo.and_then(|undo| Tools::new(*family).restore(FILTER_TABLE, &undo));
+                if let Err(u) = undone {
                     log::warn!("ADD rollback in {family} failed: {u}");
                 }
             }
