@@ -12,6 +12,7 @@
 //! - [`traffic`]: TCP/UDP/HTTP servers and clients in namespaces, and `iperf3` runs.
 //! - [`result`]: lookups in a CNI result (an address of a family, the host veth).
 //! - [`process`]: child processes spawned inside a namespace and waited for with a deadline.
+//! - [`mounts`]: private mount namespaces for tests that change mounts.
 //!
 //! Everything needs root and fails (never skips) without it. Nothing here touches the machine's
 //! own network namespace: namespaces are created on throwaway threads, commands and plugins are
@@ -21,6 +22,7 @@
 pub mod bench;
 pub mod bins;
 pub mod main_plugin;
+pub mod mounts;
 pub mod netns;
 pub mod process;
 pub mod result;

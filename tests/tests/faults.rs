@@ -65,9 +65,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use common::lock::FileLock;
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use nix::sched::{CloneFlags, unshare};
 use serde_json::{Value, json};
 use snapshot::{Scope, Snapshot};
+use tests::mounts::with_private_mounts;
 use tests::{
     CniErrorObject, NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology,
     bins, main_plugin, process,
@@ -90,17 +90,8 @@ const FIREWALL_RUN: &str = "/run/cni-firewall";
 /// test's namespaces (`/run/netns`), the plugins' state and lock files all live there and go
 /// with the thread; the machine's mounts never see any of it.
 fn isolated<T: Send>(f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
-    std::thread::scope(|s| {
-        let thread = s.spawn(|| -> Result<T> {
-            unshare(CloneFlags::CLONE_NEWNS).context("unshare(CLONE_NEWNS) needs root")?;
-            mount(
-                None::<&str>,
-                "/",
-                None::<&str>,
-                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-                None::<&str>,
-            )
-            .context("make / private")?;
+    with_private_mounts(
+        || {
             mount(
                 Some("tmpfs"),
                 "/run",
@@ -108,14 +99,10 @@ fn isolated<T: Send>(f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
                 MsFlags::empty(),
                 Some("mode=0755"),
             )
-            .context("tmpfs on /run")?;
-            f()
-        });
-        match thread.join() {
-            Ok(result) => result,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    })
+            .context("tmpfs on /run")
+        },
+        f,
+    )
 }
 
 /// `dir` bind-mounted read-only on itself (in the calling thread's mount namespace) until

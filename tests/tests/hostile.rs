@@ -43,11 +43,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use nix::sched::{CloneFlags, unshare};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestCaseError, TestRunner};
 use serde_json::{Value, json};
+use tests::mounts::with_private_mounts;
 use tests::netns::NETNS_RUN_DIR;
 use tests::{TestNetns, veth_pair};
 
@@ -291,48 +291,36 @@ fn with_private_run<T: Send>(
     let keep = tempfile::tempdir().context("tempdir for /run/netns")?;
     let keep_path = keep.path().to_path_buf();
     let names: Vec<String> = namespaces.iter().map(|n| n.name().to_owned()).collect();
-    std::thread::scope(|s| {
-        s.spawn(|| -> Result<T> {
-            let bind = |from: &Path, to: &Path| {
-                mount(
-                    Some(from),
-                    to,
-                    None::<&str>,
-                    MsFlags::MS_BIND | MsFlags::MS_REC,
-                    None::<&str>,
-                )
-                .with_context(|| format!("bind {} on {}", from.display(), to.display()))
-            };
-            unshare(CloneFlags::CLONE_NEWNS).context("unshare(CLONE_NEWNS) needs root")?;
+    let setup = || -> Result<()> {
+        let bind = |from: &Path, to: &Path| {
             mount(
+                Some(from),
+                to,
                 None::<&str>,
-                "/",
-                None::<&str>,
-                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                MsFlags::MS_BIND | MsFlags::MS_REC,
                 None::<&str>,
             )
-            .context("make / private")?;
-            bind(Path::new(NETNS_RUN_DIR), &keep_path)?;
-            mount(
-                Some("tmpfs"),
-                "/run",
-                Some("tmpfs"),
-                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-                Some("mode=755,size=64m"),
-            )
-            .context("tmpfs on /run")?;
-            std::fs::create_dir(NETNS_RUN_DIR).context("mkdir /run/netns")?;
-            for name in &names {
-                let target = Path::new(NETNS_RUN_DIR).join(name);
-                std::fs::write(&target, "").context("mount point in /run/netns")?;
-                bind(&keep_path.join(name), &target)?;
-            }
-            umount2(&keep_path, MntFlags::MNT_DETACH).context("unmount the aside copy")?;
-            f()
-        })
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
+            .with_context(|| format!("bind {} on {}", from.display(), to.display()))
+        };
+        bind(Path::new(NETNS_RUN_DIR), &keep_path)?;
+        mount(
+            Some("tmpfs"),
+            "/run",
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=755,size=64m"),
+        )
+        .context("tmpfs on /run")?;
+        std::fs::create_dir(NETNS_RUN_DIR).context("mkdir /run/netns")?;
+        for name in &names {
+            let target = Path::new(NETNS_RUN_DIR).join(name);
+            std::fs::write(&target, "").context("mount point in /run/netns")?;
+            bind(&keep_path.join(name), &target)?;
+        }
+        umount2(&keep_path, MntFlags::MNT_DETACH).context("unmount the aside copy")?;
+        Ok(())
+    };
+    with_private_mounts(setup, f)
 }
 
 /// A host namespace where the plugins run, a container namespace joined to it by a veth, and

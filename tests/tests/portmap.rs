@@ -7,10 +7,10 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, ensure};
+use anyhow::{Context, Result, ensure};
 use nix::mount::{MsFlags, mount};
-use nix::sched::{CloneFlags, unshare};
 use serde_json::{Value, json};
+use tests::mounts::with_private_mounts;
 use tests::netns::{CLIENT_V4, HOST_UPLINK_V4, HOST_UPLINK_V6};
 use tests::traffic::{TcpServer, UdpServer, tcp_request, udp_request, udp_request_from};
 use tests::{
@@ -504,30 +504,6 @@ fn gc_removes_attachments_that_are_not_valid_and_keeps_the_others(
     f.runtime.del(&list, &rt2)?;
     ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     Ok(())
-}
-
-/// Runs `f` on a thread with a private mount namespace prepared by `setup`; plugins spawned
-/// from that thread see its mounts, nothing propagates back to the machine.
-fn with_private_mounts<T: Send>(
-    setup: impl FnOnce() -> Result<()> + Send,
-    f: impl FnOnce() -> Result<T> + Send,
-) -> Result<T> {
-    std::thread::scope(|s| {
-        s.spawn(|| -> Result<T> {
-            unshare(CloneFlags::CLONE_NEWNS).context("unshare(CLONE_NEWNS) needs root")?;
-            mount(
-                None::<&str>,
-                "/",
-                None::<&str>,
-                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-                None::<&str>,
-            )?;
-            setup()?;
-            f()
-        })
-        .join()
-        .map_err(|_| anyhow!("private mount thread panicked"))?
-    })
 }
 
 fn bind(from: &std::path::Path, to: &str, read_only: bool) -> Result<()> {

@@ -7,10 +7,10 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, anyhow, ensure};
+use anyhow::{Context, Result, ensure};
 use nix::mount::{MsFlags, mount};
-use nix::sched::{CloneFlags, unshare};
 use serde_json::{Value, json};
+use tests::mounts::with_private_mounts;
 use tests::{
     NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
 };
@@ -196,35 +196,23 @@ fn with_allowlist<T: Send>(contents: &str, f: impl FnOnce() -> Result<T> + Send)
     std::fs::create_dir_all(upper.join("cni/tuning"))?;
     std::fs::create_dir_all(&work)?;
     std::fs::write(upper.join("cni/tuning/allowlist.conf"), contents)?;
-    std::thread::scope(|s| {
-        s.spawn(|| -> Result<T> {
-            unshare(CloneFlags::CLONE_NEWNS).context("unshare(CLONE_NEWNS) needs root")?;
-            // Nothing mounted here may propagate back to the machine.
-            mount(
-                None::<&str>,
-                "/",
-                None::<&str>,
-                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-                None::<&str>,
-            )?;
-            let options = format!(
-                "lowerdir=/etc,upperdir={},workdir={}",
-                upper.display(),
-                work.display()
-            );
-            mount(
-                Some("overlay"),
-                "/etc",
-                Some("overlay"),
-                MsFlags::empty(),
-                Some(options.as_str()),
-            )
-            .context("overlay mount on /etc in the private mount namespace")?;
-            f()
-        })
-        .join()
-        .map_err(|_| anyhow!("allowlist thread panicked"))?
-    })
+    let setup = || -> Result<()> {
+        let options = format!(
+            "lowerdir=/etc,upperdir={},workdir={}",
+            upper.display(),
+            work.display()
+        );
+        mount(
+            Some("overlay"),
+            "/etc",
+            Some("overlay"),
+            MsFlags::empty(),
+            Some(options.as_str()),
+        )
+        .context("overlay mount on /etc in the private mount namespace")?;
+        Ok(())
+    };
+    with_private_mounts(setup, f)
 }
 
 /// Our tuning alone on a container netns with an `eth0`, given a fake prevResult.
