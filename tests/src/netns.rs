@@ -283,6 +283,43 @@ pub fn plugin_state_dirs(ino: u64) -> [PathBuf; 2] {
     ]
 }
 
+/// [`plugin_state_dirs`] of a host namespace, removed now (a fresh namespace may reuse the
+/// inode of one whose state a killed run left) and when dropped, for tests and benches that
+/// install attachments they never delete one by one.
+#[derive(Debug)]
+pub struct StateDirs(Vec<PathBuf>);
+
+impl StateDirs {
+    /// The state directories of `host`, emptied.
+    ///
+    /// # Errors
+    /// When the namespace cannot be stat'ed.
+    pub fn of(host: &TestNetns) -> anyhow::Result<StateDirs> {
+        use std::os::unix::fs::MetadataExt as _;
+        let ino = std::fs::metadata(host.path())?.ino();
+        let dirs = StateDirs(plugin_state_dirs(ino).to_vec());
+        dirs.remove();
+        Ok(dirs)
+    }
+
+    /// portmap's, then firewall's.
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.0
+    }
+
+    fn remove(&self) {
+        for dir in &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl Drop for StateDirs {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
 /// Removes [`plugin_state_dirs`] of the namespace at `path`. A node's namespace lives as long as
 /// the node, so nothing removes them there; a test's namespace goes away, and they go with it.
 /// Called while the namespace is still mounted, so that no other namespace can have taken over

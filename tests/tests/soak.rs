@@ -43,8 +43,6 @@ mod chain;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::os::unix::fs::MetadataExt as _;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
@@ -52,6 +50,7 @@ use common::conntrack::{Conntrack, Flow};
 use common::nft::{L4Proto, NfProto};
 use serde_json::{Value, json};
 use tests::netns::HOST_UPLINK_V4;
+use tests::netns::StateDirs;
 use tests::traffic::{TcpServer, UdpServer, tcp_request, udp_request};
 use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, Topology, main_plugin};
 
@@ -78,31 +77,6 @@ const BANNER: &str = "soak";
 const TIMEOUT: Duration = Duration::from_secs(3);
 /// How long bandwidth's reapers may take to delete the retired IFBs after DEL returns.
 const SETTLE: Duration = Duration::from_secs(30);
-
-/// The host's state directories under `/run` (keyed by its namespace inode), removed when the
-/// test ends; anything there before belonged to a dead namespace with the same inode.
-struct RunDirs(Vec<PathBuf>);
-
-impl RunDirs {
-    fn of(host: &TestNetns) -> Result<RunDirs> {
-        let ino = std::fs::metadata(host.path())?.ino();
-        let dirs = RunDirs(tests::netns::plugin_state_dirs(ino).to_vec());
-        dirs.remove();
-        Ok(dirs)
-    }
-
-    fn remove(&self) {
-        for dir in &self.0 {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
-impl Drop for RunDirs {
-    fn drop(&mut self) {
-        self.remove();
-    }
-}
 
 /// The chain with portmap's and firewall's backends.
 fn chain(scratch: &std::path::Path, portmap: &str, firewall: &str) -> NetworkConfigList {
@@ -171,13 +145,13 @@ fn udp_flows(flows: &[Flow]) -> Vec<String> {
 }
 
 /// Everything that must be the same before and after the soak.
-fn state(topo: &Topology, scratch: &std::path::Path, run: &RunDirs) -> Result<Vec<Snapshot>> {
+fn state(topo: &Topology, scratch: &std::path::Path, run: &StateDirs) -> Result<Vec<Snapshot>> {
     snapshot::wait_for_reapers(&topo.host, SETTLE)?;
     snapshot::wait_for_no_processes(&topo.host, SETTLE)?;
     let mut host = Scope::netns(&topo.host)
         .dir("host-local", scratch.join("ipam"))
         .dir("tuning", scratch.join("tuning"));
-    for (label, dir) in ["portmap", "firewall"].iter().zip(&run.0) {
+    for (label, dir) in ["portmap", "firewall"].iter().zip(run.dirs()) {
         host = host.dir(label, dir);
     }
     Ok(vec![
@@ -226,7 +200,7 @@ fn median(mut times: Vec<Duration>) -> Duration {
 #[test]
 fn a_thousand_full_chain_cycles_leak_nothing_and_keep_peak_rss_flat() -> Result<()> {
     let topo = Topology::new("soak")?;
-    let run = RunDirs::of(&topo.host)?;
+    let run = StateDirs::of(&topo.host)?;
     let scratch = tempfile::tempdir()?;
     let runtime = Runtime::new(&topo.host)?;
     let lists = [

@@ -21,10 +21,10 @@ use serde_json::{Value, json};
 
 use super::{
     Exec, GO_IPTABLES, Install, Lifecycle, OURS_IPTABLES, OURS_NFTABLES, Options, Results, Sample,
-    Samples, ScalePoint, StateDirs, cutoff_note, time_exec,
+    Samples, ScalePoint, cutoff_note, time_exec,
 };
 use crate::bins::{plugin_binary, reference_binary};
-use crate::netns::TestNetns;
+use crate::netns::{StateDirs, TestNetns};
 
 /// Lifecycle case of our iptables backend.
 pub const CASE_IPTABLES: &str = "ours iptables vs Go iptables";

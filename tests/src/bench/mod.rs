@@ -53,7 +53,6 @@ pub mod targets;
 pub mod tuning;
 
 use std::fmt::Write as _;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -62,7 +61,7 @@ use anyhow::{Context, Result, bail};
 use common::netns::NetNs;
 use serde_json::Value;
 
-use crate::netns::{NETNS_RUN_DIR, TestNetns};
+use crate::netns::NETNS_RUN_DIR;
 
 /// Timed repetitions of one more ADD and DEL per scale size at most: Go's calls over thousands
 /// of chains take a second or more each.
@@ -310,38 +309,6 @@ pub struct ScalePoint {
     pub del: Samples,
     /// The N installing ADDs.
     pub install: Install,
-}
-
-/// The per-namespace state directories of our portmap and firewall for a host namespace,
-/// removed now (a fresh namespace may reuse the inode of one whose state a killed run left)
-/// and when dropped (the N installed attachments are not deleted one by one; their kernel
-/// state goes with the namespace).
-#[derive(Debug)]
-pub struct StateDirs(Vec<PathBuf>);
-
-impl StateDirs {
-    /// The state directories of `host`.
-    ///
-    /// # Errors
-    /// When the namespace cannot be stat'ed.
-    pub fn of(host: &TestNetns) -> Result<StateDirs> {
-        let ino = std::fs::metadata(host.path())?.ino();
-        let dirs = StateDirs(crate::netns::plugin_state_dirs(ino).to_vec());
-        dirs.remove();
-        Ok(dirs)
-    }
-
-    fn remove(&self) {
-        for dir in &self.0 {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
-impl Drop for StateDirs {
-    fn drop(&mut self) {
-        self.remove();
-    }
 }
 
 /// Removes the namespaces a [`TestNetns`] of process `pid` left in `/run/netns` and returns

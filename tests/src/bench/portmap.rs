@@ -27,10 +27,10 @@ use serde_json::{Value, json};
 
 use super::{
     Exec, GO_IPTABLES, Install, Lifecycle, OURS_IPTABLES, OURS_NFTABLES, Options, Results, Row,
-    Sample, Samples, ScalePoint, StateDirs, cutoff_note, run_exec, time_exec,
+    Sample, Samples, ScalePoint, cutoff_note, run_exec, time_exec,
 };
 use crate::bins::{plugin_binary, reference_binary};
-use crate::netns::{TestNetns, veth_pair};
+use crate::netns::{StateDirs, TestNetns, veth_pair};
 
 const NETWORK: &str = "bench";
 
