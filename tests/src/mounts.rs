@@ -1,6 +1,8 @@
 //! Private mount namespaces, for tests that change mounts (a tmpfs on `/run`, an overlay on
 //! `/etc`, a read-only bind) without the machine seeing any of it.
 
+use std::path::Path;
+
 use anyhow::{Context, Result};
 use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
@@ -33,4 +35,24 @@ pub fn with_private_mounts<T: Send>(
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
+}
+
+/// Bind-mounts `from` on `to` (in the calling thread's mount namespace), read-only if asked.
+///
+/// # Errors
+/// The mount's.
+pub fn bind(from: &Path, to: &Path, read_only: bool) -> Result<()> {
+    mount(Some(from), to, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+        .with_context(|| format!("bind {} on {}", from.display(), to.display()))?;
+    if read_only {
+        mount(
+            None::<&str>,
+            to,
+            None::<&str>,
+            MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY,
+            None::<&str>,
+        )
+        .with_context(|| format!("remount {} read-only", to.display()))?;
+    }
+    Ok(())
 }

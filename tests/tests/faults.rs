@@ -67,7 +67,7 @@ use common::lock::FileLock;
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use serde_json::{Value, json};
 use snapshot::{Scope, Snapshot};
-use tests::mounts::with_private_mounts;
+use tests::mounts::{bind, with_private_mounts};
 use tests::{
     CniErrorObject, NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology,
     bins, main_plugin, process,
@@ -112,18 +112,8 @@ struct ReadOnly(PathBuf);
 impl ReadOnly {
     fn new(dir: &Path) -> Result<ReadOnly> {
         std::fs::create_dir_all(dir)?;
-        mount(Some(dir), dir, None::<&str>, MsFlags::MS_BIND, None::<&str>)
-            .with_context(|| format!("bind {}", dir.display()))?;
-        let guard = ReadOnly(dir.to_path_buf());
-        mount(
-            None::<&str>,
-            dir,
-            None::<&str>,
-            MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY,
-            None::<&str>,
-        )
-        .with_context(|| format!("remount {} read-only", dir.display()))?;
-        Ok(guard)
+        bind(dir, dir, true)?;
+        Ok(ReadOnly(dir.to_path_buf()))
     }
 }
 

@@ -8,9 +8,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use nix::mount::{MsFlags, mount};
 use serde_json::{Value, json};
-use tests::mounts::with_private_mounts;
+use tests::mounts::{bind, with_private_mounts};
 use tests::netns::{CLIENT_V4, HOST_UPLINK_V4, HOST_UPLINK_V6};
 use tests::traffic::{TcpServer, UdpServer, tcp_request, udp_request, udp_request_from};
 use tests::{
@@ -506,22 +505,6 @@ fn gc_removes_attachments_that_are_not_valid_and_keeps_the_others(
     Ok(())
 }
 
-fn bind(from: &std::path::Path, to: &str, read_only: bool) -> Result<()> {
-    mount(Some(from), to, None::<&str>, MsFlags::MS_BIND, None::<&str>)
-        .with_context(|| format!("bind {} on {to}", from.display()))?;
-    if read_only {
-        mount(
-            None::<&str>,
-            to,
-            None::<&str>,
-            MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY,
-            None::<&str>,
-        )
-        .with_context(|| format!("remount {to} read-only"))?;
-    }
-    Ok(())
-}
-
 fn a_failed_route_localnet_rolls_back_the_mappings(backend: &'static str) -> Result<()> {
     let f = Fixture::new(backend);
     let list = f.list(&["10.97.0.0/24"], json!({}));
@@ -533,7 +516,10 @@ fn a_failed_route_localnet_rolls_back_the_mappings(backend: &'static str) -> Res
     // A read-only /proc/sys (as in some containerised runtimes): the sysctl write fails after
     // the mappings are committed.
     let err = with_private_mounts(
-        || bind(std::path::Path::new("/proc/sys"), "/proc/sys", true),
+        || {
+            let sys = std::path::Path::new("/proc/sys");
+            bind(sys, sys, true)
+        },
         || Ok(f.runtime.add(&list, &rt)),
     )?
     .err()
@@ -591,7 +577,13 @@ fn lock_contention_gives_code_11_and_changes_nothing() -> Result<()> {
         "runtimeConfig": {"portMappings": [tcp(8080, 80)]},
         "prevResult": prev_result(&f, &["10.97.0.2/24"])});
     let out = with_private_mounts(
-        || bind(run_dir.path(), "/run/cni/portmap", false),
+        || {
+            bind(
+                run_dir.path(),
+                std::path::Path::new("/run/cni/portmap"),
+                false,
+            )
+        },
         || {
             let _held = common::lock::FileLock::acquire(
                 run_dir.path().join("iptables.lock"),
