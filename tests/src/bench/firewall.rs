@@ -201,10 +201,8 @@ fn time_kernel_append(ns: &NetNs, iterations: usize) -> Result<Duration> {
                 }
             }
             nft.apply(&del)?;
-            // A commit in a namespace right after one that deleted rules waits for the
-            // kernel to free them (an RCU grace period, 3-12 ms here): let that pass, so the
-            // next append is timed alone.
-            std::thread::sleep(Duration::from_millis(30));
+            // So that the next append is timed alone.
+            super::wait_for_nf_tables_frees()?;
         }
         Ok(())
     })??;

@@ -340,6 +340,19 @@ fn is_namespace_of(name: &str, pid: u32) -> bool {
     })
 }
 
+/// Waits until nf_tables has freed what earlier transactions in the calling thread's namespace
+/// deleted, ours or Go's. Until then the next nf_tables socket closed in the namespace, and the
+/// next rule added with an xtables match, wait for it: an RCU grace period, 3–45 ms here, that
+/// would land in whichever timed step comes next. Closing a socket of our own waits here
+/// instead (the kernel flushes its deferred frees when a bound nf_tables socket is released).
+///
+/// # Errors
+/// When no nf_tables socket can be opened.
+pub fn wait_for_nf_tables_frees() -> Result<()> {
+    drop(common::nft::Nft::new().context("an nf_tables socket to wait for the kernel's frees")?);
+    Ok(())
+}
+
 /// One exec of a plugin binary: its path, `CNI_*` environment and stdin.
 #[derive(Debug, Clone)]
 pub struct Exec {

@@ -10,6 +10,11 @@
 //! child's `ru_maxrss`, its output and its own peak RSS ([`rss_floor_kib`]): the floor below
 //! which a plugin's figure cannot go.
 //!
+//! Before each exec it waits, untimed, for the kernel work earlier execs left behind
+//! ([`settle`]), so that every timing is of one exec's own work: on this 2-core machine a
+//! grace period left over from the previous DEL otherwise lands in whichever exec comes next,
+//! ours or Go's, and moves medians by several milliseconds.
+//!
 //! The spawner exits when the bench closes its end (the bench exiting, however it does).
 
 use std::io::{BufRead as _, BufReader, Read as _, Seek as _, SeekFrom, Write as _};
@@ -143,6 +148,12 @@ impl Spawner {
 /// until stdin closes.
 #[must_use]
 pub fn serve() -> ExitCode {
+    // Our plugins' detached children (`cni-linger`) become the spawner's when their plugin
+    // exits, for `settle` to wait for them.
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        eprintln!("bench spawner: cannot become a child subreaper: {e}");
+        return ExitCode::FAILURE;
+    }
     let stdin = std::io::stdin().lock();
     let mut stdout = std::io::stdout().lock();
     for line in stdin.lines() {
@@ -191,7 +202,8 @@ fn exec(request: &Request) -> Result<Response> {
         .stdin(stdin)
         .stdout(stdout.try_clone()?)
         .stderr(stderr.try_clone()?);
-    let (elapsed, reaped) = ns.run_in_place(|| -> std::io::Result<_> {
+    let (elapsed, reaped) = ns.run_in_place(|| -> Result<_> {
+        settle()?;
         let started = Instant::now();
         let mut child = cmd.spawn()?;
         // No deadline: a blocking wait4, so the reap adds no polling delay to the timing.
@@ -210,6 +222,35 @@ fn exec(request: &Request) -> Result<Response> {
     stderr.seek(SeekFrom::Start(0))?;
     stderr.read_to_end(&mut response.stderr)?;
     Ok(response)
+}
+
+/// How long [`settle`] waits for detached children at most: they outlive their plugin by an
+/// RCU grace period or a link deletion, tens of milliseconds.
+const SETTLE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Waits, in the calling thread's namespace, until the kernel work that earlier execs left
+/// behind is done:
+/// - our plugins' detached children (`cni-linger`, [`common::linger`]): a socket whose last
+///   close waits for the kernel to free what a DEL deleted, an IFB being deleted. The spawner,
+///   a child subreaper, inherits them when their plugin exits, and reaps each here. (The
+///   spawner has no other children between execs.)
+/// - what nf_tables still has to free in the namespace ([`super::wait_for_nf_tables_frees`]).
+fn settle() -> Result<()> {
+    let deadline = Instant::now() + SETTLE_DEADLINE;
+    loop {
+        match nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+            Err(nix::errno::Errno::ECHILD) => break,
+            Ok(nix::sys::wait::WaitStatus::StillAlive) => {
+                if Instant::now() > deadline {
+                    bail!("a detached child still ran {SETTLE_DEADLINE:?} after its plugin");
+                }
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            Err(nix::errno::Errno::EINTR) | Ok(_) => {}
+            Err(e) => return Err(e).context("reaping detached children"),
+        }
+    }
+    super::wait_for_nf_tables_frees()
 }
 
 /// `VmHWM` of this process, in KiB.
