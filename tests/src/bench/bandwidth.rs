@@ -6,16 +6,22 @@
 //! veth), and its next ADD then fails with "file exists". So the suite runs its own
 //! [`Lifecycle`] loop and removes those qdiscs, untimed, after every cycle.
 //!
+//! Another attachment, shaped by our plugin on a veth pair of its own, stays in the host
+//! namespace throughout, as on a node where shaping is in use. The first `ingress` qdisc and
+//! tc filter on a machine flip global kernel static keys (code patched on every CPU, up to
+//! half a millisecond), which the last ones flip back: without the other attachment every ADD
+//! of either plugin would be the machine's first shaped one, and every DEL its last.
+//!
 //! Our DEL leaves the IFB's deletion (20–30 ms in the kernel) to a detached reaper. Between
 //! iterations the suite waits, untimed, until the reaper is done, so its `RTM_DELLINK` never
 //! overlaps (and slows) the next timed exec of either plugin.
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use super::{Lifecycle, Options, Results, Samples};
+use super::{Exec, Lifecycle, Options, Results, Samples, time_exec};
 use crate::bins::{plugin_binary, reference_binary};
 use crate::netns::{TestNetns, veth_pair};
 
@@ -37,32 +43,49 @@ pub fn run(options: &Options) -> Result<Results> {
         "eth0",
         &["10.93.0.2/24"],
     )?;
+    let other = TestNetns::new("benchbw-o")?;
+    veth_pair(&host, "veth-bw1", &[], &other, "eth0", &["10.93.1.2/24"])?;
     let netns = container.path().to_path_buf();
-    let config = json!({
-        "cniVersion": "1.0.0",
-        "name": "bench",
-        "type": "bandwidth",
-        "ingressRate": 10_000_000, "ingressBurst": 100_000,
-        "egressRate": 10_000_000, "egressBurst": 100_000,
-        "prevResult": {
+    let config = |netns: &std::path::Path, veth: &str, ip: &str| {
+        json!({
             "cniVersion": "1.0.0",
-            "interfaces": [
-                {"name": "veth-bw0"},
-                {"name": "eth0", "sandbox": netns},
-            ],
-            "ips": [{"address": "10.93.0.2/24", "interface": 1}],
-        },
-    });
+            "name": "bench",
+            "type": "bandwidth",
+            "ingressRate": 10_000_000, "ingressBurst": 100_000,
+            "egressRate": 10_000_000, "egressBurst": 100_000,
+            "prevResult": {
+                "cniVersion": "1.0.0",
+                "interfaces": [
+                    {"name": veth},
+                    {"name": "eth0", "sandbox": netns},
+                ],
+                "ips": [{"address": ip, "interface": 1}],
+            },
+        })
+    };
+    let ours = plugin_binary("bandwidth")?;
+    time_exec(
+        &host.netns()?,
+        &Exec::plugin(
+            &ours,
+            "ADD",
+            "bench-other",
+            other.path(),
+            "eth0",
+            &config(other.path(), "veth-bw1", "10.93.1.2/24"),
+        ),
+    )
+    .context("shaping the other attachment")?;
     let lifecycle = Lifecycle {
         plugin: "bandwidth".into(),
         case: CASE.into(),
-        ours: plugin_binary("bandwidth")?,
+        ours,
         reference: reference_binary("bandwidth")?,
         host: host.netns()?,
         netns,
         ifname: "eth0".into(),
         args: String::new(),
-        config,
+        config: config(container.path(), "veth-bw0", "10.93.0.2/24"),
         check: true,
     };
     // Lifecycle::run's loop, with the state settled (untimed) after every cycle of either
