@@ -11,6 +11,10 @@
 //!   each Go ADD runs `iptables` several times over the whole `CNI-FORWARD` chain, so its
 //!   install cost grows with N; the report then notes the install time extrapolated from the
 //!   measured Go ADDs.
+//! - Each series also has a host namespace that never gets others: at every size above 0, the
+//!   series' ADD and DEL are timed there too, in alternation with the measured ones
+//!   ([`ScalePoint::alongside`]). The growth targets divide by those, not by the point at 0
+//!   others timed minutes earlier: on this VM the same ADD drifted by up to 40% over a run.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,8 +24,8 @@ use common::netns::NetNs;
 use serde_json::{Value, json};
 
 use super::{
-    Exec, GO_IPTABLES, Install, Lifecycle, OURS_IPTABLES, OURS_NFTABLES, Options, Results, Sample,
-    Samples, ScalePoint, cutoff_note, time_exec,
+    Alongside, Exec, GO_IPTABLES, Install, Lifecycle, OURS_IPTABLES, OURS_NFTABLES, Options,
+    Results, Sample, Samples, ScalePoint, cutoff_note, time_exec,
 };
 use crate::bins::{plugin_binary, reference_binary};
 use crate::netns::{StateDirs, TestNetns};
@@ -88,16 +92,18 @@ pub fn run(options: &Options) -> Result<Results> {
     Ok(results)
 }
 
-/// One scale series: an implementation in its own host namespace and its installs so far.
+/// One scale series: an implementation in its own host namespace and its installs so far,
+/// and a second host namespace where it never has others (for [`ScalePoint::alongside`]).
 struct Series {
     name: &'static str,
     backend: &'static str,
     binary: PathBuf,
     reference: bool,
     ns: NetNs,
+    empty: NetNs,
     install: Samples,
-    _state: StateDirs,
-    _host: TestNetns,
+    _state: [StateDirs; 2],
+    _hosts: [TestNetns; 2],
 }
 
 impl Series {
@@ -108,15 +114,17 @@ impl Series {
         reference: bool,
     ) -> Result<Series> {
         let host = TestNetns::new("bench-fws")?;
+        let empty = TestNetns::new("bench-fws0")?;
         Ok(Series {
             name,
             backend,
             binary: binary.to_owned(),
             reference,
             ns: host.netns()?,
+            empty: empty.netns()?,
             install: Samples::default(),
-            _state: StateDirs::of(&host)?,
-            _host: host,
+            _state: [StateDirs::of(&host)?, StateDirs::of(&empty)?],
+            _hosts: [host, empty],
         })
     }
 
@@ -212,16 +220,16 @@ fn time_kernel_append(ns: &NetNs, iterations: usize) -> Result<Duration> {
 }
 
 /// What [`time_kernel_append`] measured at each size, beside the growth of our iptables ADD
-/// (`ours_add`: its median at each size), for the report.
-fn kernel_append_note(kernel: &[(usize, Duration)], ours_add: &[(usize, Duration)]) -> String {
+/// (`ours_growth`: at each size above 0, its median less that of the ADD timed alongside with
+/// no others, in ms), for the report.
+fn kernel_append_note(kernel: &[(usize, Duration)], ours_growth: &[(usize, f64)]) -> String {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let figures: Vec<String> = kernel
         .iter()
         .map(|(size, d)| format!("{:.2} ms at {size}", ms(*d)))
         .collect();
-    let growth = |points: &[(usize, Duration)], size: usize| {
-        let at = |n| points.iter().find(|(s, _)| *s == n).map(|(_, d)| ms(*d));
-        Some(at(size)? - at(0)?)
+    let at = |points: &[(usize, Duration)], n: usize| {
+        points.iter().find(|(s, _)| *s == n).map(|(_, d)| ms(*d))
     };
     let compared: Vec<String> = kernel
         .iter()
@@ -229,15 +237,16 @@ fn kernel_append_note(kernel: &[(usize, Duration)], ours_add: &[(usize, Duration
         .filter_map(|(size, _)| {
             Some(format!(
                 "{:+.2} ms of {:+.2} ms at {size}",
-                growth(kernel, *size)?,
-                growth(ours_add, *size)?
+                at(kernel, *size)? - at(kernel, 0)?,
+                ours_growth.iter().find(|(s, _)| s == size)?.1
             ))
         })
         .collect();
     format!(
         "firewall: the kernel alone takes {} others to commit one attachment's four accepts \
          (both families, one nf_tables transaction, timed from the bench process: no plugin \
-         start in it); of the growth of our iptables ADD's median over 0 others, that is {}. \
+         start in it); of the growth of our iptables ADD's median over the ADD timed alongside \
+         with no others, that is {}. \
          The kernel re-checks every chain reachable from a base chain and re-packs a changed \
          chain whole at each commit, so any writer of the reference's iptables layout (our \
          iptables backend, iptables-restore, the Go plugin) pays this growth on each ADD; the \
@@ -290,24 +299,45 @@ fn scale(options: &Options, ours: &Path, reference: &Path) -> Result<Results> {
 
         let mut add = vec![Samples::default(); series.len()];
         let mut del = add.clone();
-        // Round 0 warms up; then each round starts with the next series.
+        let mut alongside = vec![Alongside::default(); series.len()];
+        // Round 0 warms up; then each round starts with the next series. Above 0 others, each
+        // series' ADD and DEL are also timed in its empty namespace, first or second in turn.
         for i in 0..=iterations {
             let id = format!("bench-scale-{i}");
             for k in 0..series.len() {
                 let which = (i + k) % series.len();
                 let s = &series[which];
-                let a = time_exec(&s.ns, &s.exec("ADD", &id, netns, 0))
-                    .with_context(|| format!("{} ADD with {size} others", s.name))?;
-                let d = time_exec(&s.ns, &s.exec("DEL", &id, netns, 0))
-                    .with_context(|| format!("{} DEL with {size} others", s.name))?;
+                let cycle = |ns: &NetNs| -> Result<[Sample; 2]> {
+                    let a = time_exec(ns, &s.exec("ADD", &id, netns, 0))
+                        .with_context(|| format!("{} ADD with {size} others", s.name))?;
+                    let d = time_exec(ns, &s.exec("DEL", &id, netns, 0))
+                        .with_context(|| format!("{} DEL with {size} others", s.name))?;
+                    Ok([a.sample(), d.sample()])
+                };
+                let empty_first = size > 0 && i % 2 == 1;
+                let before = if empty_first {
+                    Some(cycle(&s.empty)?)
+                } else {
+                    None
+                };
+                let [a, d] = cycle(&s.ns)?;
+                let after = if size > 0 && !empty_first {
+                    Some(cycle(&s.empty)?)
+                } else {
+                    None
+                };
                 if i > 0 {
-                    add[which].push(a.sample());
-                    del[which].push(d.sample());
+                    add[which].push(a);
+                    del[which].push(d);
+                    if let Some([a, d]) = before.or(after) {
+                        alongside[which].add.push(a);
+                        alongside[which].del.push(d);
+                    }
                 }
             }
         }
         kernel_append.push((size, time_kernel_append(&series[0].ns, iterations)?));
-        for ((s, add), del) in series.iter().zip(add).zip(del) {
+        for (((s, add), del), alongside) in series.iter().zip(add).zip(del).zip(alongside) {
             results.scale.push(ScalePoint {
                 suite: "firewall".to_owned(),
                 series: s.name.to_owned(),
@@ -324,18 +354,25 @@ fn scale(options: &Options, ours: &Path, reference: &Path) -> Result<Results> {
                     own: true,
                     samples: s.install.clone(),
                 },
+                alongside: (size > 0).then_some(alongside),
             });
         }
     }
-    let ours_add: Vec<(usize, Duration)> = results
+    let ours_growth: Vec<(usize, f64)> = results
         .scale
         .iter()
         .filter(|p| p.series == OURS_IPTABLES)
-        .map(|p| (p.others, p.add.median()))
+        .filter_map(|p| {
+            let base = p.alongside.as_ref()?.add.median();
+            Some((
+                p.others,
+                (p.add.median().as_secs_f64() - base.as_secs_f64()) * 1e3,
+            ))
+        })
         .collect();
     results
         .notes
-        .push(kernel_append_note(&kernel_append, &ours_add));
+        .push(kernel_append_note(&kernel_append, &ours_growth));
     let go_installs = results
         .scale
         .iter()

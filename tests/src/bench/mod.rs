@@ -309,6 +309,20 @@ pub struct ScalePoint {
     pub del: Samples,
     /// The N installing ADDs.
     pub install: Install,
+    /// The same ADD and DEL timed in alternation with these, in a namespace of the series
+    /// with no other attachment: the base a growth target divides by, free of the drift of
+    /// a machine between sizes measured minutes apart. `None` where the suite has none.
+    pub alongside: Option<Alongside>,
+}
+
+/// ADD and DEL of a scale series with no others, timed alongside a size (see
+/// [`ScalePoint::alongside`]).
+#[derive(Debug, Clone, Default)]
+pub struct Alongside {
+    /// ADD.
+    pub add: Samples,
+    /// DEL.
+    pub del: Samples,
 }
 
 /// Removes the namespaces a [`TestNetns`] of process `pid` left in `/run/netns` and returns

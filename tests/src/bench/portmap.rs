@@ -230,6 +230,7 @@ fn scale(options: &Options, host: &NetNs, netns: &Path, ours: &Path, go: &Path) 
                     own: !reference,
                     samples,
                 },
+                alongside: None,
             });
         }
     }

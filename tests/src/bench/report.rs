@@ -45,7 +45,11 @@ a runtime pays it, measured from a thread inside the plugin's namespace; ratios 
 the medians. Peak RSS is the largest `ru_maxrss` over a row's execs: that of the plugin or of a
 program it ran (`iptables`), whichever is larger. The execs are spawned by a small process of
 the bench's, whose own peak RSS is a floor under every figure (`ru_maxrss` counts the memory
-the exec replaced); the tables give it.
+the exec replaced); the tables give it. Before each exec the spawner waits, untimed, for the
+kernel work earlier execs left behind: our plugins' detached children (which it inherits) have
+exited, and nf_tables has freed what earlier transactions in the namespace deleted. Otherwise an
+RCU grace period that a DEL left pending (3-45 ms here) lands in whichever exec comes next, ours
+or Go's, as it does on a node for the next nf_tables user within that time of a DEL.
 
 This file, `bench-scale.png` and `bench-data.json` (every sample) are written by the bench:
 rerun the command below rather than editing them.
@@ -127,8 +131,8 @@ pub fn verb_table(rows: &[Row]) -> String {
 #[must_use]
 pub fn scale_table(results: &Results) -> String {
     let mut out = String::from(
-        "| suite | others | series | ADD median ms | ADD p90 ms | DEL median ms | DEL p90 ms | ADD ours/Go | DEL ours/Go | peak RSS MiB | install all s | ms per install | installed by |\n\
-         | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
+        "| suite | others | series | ADD median ms | ADD p90 ms | ADD at 0 alongside ms | DEL median ms | DEL p90 ms | ADD ours/Go | DEL ours/Go | peak RSS MiB | install all s | ms per install | installed by |\n\
+         | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n",
     );
     for p in &results.scale {
         let go = results
@@ -141,6 +145,10 @@ pub fn scale_table(results: &Results) -> String {
         };
         let (add_median, add_p90) = median_p90(&p.add);
         let (del_median, del_p90) = median_p90(&p.del);
+        let alongside = p
+            .alongside
+            .as_ref()
+            .map_or_else(|| "–".to_owned(), |a| ms(a.add.median()));
         let peak = p.add.peak_rss_kib().max(p.del.peak_rss_kib());
         let installed = &p.install.samples;
         let (total, each) = if p.others == 0 || installed.is_empty() {
@@ -153,7 +161,7 @@ pub fn scale_table(results: &Results) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {add_median} | {add_p90} | {del_median} | {del_p90} | {} | {} | {} | {total} | {each} | {} |",
+            "| {} | {} | {} | {add_median} | {add_p90} | {alongside} | {del_median} | {del_p90} | {} | {} | {} | {total} | {each} | {} |",
             p.suite,
             p.others,
             p.series,
@@ -227,8 +235,10 @@ pub fn markdown(run: &Run<'_>, plot: Option<&str>) -> String {
             out,
             "## Scale\n\nWith N other attachments installed: one more ADD and its DEL, {} timed \
              iterations per size after one warm-up, and the total time of the N installing \
-             ADDs. Sizes requested: {}; run: {} (a suite adds 0 and the sizes its targets \
-             name, see `tests/src/bench/mod.rs`).\n",
+             ADDs. Where a suite has them (firewall), \"ADD at 0 alongside\" is the series' ADD \
+             in a namespace with no others, timed in alternation with the row's: growth targets \
+             divide by it. Sizes requested: {}; run: {} (a suite adds 0 and the sizes its \
+             targets name, see `tests/src/bench/mod.rs`).\n",
             o.scale_iterations(),
             join(&o.sizes),
             run_sizes.join("; ")
@@ -695,6 +705,7 @@ mod tests {
                 own: !reference,
                 samples: ms_samples(&vec![1; others]),
             },
+            alongside: None,
         }
     }
 
@@ -734,12 +745,12 @@ mod tests {
         let table = scale_table(&results());
         assert!(
             table.contains(
-                "| portmap | 100 | ours nftables | 2.000 | 2.000 | 4.000 | 4.000 | 0.050 | 0.050 | 2.0 | 0.10 | 1.000 | ours nftables |"
+                "| portmap | 100 | ours nftables | 2.000 | 2.000 | – | 4.000 | 4.000 | 0.050 | 0.050 | 2.0 | 0.10 | 1.000 | ours nftables |"
             ),
             "{table}"
         );
         assert!(
-            table.contains("| portmap | 0 | Go iptables | 10.000 | 10.000 | 20.000 | 20.000 | – | – | 2.0 | – | – | Go iptables |"),
+            table.contains("| portmap | 0 | Go iptables | 10.000 | 10.000 | – | 20.000 | 20.000 | – | – | 2.0 | – | – | Go iptables |"),
             "{table}"
         );
     }

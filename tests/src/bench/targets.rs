@@ -143,7 +143,7 @@ impl Target {
     ///
     /// # Errors
     /// A sentence saying what was not run.
-    pub fn measure(&self, results: &Results) -> Result<f64, String> {
+    pub fn measure<'a>(&self, results: &'a Results) -> Result<f64, String> {
         match self.measure {
             Measure::Ratio { suite, case, step } => {
                 let row = results
@@ -160,18 +160,22 @@ impl Target {
                 step,
                 others,
             } => {
-                let at = |n: usize| -> Option<&Samples> {
-                    let point = results
+                let pick =
+                    |add: &'a Samples, del: &'a Samples| if step == "DEL" { del } else { add };
+                let point = |n: usize| {
+                    results
                         .scale
                         .iter()
-                        .find(|p| p.suite == suite && p.series == series && p.others == n)?;
-                    Some(if step == "DEL" {
-                        &point.del
-                    } else {
-                        &point.add
-                    })
+                        .find(|p| p.suite == suite && p.series == series && p.others == n)
                 };
-                let (Some(base), Some(grown)) = (at(0), at(others)) else {
+                let grown_point = point(others);
+                // The base timed alongside the size, else the series' own point at 0.
+                let base = grown_point
+                    .and_then(|p| p.alongside.as_ref())
+                    .map(|a| pick(&a.add, &a.del))
+                    .or_else(|| point(0).map(|p| pick(&p.add, &p.del)));
+                let (Some(base), Some(grown)) = (base, grown_point.map(|p| pick(&p.add, &p.del)))
+                else {
                     return Err(format!(
                         "not measured: the {suite} series did not run 0 and {others} others \
                          (run --sizes with a size of at least {others})"
@@ -255,6 +259,7 @@ mod tests {
                 own: true,
                 samples: Samples::default(),
             },
+            alongside: None,
         }
     }
 
@@ -313,5 +318,26 @@ mod tests {
         let nft = find("firewall ADD, ours nftables: 500 others / 0 others");
         assert_eq!(nft.met(), Some(true));
         assert!(verdicts.iter().all(|v| v.target.suite() != "portmap"));
+    }
+
+    #[test]
+    fn growth_divides_by_the_base_timed_alongside_when_there_is_one() {
+        let mut grown = point(OURS_IPTABLES, 500, 14);
+        grown.alongside = Some(crate::bench::Alongside {
+            add: ms(&[12]),
+            del: ms(&[1]),
+        });
+        let results = Results {
+            rows: Vec::new(),
+            scale: vec![point(OURS_IPTABLES, 0, 10), grown],
+            notes: Vec::new(),
+        };
+        let verdicts = evaluate(&results, &["firewall"]);
+        let ipt = verdicts
+            .iter()
+            .find(|v| v.target.describe() == "firewall ADD, ours iptables: 500 others / 0 others")
+            .unwrap();
+        assert_eq!(ipt.value, Ok(14.0 / 12.0), "not 14/10 from the point at 0");
+        assert_eq!(ipt.met(), Some(true));
     }
 }
