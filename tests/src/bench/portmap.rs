@@ -18,6 +18,9 @@
 //!   The iptables layout stops at [`Options::reference_max_size`]: each of its installing
 //!   ADDs reloads the whole nat table, so 5000 would take about 25 minutes; larger sizes
 //!   have `ours nftables` only, and the report notes the extrapolated install time.
+//! - A second host and container namespace pair never gets others: at every size above 0,
+//!   each series' ADD and DEL are timed there too, in alternation with the measured ones
+//!   ([`super::ScalePoint::alongside`]), and the growth targets divide by those.
 
 use std::path::{Path, PathBuf};
 
@@ -26,8 +29,8 @@ use common::netns::NetNs;
 use serde_json::{Value, json};
 
 use super::{
-    Exec, GO_IPTABLES, Install, Lifecycle, OURS_IPTABLES, OURS_NFTABLES, Options, Results, Row,
-    Sample, Samples, ScalePoint, cutoff_note, run_exec, time_exec,
+    Alongside, Exec, GO_IPTABLES, Install, Lifecycle, OURS_IPTABLES, OURS_NFTABLES, Options,
+    Results, Row, Sample, Samples, ScalePoint, cutoff_note, run_exec, time_exec,
 };
 use crate::bins::{plugin_binary, reference_binary};
 use crate::netns::{StateDirs, TestNetns, veth_pair};
@@ -137,12 +140,39 @@ pub fn run(options: &Options) -> Result<Results> {
             case.to_owned(),
         )?);
     }
-    results.extend(scale(options, &hostns, &netns, &ours, &go)?);
+    // Where each size's ADD and DEL are also timed with no others (ScalePoint::alongside).
+    let empty_host = TestNetns::new("benchpm-h0")?;
+    let _empty_state = StateDirs::of(&empty_host)?;
+    let empty_container = TestNetns::new("benchpm-c0")?;
+    veth_pair(
+        &empty_host,
+        "veth-pm0",
+        &["10.94.0.1/16"],
+        &empty_container,
+        "eth0",
+        &["10.94.0.2/16"],
+    )?;
+    let empty = (empty_host.netns()?, empty_container.path());
+    results.extend(scale(
+        options,
+        (&hostns, &netns),
+        (&empty.0, empty.1),
+        &ours,
+        &go,
+    )?);
     Ok(results)
 }
 
 /// The scale series; see the module docs.
-fn scale(options: &Options, host: &NetNs, netns: &Path, ours: &Path, go: &Path) -> Result<Results> {
+/// `grown` is the host namespace where the others go and the container's path; `empty` the
+/// same pair that never gets others.
+fn scale(
+    options: &Options,
+    (host, netns): (&NetNs, &Path),
+    empty: (&NetNs, &Path),
+    ours: &Path,
+    go: &Path,
+) -> Result<Results> {
     // (series, binary, backend in the config: Go ignores the key).
     let series = [
         (OURS_NFTABLES, ours, "nftables"),
@@ -191,24 +221,51 @@ fn scale(options: &Options, host: &NetNs, netns: &Path, ours: &Path, go: &Path) 
 
         let mut add = [Samples::default(), Samples::default(), Samples::default()];
         let mut del = add.clone();
-        // Round 0 warms up; then each round starts with the next series.
+        let mut alongside = [
+            Alongside::default(),
+            Alongside::default(),
+            Alongside::default(),
+        ];
+        // Round 0 warms up; then each round starts with the next series. Above 0 others, each
+        // series' ADD and DEL are also timed in the empty namespace, first or second in turn.
         for i in 0..=options.scale_iterations() {
             let id = format!("bench-scale-{i}");
             for k in 0..active {
                 let which = (i + k) % active;
                 let (name, binary, backend) = series[which];
-                let conf = config(netns, Some(backend), "10.94.0.2", 8080, 5353);
-                let a = time_exec(host, &exec(binary, "ADD", &id, netns, &conf))
-                    .with_context(|| format!("{name} ADD with {size} others"))?;
-                let d = time_exec(host, &exec(binary, "DEL", &id, netns, &conf))
-                    .with_context(|| format!("{name} DEL with {size} others"))?;
+                let cycle = |(host, netns): (&NetNs, &Path)| -> Result<[Sample; 2]> {
+                    let conf = config(netns, Some(backend), "10.94.0.2", 8080, 5353);
+                    let a = time_exec(host, &exec(binary, "ADD", &id, netns, &conf))
+                        .with_context(|| format!("{name} ADD with {size} others"))?;
+                    let d = time_exec(host, &exec(binary, "DEL", &id, netns, &conf))
+                        .with_context(|| format!("{name} DEL with {size} others"))?;
+                    Ok([a.sample(), d.sample()])
+                };
+                let empty_first = size > 0 && i % 2 == 1;
+                let before = if empty_first {
+                    Some(cycle(empty)?)
+                } else {
+                    None
+                };
+                let [a, d] = cycle((host, netns))?;
+                let after = if size > 0 && !empty_first {
+                    Some(cycle(empty)?)
+                } else {
+                    None
+                };
                 if i > 0 {
-                    add[which].push(a.sample());
-                    del[which].push(d.sample());
+                    add[which].push(a);
+                    del[which].push(d);
+                    if let Some([a, d]) = before.or(after) {
+                        alongside[which].add.push(a);
+                        alongside[which].del.push(d);
+                    }
                 }
             }
         }
-        for (((name, _, _), add), del) in series.iter().zip(add).zip(del).take(active) {
+        for ((((name, _, _), add), del), alongside) in
+            series.iter().zip(add).zip(del).zip(alongside).take(active)
+        {
             let reference = *name == GO_IPTABLES;
             let (by, samples) = match *name {
                 OURS_NFTABLES => (OURS_NFTABLES.to_owned(), installs[0].clone()),
@@ -230,7 +287,7 @@ fn scale(options: &Options, host: &NetNs, netns: &Path, ours: &Path, go: &Path) 
                     own: !reference,
                     samples,
                 },
-                alongside: None,
+                alongside: (size > 0).then_some(alongside),
             });
         }
     }

@@ -235,7 +235,7 @@ pub fn markdown(run: &Run<'_>, plot: Option<&str>) -> String {
             out,
             "## Scale\n\nWith N other attachments installed: one more ADD and its DEL, {} timed \
              iterations per size after one warm-up, and the total time of the N installing \
-             ADDs. Where a suite has them (firewall), \"ADD at 0 alongside\" is the series' ADD \
+             ADDs. \"ADD at 0 alongside\" is the series' ADD \
              in a namespace with no others, timed in alternation with the row's: growth targets \
              divide by it. Sizes requested: {}; run: {} (a suite adds 0 and the sizes its \
              targets name, see `tests/src/bench/mod.rs`).\n",
