@@ -174,29 +174,36 @@ fn the_bench_runs_every_suite_and_writes_a_consistent_report() -> Result<()> {
         }
     }
     for (row, json) in scale.iter().zip(json_scale) {
-        assert_eq!(row.len(), 13, "{row:?}");
+        assert_eq!(row.len(), 14, "{row:?}");
         assert_eq!(json["suite"], row[0].as_str());
         assert_eq!(json["others"].as_f64(), Some(number(&row[1])?));
-        for cell in &row[3..=6] {
+        for cell in row[3..=4].iter().chain(&row[6..=7]) {
             number(cell)?;
         }
-        assert!(number(&row[9])? > 0.0, "{row:?}");
+        assert!(number(&row[10])? > 0.0, "{row:?}");
         let go = row[2] == GO_IPTABLES;
-        assert_eq!(row[7] == "–", go, "{row:?}");
+        assert_eq!(row[8] == "–", go, "{row:?}");
         if !go {
-            number(&row[7])?;
             number(&row[8])?;
+            number(&row[9])?;
         }
-        if row[1] != "0" {
-            number(&row[10])?;
+        if row[1] == "0" {
+            assert_eq!(row[5], "–", "{row:?}");
+            assert!(json["alongside"].is_null(), "{json}");
+        } else {
             number(&row[11])?;
+            number(&row[12])?;
+            // Timed alongside, with no others, as often as the row itself.
+            assert_eq!(count(&json["alongside"]["add"])?, ITERATIONS, "{json}");
+            assert_eq!(count(&json["alongside"]["del"])?, ITERATIONS, "{json}");
+            assert!((number(&row[5])? - median_ms(&json["alongside"]["add"])?).abs() < 0.0015);
         }
         assert_eq!(count(&json["add"])?, ITERATIONS, "{json}");
         assert_eq!(count(&json["del"])?, ITERATIONS, "{json}");
         let others = usize::try_from(json["others"].as_u64().context("others")?)?;
         assert_eq!(count(&json["install"]["samples"])?, others, "{json}");
         assert!((number(&row[3])? - median_ms(&json["add"])?).abs() < 0.0015);
-        assert!((number(&row[5])? - median_ms(&json["del"])?).abs() < 0.0015);
+        assert!((number(&row[6])? - median_ms(&json["del"])?).abs() < 0.0015);
     }
 
     // The plot's data: one block per (suite, series), one line per size, as in the JSON.

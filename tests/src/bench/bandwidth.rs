@@ -12,13 +12,11 @@
 //! half a millisecond), which the last ones flip back: without the other attachment every ADD
 //! of either plugin would be the machine's first shaped one, and every DEL its last.
 //!
-//! Our DEL leaves the IFB's deletion (20–30 ms in the kernel) to a detached reaper. Between
-//! iterations the suite waits, untimed, until the reaper is done, so its `RTM_DELLINK` never
-//! overlaps (and slows) the next timed exec of either plugin.
+//! Our DEL leaves the IFB's deletion (20–30 ms in the kernel) to a detached reaper; the
+//! spawner waits, untimed, until it is done before the next exec ([`super::spawner`]), so its
+//! `RTM_DELLINK` never overlaps (and slows) the next timed exec of either plugin.
 
-use std::time::{Duration, Instant};
-
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde_json::json;
 
 use super::{Exec, Lifecycle, Options, Results, Samples, time_exec};
@@ -88,14 +86,13 @@ pub fn run(options: &Options) -> Result<Results> {
         config: config(container.path(), "veth-bw0", "10.93.0.2/24"),
         check: true,
     };
-    // Lifecycle::run's loop, with the state settled (untimed) after every cycle of either
-    // plugin: Go's leftover qdiscs removed, our reaper finished.
-    let settle = || -> Result<()> {
+    // Lifecycle::run's loop, with Go's leftover qdiscs removed (untimed) after every cycle of
+    // either plugin.
+    let settle = || {
         for parent in ["root", "ingress"] {
             // Absent qdiscs make `tc` fail; that is the clean state we want.
             let _ = host.exec("tc", &["qdisc", "del", "dev", "veth-bw0", parent]);
         }
-        wait_for_reaper(&host)
     };
     let mut ours = [Samples::default(), Samples::default(), Samples::default()];
     let mut reference = ours.clone();
@@ -104,7 +101,7 @@ pub fn run(options: &Options) -> Result<Results> {
         (&lifecycle.reference, "bench-warmup-ref"),
     ] {
         lifecycle.cycle(binary, id)?;
-        settle()?;
+        settle();
     }
     for i in 0..options.iterations.max(1) {
         let order = if i % 2 == 0 {
@@ -119,23 +116,11 @@ pub fn run(options: &Options) -> Result<Results> {
                 (&lifecycle.reference, &mut reference)
             };
             let times = lifecycle.cycle(binary, &format!("bench-{i}"))?;
-            settle()?;
+            settle();
             for (s, t) in samples.iter_mut().zip(times) {
                 s.push(t);
             }
         }
     }
     Ok(lifecycle.rows(ours, reference).into())
-}
-
-/// Waits until no retired IFB (`bwdel…`) is left in `host`.
-fn wait_for_reaper(host: &TestNetns) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while host.link_names()?.iter().any(|l| l.starts_with("bwdel")) {
-        if Instant::now() > deadline {
-            bail!("the bandwidth reaper left {:?}", host.link_names()?);
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Ok(())
 }

@@ -429,6 +429,9 @@ pub fn json(run: &Run<'_>, machine: &[(&str, String)]) -> Value {
                     "by": p.install.by, "own": p.install.own,
                     "samples": samples_json(&p.install.samples),
                 },
+                "alongside": p.alongside.as_ref().map(|a| json!({
+                    "add": samples_json(&a.add), "del": samples_json(&a.del),
+                })),
             })
         })
         .collect();
