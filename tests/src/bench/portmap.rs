@@ -90,14 +90,12 @@ fn other_ports(i: usize) -> Result<(u16, u16)> {
     Ok((tcp, tcp + 1))
 }
 
-/// Runs the suite.
-///
-/// # Errors
-/// When a namespace cannot be made or a plugin exec fails.
-pub fn run(options: &Options) -> Result<Results> {
-    let host = TestNetns::new("benchpm-h")?;
-    let _state = StateDirs::of(&host)?;
-    let container = TestNetns::new("benchpm-c")?;
+/// A host namespace (with the state directories the plugin makes there) and a container
+/// namespace, joined by a veth: `veth-pm0` 10.94.0.1/16 on the host, `eth0` 10.94.0.2/16 inside.
+fn host_and_container(suffix: &str) -> Result<(TestNetns, StateDirs, TestNetns)> {
+    let host = TestNetns::new(&format!("benchpm-h{suffix}"))?;
+    let state = StateDirs::of(&host)?;
+    let container = TestNetns::new(&format!("benchpm-c{suffix}"))?;
     veth_pair(
         &host,
         "veth-pm0",
@@ -106,6 +104,15 @@ pub fn run(options: &Options) -> Result<Results> {
         "eth0",
         &["10.94.0.2/16"],
     )?;
+    Ok((host, state, container))
+}
+
+/// Runs the suite.
+///
+/// # Errors
+/// When a namespace cannot be made or a plugin exec fails.
+pub fn run(options: &Options) -> Result<Results> {
+    let (host, _state, container) = host_and_container("")?;
     let netns = container.path().to_path_buf();
     let ours = plugin_binary("portmap")?;
     let go = reference_binary("portmap")?;
@@ -141,17 +148,7 @@ pub fn run(options: &Options) -> Result<Results> {
         )?);
     }
     // Where each size's ADD and DEL are also timed with no others (ScalePoint::alongside).
-    let empty_host = TestNetns::new("benchpm-h0")?;
-    let _empty_state = StateDirs::of(&empty_host)?;
-    let empty_container = TestNetns::new("benchpm-c0")?;
-    veth_pair(
-        &empty_host,
-        "veth-pm0",
-        &["10.94.0.1/16"],
-        &empty_container,
-        "eth0",
-        &["10.94.0.2/16"],
-    )?;
+    let (empty_host, _empty_state, empty_container) = host_and_container("0")?;
     let empty = (empty_host.netns()?, empty_container.path());
     results.extend(scale(
         options,
