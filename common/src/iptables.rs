@@ -885,13 +885,7 @@ COMMIT
                 }
                 ipt.restore("filter", &lines).unwrap();
 
-                let table = crate::nft::Table::new(
-                    match family {
-                        Family::V4 => crate::nft::Family::Ip,
-                        Family::V6 => crate::nft::Family::Ip6,
-                    },
-                    "filter",
-                );
+                let table = native::nft_table(family, "filter");
                 let mut batch = crate::nft::Batch::new();
                 for rule in &forms {
                     let encoded = native::encode_rule(family, rule).expect("a known form");

@@ -70,6 +70,19 @@ pub enum Wanted<'a> {
     FirstContaining(&'a [Vec<u8>]),
 }
 
+/// The nf_tables table `iptables-nft` keeps `family`'s iptables table `name` in: `ip NAME` or
+/// `ip6 NAME`.
+#[must_use]
+pub fn nft_table(family: Family, name: &str) -> Table {
+    Table::new(
+        match family {
+            Family::V4 => NftFamily::Ip,
+            Family::V6 => NftFamily::Ip6,
+        },
+        name,
+    )
+}
+
 /// The rules of `chains` in `table` of `family`, as `iptables-save` would print them, left
 /// out as each chain's [`Wanted`] says; chains that do not exist are absent from the dump.
 /// `None` when a rule read is not in a form [`rule_args`] knows.
@@ -82,13 +95,7 @@ pub fn snapshot(
     chains: &[(&str, Wanted<'_>)],
 ) -> Result<Option<TableDump>, NftError> {
     let mut nft = Nft::new()?;
-    let table = Table::new(
-        match family {
-            Family::V4 => NftFamily::Ip,
-            Family::V6 => NftFamily::Ip6,
-        },
-        table,
-    );
+    let table = nft_table(family, table);
     let mut dump = TableDump::default();
     for (chain, wanted) in chains {
         let listed = match wanted {

@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use common::conf::Attachment;
 use common::iptables::native::{self, Wanted};
 use common::iptables::{Family, Iptables as Tools, IptablesError, TableDump, restore_line};
-use common::nft::{Batch, Family as NftFamily, Nft, Table, addr_bytes};
+use common::nft::{Batch, Nft, addr_bytes};
 
 use super::state::State;
 use super::{FirewallBackend, Owner};
@@ -105,7 +105,7 @@ fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, Firew
     let mut batch = Batch::new();
     let mut found = 0;
     for family in families {
-        let table = filter_table(*family);
+        let table = native::nft_table(*family, FILTER_TABLE);
         let needles: Vec<Vec<u8>> = ips
             .iter()
             .filter(|ip| Family::of(ip) == *family)
@@ -169,7 +169,11 @@ fn append_natively(plans: &[(Family, AddPlan)]) -> bool {
             let Some(rule) = native::encode_rule(*family, args) else {
                 return false;
             };
-            batch.add_rule(&filter_table(*family), CNI_FORWARD_CHAIN, &rule);
+            batch.add_rule(
+                &native::nft_table(*family, FILTER_TABLE),
+                CNI_FORWARD_CHAIN,
+                &rule,
+            );
         }
     }
     if batch.is_empty() {
@@ -185,17 +189,6 @@ fn append_natively(plans: &[(Family, AddPlan)]) -> bool {
             false
         }
     }
-}
-
-/// The nf_tables table that `iptables-nft` keeps `family`'s `filter` table in.
-fn filter_table(family: Family) -> Table {
-    Table::new(
-        match family {
-            Family::V4 => NftFamily::Ip,
-            Family::V6 => NftFamily::Ip6,
-        },
-        FILTER_TABLE,
-    )
 }
 
 /// Whether the legacy (x_tables) `filter` table of `family` exists in the calling thread's

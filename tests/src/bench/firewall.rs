@@ -150,7 +150,7 @@ const PROBE_V6: &str = "fd71::ffff/128";
 /// out of the timing.
 fn time_kernel_append(ns: &NetNs, iterations: usize) -> Result<Duration> {
     use common::iptables::{Family, native};
-    use common::nft::{Batch, Family as NftFamily, Nft, Table, addr_bytes};
+    use common::nft::{Batch, Nft, addr_bytes};
     let accepts = |family: Family, cidr: &str| -> Result<Vec<common::nft::Rule>> {
         let forms = [
             vec![
@@ -174,12 +174,12 @@ fn time_kernel_append(ns: &NetNs, iterations: usize) -> Result<Duration> {
     };
     let tables = [
         (
-            Table::new(NftFamily::Ip, "filter"),
+            native::nft_table(Family::V4, "filter"),
             accepts(Family::V4, PROBE_V4)?,
             PROBE_V4,
         ),
         (
-            Table::new(NftFamily::Ip6, "filter"),
+            native::nft_table(Family::V6, "filter"),
             accepts(Family::V6, PROBE_V6)?,
             PROBE_V6,
         ),
