@@ -385,6 +385,15 @@ mod e2e {
     }
 
     /// A synthetic dual-stack prevResult on bridge `br0`.
+    /// A throwaway host namespace, a runtime in it, and the namespace's path (the `CNI_NETNS`
+    /// of attachments whose container side does not matter).
+    fn host_runtime(prefix: &str) -> Result<(TestNetns, Runtime, String)> {
+        let host = TestNetns::new(prefix)?;
+        let rt = Runtime::new(&host)?;
+        let netns = host.path().to_string_lossy().into_owned();
+        Ok((host, rt, netns))
+    }
+
     fn prev_result(v4: &str, v6: &str) -> Value {
         json!({
             "cniVersion": "1.0.0",
@@ -410,9 +419,7 @@ mod e2e {
     #[test]
     fn gc_removes_the_objects_of_attachments_that_are_not_valid_in_both_backends() -> Result<()> {
         for backend in ["iptables", "nftables"] {
-            let host = TestNetns::new("fwgc")?;
-            let rt = Runtime::new(&host)?;
-            let netns = host.path().to_string_lossy().into_owned();
+            let (host, rt, netns) = host_runtime("fwgc")?;
             for (cid, v4, v6) in [
                 ("gc-live", "10.64.0.2", "fd64::2"),
                 ("gc-stale", "10.64.0.3", "fd64::3"),
@@ -499,9 +506,7 @@ mod e2e {
     #[test]
     fn a_reused_address_belongs_to_its_newest_owner_in_both_backends() -> Result<()> {
         for backend in ["iptables", "nftables"] {
-            let host = TestNetns::new("fwreuse")?;
-            let rt = Runtime::new(&host)?;
-            let netns = host.path().to_string_lossy().into_owned();
+            let (host, rt, netns) = host_runtime("fwreuse")?;
             let conf = direct_conf(backend, "open", Some(prev_result("10.68.0.2", "fd68::2")));
             let bare = direct_conf(backend, "open", None);
             ok(
@@ -599,9 +604,7 @@ mod e2e {
 
     #[test]
     fn bad_config_and_missing_prev_result_are_named_errors() -> Result<()> {
-        let host = TestNetns::new("fwbad")?;
-        let rt = Runtime::new(&host)?;
-        let netns = host.path().to_string_lossy().into_owned();
+        let (host, rt, netns) = host_runtime("fwbad")?;
         let out = exec(
             &rt,
             "firewall",
@@ -702,9 +705,7 @@ mod e2e {
             (reference.as_str(), "firewall"),
             ("firewall", reference.as_str()),
         ] {
-            let host = TestNetns::new("fwxdel")?;
-            let rt = Runtime::new(&host)?;
-            let netns = host.path().to_string_lossy().into_owned();
+            let (host, rt, netns) = host_runtime("fwxdel")?;
             let before = both_tables(&host);
             let conf = direct_conf(
                 "iptables",
@@ -746,9 +747,7 @@ mod e2e {
     /// stay.
     #[test]
     fn iptables_del_removes_exactly_the_attachments_accepts() -> Result<()> {
-        let host = TestNetns::new("fwexact")?;
-        let rt = Runtime::new(&host)?;
-        let netns = host.path().to_string_lossy().into_owned();
+        let (host, rt, netns) = host_runtime("fwexact")?;
         let conf = direct_conf(
             "iptables",
             "open",
@@ -809,9 +808,7 @@ mod e2e {
 
     #[test]
     fn iptables_add_and_check_read_the_chains_over_nf_tables_without_duplicates() -> Result<()> {
-        let host = TestNetns::new("fwnative")?;
-        let rt = Runtime::new(&host)?;
-        let netns = host.path().to_string_lossy().into_owned();
+        let (host, rt, netns) = host_runtime("fwnative")?;
         // Only the restore tools on PATH: a read with iptables-save would fail.
         let tools = restore_tools_only()?;
         let path = tools.path().to_string_lossy().into_owned();
@@ -870,9 +867,7 @@ mod e2e {
 
     #[test]
     fn iptables_add_appends_over_nf_tables_once_the_skeleton_is_there() -> Result<()> {
-        let host = TestNetns::new("fwappend")?;
-        let rt = Runtime::new(&host)?;
-        let netns = host.path().to_string_lossy().into_owned();
+        let (host, rt, netns) = host_runtime("fwappend")?;
         let conf = |v4, v6| direct_conf("iptables", "isolated", Some(prev_result(v4, v6)));
         let first = conf("10.66.0.2", "fd66::2");
         ok(
@@ -907,9 +902,7 @@ mod e2e {
         }
         // A namespace without the skeleton needs the restore, which refuses here: the ADD
         // fails, naming the tool's complaint.
-        let bare = TestNetns::new("fwappend2")?;
-        let bare_rt = Runtime::new(&bare)?;
-        let bare_netns = bare.path().to_string_lossy().into_owned();
+        let (_bare, bare_rt, bare_netns) = host_runtime("fwappend2")?;
         let add = exec_env(
             &bare_rt,
             "firewall",
