@@ -661,6 +661,18 @@ COMMIT
     }
 
     /// The chains as `iptables-save` printed them, for comparison with a snapshot.
+    /// The match of the firewall's conntrack accept for address `a`, without its `-j`.
+    fn established_to(a: &str) -> Vec<&str> {
+        vec![
+            "-d",
+            a,
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "RELATED,ESTABLISHED",
+        ]
+    }
+
     fn only(dump: &TableDump, chains: &[&str]) -> TableDump {
         let mut only = TableDump::default();
         for chain in chains.iter().filter(|c| dump.has_chain(c)) {
@@ -744,16 +756,10 @@ COMMIT
                     ),
                     (
                         "CNI-FORWARD",
-                        vec![
-                            "-d",
-                            a,
-                            "-m",
-                            "conntrack",
-                            "--ctstate",
-                            "RELATED,ESTABLISHED",
-                            "-j",
-                            "ACCEPT",
-                        ],
+                        established_to(a)
+                            .into_iter()
+                            .chain(["-j", "ACCEPT"])
+                            .collect(),
                     ),
                     ("CNI-FORWARD", vec!["-s", a, "-j", "ACCEPT"]),
                     (
@@ -860,14 +866,7 @@ COMMIT
                     "{family}: needs iptables-nft"
                 );
                 let forms: Vec<Vec<String>> = [
-                    vec![
-                        "-d",
-                        a,
-                        "-m",
-                        "conntrack",
-                        "--ctstate",
-                        "RELATED,ESTABLISHED",
-                    ],
+                    established_to(a),
                     vec!["-s", a],
                     vec!["-s", a, "-d", a, "-m", "conntrack", "--ctstate", "INVALID"],
                     vec![],
