@@ -21,6 +21,9 @@ pub struct BatchFailure {
     pub index: usize,
     /// The kernel's errno.
     pub error: io::Error,
+    /// Where the refused attribute starts in the refused message, counted from its netlink
+    /// header: the extended ACK's `NLMSGERR_ATTR_OFFS`, when the kernel gave one.
+    pub bad_attr_offset: Option<usize>,
 }
 
 impl NetlinkSocket {
@@ -105,6 +108,7 @@ impl NetlinkSocket {
                     if err.code.is_some() {
                         failures.push(BatchFailure {
                             index,
+                            bad_attr_offset: bad_attr_offset(reply.header.flags, &err.header),
                             error: err.to_io(),
                         });
                     }
@@ -116,6 +120,38 @@ impl NetlinkSocket {
     }
 }
 
+/// The `NLMSGERR_ATTR_OFFS` of an error reply: `flags` are the reply's, `rest` what follows
+/// the error code (the refused message, or only its header when `NLM_F_CAPPED`, then the
+/// extended ACK's attributes when `NLM_F_ACK_TLVS`).
+fn bad_attr_offset(flags: u16, rest: &[u8]) -> Option<usize> {
+    const NLM_F_CAPPED: u16 = 0x100;
+    const NLM_F_ACK_TLVS: u16 = 0x200;
+    const NLMSG_HDRLEN: usize = 16;
+    const NLMSGERR_ATTR_OFFS: u16 = 2;
+    if flags & NLM_F_ACK_TLVS == 0 {
+        return None;
+    }
+    let refused = if flags & NLM_F_CAPPED != 0 {
+        NLMSG_HDRLEN
+    } else {
+        usize::try_from(u32::from_ne_bytes(rest.get(..4)?.try_into().ok()?)).ok()?
+    };
+    let mut tlvs = rest.get((refused + 3) & !3..)?;
+    while let Some(header) = tlvs.get(..4) {
+        let len = usize::from(u16::from_ne_bytes([header[0], header[1]]));
+        let kind = u16::from_ne_bytes([header[2], header[3]]) & netlink_packet_core::NLA_TYPE_MASK;
+        if len < 4 {
+            return None;
+        }
+        if kind == NLMSGERR_ATTR_OFFS {
+            let value = tlvs.get(4..8)?;
+            return usize::try_from(u32::from_ne_bytes(value.try_into().ok()?)).ok();
+        }
+        tlvs = tlvs.get((len + 3) & !3..)?;
+    }
+    None
+}
+
 impl NetlinkSocket {
     /// `NETLINK_CAP_ACK`: refusals carry only the refused message's header, not its payload,
     /// so a large refused batch cannot overflow the receive buffer.
@@ -124,5 +160,29 @@ impl NetlinkSocket {
     /// The `setsockopt` errno.
     pub fn set_cap_ack(&self, on: bool) -> io::Result<()> {
         self.socket.set_cap_ack(on)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_offset_of_the_refused_attribute_is_read_from_the_extended_ack() {
+        // The refused message's header (capped), then NLMSGERR_ATTR_MSG and NLMSGERR_ATTR_OFFS.
+        let mut rest = vec![0u8; 16];
+        rest.extend_from_slice(&[8, 0, 1, 0, b'b', b'a', b'd', 0]);
+        rest.extend_from_slice(&[8, 0, 2, 0]);
+        rest.extend_from_slice(&52u32.to_ne_bytes());
+        assert_eq!(bad_attr_offset(0x100 | 0x200, &rest), Some(52));
+        // Without NLM_F_ACK_TLVS there are no attributes to read.
+        assert_eq!(bad_attr_offset(0x100, &rest), None);
+        // Uncapped: the whole refused message (its length first) comes before them.
+        let mut whole = 20u32.to_ne_bytes().to_vec();
+        whole.extend_from_slice(&[0; 16]);
+        whole.extend_from_slice(&[8, 0, 2, 0]);
+        whole.extend_from_slice(&36u32.to_ne_bytes());
+        assert_eq!(bad_attr_offset(0x200, &whole), Some(36));
+        assert_eq!(bad_attr_offset(0x200, &[0; 3]), None);
     }
 }
