@@ -1,6 +1,6 @@
 //! Atomic batches: every change of one plugin call in one nfnetlink transaction.
 
-use netlink_packet_core::{NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE};
+use netlink_packet_core::{Emitable, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, Nla};
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, DataAttribute, Hook, HookNumber, InetHookNumber, ListAttribute,
     NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute, SetElementAttribute, SetElementList,
@@ -9,6 +9,7 @@ use netlink_packet_netfilter::nftables::{
 use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
 
 use super::expr::Verdict;
+use super::raw::RawMsg;
 use super::rule::{COMMENT_MAX, Rule};
 use super::set::{DataType, Element, ElementData, NFT_DATA_VERDICT, Set, SetData, Value};
 use super::{Family, Table, userdata};
@@ -165,6 +166,9 @@ impl Chain {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Op {
     AddTable(Table),
+    /// A table whose base chains hook nothing (`flags dormant`): for batches that are only
+    /// checked, so that checking a base chain registers no hook.
+    AddDormantTable(Table),
     DeleteTable(Table),
     AddChain(Table, Chain),
     FlushChain(Table, String),
@@ -192,6 +196,7 @@ impl Op {
     fn describe(&self) -> String {
         match self {
             Op::AddTable(t) => format!("add table {t}"),
+            Op::AddDormantTable(t) => format!("add table {t} {{ flags dormant; }}"),
             Op::DeleteTable(t) => format!("delete table {t}"),
             Op::AddChain(t, c) => format!("add chain {t} {}", c.to_nft()),
             Op::FlushChain(t, c) => format!("flush chain {t} {c}"),
@@ -256,6 +261,12 @@ impl Batch {
     /// `add table ip NAME`.
     pub fn add_table(&mut self, table: &Table) -> &mut Batch {
         self.ops.push(Op::AddTable(table.clone()));
+        self
+    }
+
+    /// `add table ip NAME { flags dormant; }`: its base chains hook nothing.
+    pub(crate) fn add_dormant_table(&mut self, table: &Table) -> &mut Batch {
+        self.ops.push(Op::AddDormantTable(table.clone()));
         self
     }
 
@@ -367,77 +378,88 @@ impl Batch {
             .map_or_else(|| format!("operation #{index}"), Op::describe)
     }
 
-    /// The netlink messages (flags each), without the batch begin/end wrapper.
-    pub(crate) fn encode(&self) -> Result<Vec<(NetfilterMessage, u16)>, EncodeError> {
+    /// The netlink messages, without the batch begin/end wrapper. An operation on elements
+    /// becomes as many messages as its element list needs ([`split_elements`]); every
+    /// attribute of every message is checked to fit its u16 length ([`check_fits`]).
+    pub(crate) fn encode(&self) -> Result<Vec<Encoded>, EncodeError> {
         let mut set_id = 0u32;
         let mut out = Vec::with_capacity(self.ops.len());
-        for op in &self.ops {
+        for (index, op) in self.ops.iter().enumerate() {
             let fail = |reason: String| EncodeError {
                 object: op.describe(),
                 reason,
             };
-            let (table, msg, flags) = match op {
-                Op::AddTable(t) => (
+            let one = |msg| vec![msg];
+            let (table, msgs, flags) = match op {
+                Op::AddTable(t) | Op::AddDormantTable(t) => (
                     t,
-                    NfTablesMessage::NewTable(TableMessage {
+                    one(NfTablesMessage::NewTable(TableMessage {
                         attributes: vec![
                             TableAttribute::Name(t.name.clone()),
-                            TableAttribute::Flags(TableFlags::empty()),
+                            TableAttribute::Flags(if matches!(op, Op::AddDormantTable(_)) {
+                                TableFlags::Dormant
+                            } else {
+                                TableFlags::empty()
+                            }),
                         ],
-                    }),
+                    })),
                     NLM_F_CREATE,
                 ),
                 Op::DeleteTable(t) => (
                     t,
-                    NfTablesMessage::DeleteTable(TableMessage {
+                    one(NfTablesMessage::DeleteTable(TableMessage {
                         attributes: vec![TableAttribute::Name(t.name.clone())],
-                    }),
+                    })),
                     0,
                 ),
-                Op::AddChain(t, c) => (t, chain_message(t, c), NLM_F_CREATE),
+                Op::AddChain(t, c) => (t, one(chain_message(t, c)), NLM_F_CREATE),
                 Op::FlushChain(t, c) => (
                     t,
-                    NfTablesMessage::DeleteRule(RuleMessage {
+                    one(NfTablesMessage::DeleteRule(RuleMessage {
                         attributes: vec![
                             RuleAttribute::Table(t.name.clone()),
                             RuleAttribute::Chain(c.clone()),
                         ],
-                    }),
+                    })),
                     0,
                 ),
                 Op::DeleteChain(t, c) => (
                     t,
-                    NfTablesMessage::DeleteChain(ChainMessage {
+                    one(NfTablesMessage::DeleteChain(ChainMessage {
                         attributes: vec![
                             ChainAttribute::Table(t.name.clone()),
                             ChainAttribute::Name(c.clone()),
                         ],
-                    }),
+                    })),
                     0,
                 ),
                 Op::AddSet(t, s) => {
                     // The kernel wants a transaction-unique id for every new set.
                     set_id += 1;
-                    (t, set_message(t, s, set_id).map_err(fail)?, NLM_F_CREATE)
+                    (
+                        t,
+                        one(set_message(t, s, set_id).map_err(fail)?),
+                        NLM_F_CREATE,
+                    )
                 }
                 Op::FlushSet(t, s) => (
                     t,
-                    NfTablesMessage::DeleteSetElement(SetElementMessage {
+                    one(NfTablesMessage::DeleteSetElement(SetElementMessage {
                         attributes: vec![
                             SetElementList::Table(t.name.clone()),
                             SetElementList::Set(s.clone()),
                         ],
-                    }),
+                    })),
                     0,
                 ),
                 Op::DeleteSet(t, s) => (
                     t,
-                    NfTablesMessage::DeleteSet(SetMessage {
+                    one(NfTablesMessage::DeleteSet(SetMessage {
                         attributes: vec![
                             SetAttribute::Table(t.name.clone()),
                             SetAttribute::Name(s.clone()),
                         ],
-                    }),
+                    })),
                     0,
                 ),
                 Op::AddRule {
@@ -447,7 +469,7 @@ impl Batch {
                     append,
                 } => (
                     table,
-                    rule_message(table, chain, rule).map_err(fail)?,
+                    one(rule_message(table, chain, rule).map_err(fail)?),
                     if *append {
                         NLM_F_CREATE | NLM_F_APPEND
                     } else {
@@ -460,13 +482,13 @@ impl Batch {
                     handle,
                 } => (
                     table,
-                    NfTablesMessage::DeleteRule(RuleMessage {
+                    one(NfTablesMessage::DeleteRule(RuleMessage {
                         attributes: vec![
                             RuleAttribute::Table(table.name.clone()),
                             RuleAttribute::Chain(chain.clone()),
                             RuleAttribute::Handle(*handle),
                         ],
-                    }),
+                    })),
                     0,
                 ),
                 Op::AddElements(t, s, elements) => {
@@ -476,7 +498,13 @@ impl Batch {
                     }
                     (
                         t,
-                        elements_message(NfTablesMessage::NewSetElement, t, s, list),
+                        split_elements(list)
+                            .map_err(fail)?
+                            .into_iter()
+                            .map(|part| {
+                                elements_message(NfTablesMessage::NewSetElement, t, s, part)
+                            })
+                            .collect(),
                         NLM_F_CREATE,
                     )
                 }
@@ -491,18 +519,124 @@ impl Batch {
                         .collect();
                     (
                         t,
-                        elements_message(NfTablesMessage::DeleteSetElement, t, s, list),
+                        split_elements(list)
+                            .map_err(fail)?
+                            .into_iter()
+                            .map(|part| {
+                                elements_message(NfTablesMessage::DeleteSetElement, t, s, part)
+                            })
+                            .collect(),
                         0,
                     )
                 }
             };
-            out.push((nft_message(table.family, msg), flags));
+            for msg in msgs {
+                check_fits(&msg).map_err(fail)?;
+                out.push(Encoded {
+                    msg: RawMsg::encode(&nft_message(table.family, msg)),
+                    flags,
+                    op: index,
+                });
+            }
         }
-        // One ACK, on the last object: it arrives after every refusal (see `send_batch`).
+        // One ACK, on the last message: it arrives after every refusal (see `send_batch`).
         if let Some(last) = out.last_mut() {
-            last.1 |= NLM_F_ACK;
+            last.flags |= NLM_F_ACK;
         }
         Ok(out)
+    }
+}
+
+/// One message of an encoded [`Batch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Encoded {
+    /// The message.
+    pub msg: RawMsg,
+    /// `NLM_F_*` flags besides `NLM_F_REQUEST`.
+    pub flags: u16,
+    /// The index of the operation it belongs to.
+    pub op: usize,
+}
+
+/// The most a netlink attribute can hold, its 4-byte header included: its length is a u16.
+pub(crate) const ATTR_MAX: usize = u16::MAX as usize;
+/// A netlink attribute's header.
+const NLA_HEADER: usize = 4;
+
+/// Splits an element list into lists that each fit one `NFTA_SET_ELEM_LIST_ELEMENTS`
+/// attribute, in order: a message per list. The kernel applies them in the same
+/// transaction, so the split changes nothing else.
+///
+/// # Errors
+/// An element that alone does not fit an attribute.
+fn split_elements(
+    list: Vec<ListAttribute<SetElementAttribute>>,
+) -> Result<Vec<Vec<ListAttribute<SetElementAttribute>>>, String> {
+    let mut parts = Vec::new();
+    let mut part = Vec::new();
+    let mut used = NLA_HEADER;
+    for element in list {
+        let len = element.buffer_len();
+        if NLA_HEADER + len > ATTR_MAX {
+            return Err(format!(
+                "an element of {len} bytes does not fit a netlink attribute ({ATTR_MAX} bytes)"
+            ));
+        }
+        if used + len > ATTR_MAX {
+            parts.push(std::mem::take(&mut part));
+            used = NLA_HEADER;
+        }
+        used += len;
+        part.push(element);
+    }
+    if !part.is_empty() || parts.is_empty() {
+        parts.push(part);
+    }
+    Ok(parts)
+}
+
+/// Fails when an attribute of `msg` is longer than a netlink attribute can say (its length is
+/// a u16): `netlink-packet-core` would write a wrapped length, then panic. An attribute
+/// nested in another is shorter than it, so the top level is enough.
+fn check_fits(msg: &NfTablesMessage) -> Result<(), String> {
+    fn fits<A: Nla>(attrs: &[A]) -> Result<(), String> {
+        for attr in attrs {
+            let len = NLA_HEADER + attr.value_len();
+            if len > ATTR_MAX {
+                return Err(format!(
+                    "its netlink attribute {} of {len} bytes is longer than the {ATTR_MAX} bytes an attribute can hold",
+                    attr.kind()
+                ));
+            }
+        }
+        Ok(())
+    }
+    match msg {
+        NfTablesMessage::NewTable(m)
+        | NfTablesMessage::GetTable(m)
+        | NfTablesMessage::DeleteTable(m) => fits(&m.attributes),
+        NfTablesMessage::NewChain(m)
+        | NfTablesMessage::GetChain(m)
+        | NfTablesMessage::DeleteChain(m) => fits(&m.attributes),
+        NfTablesMessage::NewRule(m)
+        | NfTablesMessage::GetRule(m)
+        | NfTablesMessage::DeleteRule(m) => fits(&m.attributes),
+        NfTablesMessage::NewSet(m) | NfTablesMessage::GetSet(m) | NfTablesMessage::DeleteSet(m) => {
+            fits(&m.attributes)
+        }
+        NfTablesMessage::NewSetElement(m)
+        | NfTablesMessage::GetSetElement(m)
+        | NfTablesMessage::DeleteSetElement(m) => fits(&m.attributes),
+        NfTablesMessage::Trace(a)
+        | NfTablesMessage::NewObject(a)
+        | NfTablesMessage::GetObject(a)
+        | NfTablesMessage::DeleteObject(a)
+        | NfTablesMessage::NewFlowTable(a)
+        | NfTablesMessage::GetFlowTable(a)
+        | NfTablesMessage::DeleteFlowTable(a)
+        | NfTablesMessage::Other { attributes: a, .. } => fits(a),
+        NfTablesMessage::NewGen(m) | NfTablesMessage::GetGen(m) => fits(&m.attributes),
+        _ => Err("a message of a kind this encoder does not know".to_string()),
     }
 }
 

@@ -130,26 +130,6 @@ impl Verdict {
             ],
         }
     }
-
-    pub(crate) fn from_attributes(attrs: &[VerdictAttribute]) -> Option<Verdict> {
-        let mut code = None;
-        let mut chain = None;
-        for attr in attrs {
-            match attr {
-                VerdictAttribute::Code(c) => code = Some(u32::from(*c)),
-                VerdictAttribute::Chain(c) => chain = Some(c.clone()),
-                _ => {}
-            }
-        }
-        match (code?, chain) {
-            (Self::ACCEPT, _) => Some(Verdict::Accept),
-            (Self::DROP, _) => Some(Verdict::Drop),
-            (c, _) if c == u32::from(NlVerdict::Return) => Some(Verdict::Return),
-            (c, Some(chain)) if c == u32::from(NlVerdict::Jump) => Some(Verdict::Jump(chain)),
-            (c, Some(chain)) if c == u32::from(NlVerdict::Goto) => Some(Verdict::Goto(chain)),
-            _ => None,
-        }
-    }
 }
 
 /// One nf_tables expression.

@@ -1,18 +1,92 @@
-//! Decoding of dumped rules straight from their netlink bytes.
+//! nf_tables messages as bytes: what is sent, and the decoding of what the kernel answers.
 //!
 //! `netlink-packet-netfilter` formats the whole attribute buffer with `{:?}` for an error
 //! context at every nested attribute it parses, whether or not the parse fails: listing a
-//! chain of 2000 iptables-nft rules cost about 150 ms of string formatting. Rule dumps are read
-//! in bulk (portmap's and firewall's chains grow with the attachments), so their replies are
-//! decoded here instead: a walk over the attributes that copies only what [`ListedRule`] keeps.
+//! chain of 2000 iptables-nft rules cost about 150 ms of string formatting, and a set of 16 000
+//! elements half a minute (every element of a dump message formats the whole message). So
+//! nothing the kernel sends is parsed by it: [`RawMsg`] carries requests and replies as bytes,
+//! and the few attributes we read (a rule's handle, comment and expressions; a set's types; an
+//! element's key, data and comment) are walked here, copying only what the caller keeps.
 
 use std::io;
 
-use netlink_packet_core::{NLA_TYPE_MASK, NetlinkDeserializable, NetlinkHeader};
+use netlink_packet_core::{
+    Emitable, NLA_TYPE_MASK, NetlinkDeserializable, NetlinkHeader, NetlinkSerializable,
+};
+use netlink_packet_netfilter::NetfilterMessage;
 use netlink_packet_netfilter::nftables::MetaKey;
 
 use super::ListedRule;
 use super::expr::*;
+
+/// One nfnetlink message as bytes: the netlink message type and the payload after the netlink
+/// header (the `nfgenmsg`, then the attributes). Requests and batch messages are encoded by
+/// `netlink-packet-netfilter` once, into this; replies are kept as this and decoded here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawMsg {
+    /// `nlmsg_type`: `NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_*`, or a batch begin/end.
+    pub kind: u16,
+    /// `nfgenmsg` and attributes.
+    pub payload: Vec<u8>,
+}
+
+impl RawMsg {
+    /// A message encoded by `netlink-packet-netfilter`. Its attributes must fit their u16
+    /// lengths (see `batch::check_fits`): the crate's encoder panics otherwise.
+    pub(crate) fn encode(msg: &NetfilterMessage) -> RawMsg {
+        let mut payload = vec![0u8; Emitable::buffer_len(msg)];
+        msg.emit(&mut payload);
+        RawMsg {
+            kind: NetlinkSerializable::message_type(msg),
+            payload,
+        }
+    }
+
+    /// A batch begin (`NFNL_MSG_BATCH_BEGIN`) or end for the nf_tables subsystem.
+    pub(crate) fn batch_control(kind: u16) -> RawMsg {
+        // nfgenmsg: family AF_UNSPEC, version 0, res_id NFNL_SUBSYS_NFTABLES (big endian).
+        let [hi, lo] = NFNL_SUBSYS_NFTABLES.to_be_bytes();
+        RawMsg {
+            kind,
+            payload: vec![0, 0, hi, lo],
+        }
+    }
+
+    /// The `NFT_MSG_*` of an nf_tables message, `None` for other subsystems.
+    pub(crate) fn nft_kind(&self) -> Option<u16> {
+        (self.kind >> 8 == NFNL_SUBSYS_NFTABLES).then_some(self.kind & 0xff)
+    }
+
+    /// The attributes, after the `nfgenmsg`.
+    pub(crate) fn attrs(&self) -> &[u8] {
+        self.payload.get(NFGENMSG_LEN..).unwrap_or_default()
+    }
+}
+
+impl NetlinkSerializable for RawMsg {
+    fn message_type(&self) -> u16 {
+        self.kind
+    }
+
+    fn buffer_len(&self) -> usize {
+        self.payload.len()
+    }
+
+    fn serialize(&self, buffer: &mut [u8]) {
+        buffer.copy_from_slice(&self.payload);
+    }
+}
+
+impl NetlinkDeserializable for RawMsg {
+    type Error = io::Error;
+
+    fn deserialize(header: &NetlinkHeader, payload: &[u8]) -> Result<Self, Self::Error> {
+        Ok(RawMsg {
+            kind: header.message_type,
+            payload: payload.to_vec(),
+        })
+    }
+}
 
 /// The attributes of a netlink payload as `(type, value)`, flags masked off; stops at the first
 /// malformed one.
@@ -44,9 +118,23 @@ fn string(value: &[u8]) -> Option<String> {
     String::from_utf8(value[..end].to_vec()).ok()
 }
 
-// linux/netfilter/nf_tables.h
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFT_MSG_NEWRULE: u16 = 6;
+// linux/netfilter/nfnetlink.h and nf_tables.h
+pub(crate) const NFNL_SUBSYS_NFTABLES: u16 = 10;
+pub(crate) const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
+pub(crate) const NFNL_MSG_BATCH_END: u16 = 0x11;
+pub(crate) const NFT_MSG_NEWCHAIN: u16 = 3;
+pub(crate) const NFT_MSG_NEWRULE: u16 = 6;
+pub(crate) const NFT_MSG_NEWSET: u16 = 9;
+pub(crate) const NFT_MSG_NEWSETELEM: u16 = 12;
+const NFTA_CHAIN_TYPE: u16 = 7;
+const NFTA_SET_FLAGS: u16 = 3;
+const NFTA_SET_KEY_TYPE: u16 = 4;
+const NFTA_SET_DATA_TYPE: u16 = 6;
+const NFT_SET_MAP: u32 = 0x8;
+const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
+const NFTA_SET_ELEM_KEY: u16 = 1;
+const NFTA_SET_ELEM_DATA: u16 = 2;
+const NFTA_SET_ELEM_USERDATA: u16 = 6;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_HANDLE: u16 = 3;
@@ -128,6 +216,129 @@ impl DumpedRule {
     }
 }
 
+/// The type ids and flags of a set, from the attributes of its `NFT_MSG_NEWSET`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SetTypes {
+    /// `NFTA_SET_KEY_TYPE`.
+    pub key: Option<u32>,
+    /// `NFTA_SET_DATA_TYPE`, for maps.
+    pub data: Option<u32>,
+    /// `NFT_SET_MAP` is set.
+    pub is_map: bool,
+}
+
+/// The types of a set (`NFT_MSG_NEWSET`'s attributes).
+pub(crate) fn set_types(attrs: &[u8]) -> SetTypes {
+    SetTypes {
+        key: u32_of(attrs, NFTA_SET_KEY_TYPE),
+        data: u32_of(attrs, NFTA_SET_DATA_TYPE),
+        is_map: u32_of(attrs, NFTA_SET_FLAGS).is_some_and(|f| f & NFT_SET_MAP != 0),
+    }
+}
+
+/// One element of a set as the kernel lists it, borrowed from the reply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RawElement<'a> {
+    /// The key's bytes (`NFTA_SET_ELEM_KEY`'s `NFTA_DATA_VALUE`).
+    pub key: Option<&'a [u8]>,
+    /// Map data (`NFTA_SET_ELEM_DATA`'s `NFTA_DATA_VALUE`).
+    pub data: Option<&'a [u8]>,
+    /// A verdict map's verdict, decoded.
+    pub verdict: Option<Verdict>,
+    /// `NFTA_SET_ELEM_USERDATA`, where nft keeps the comment.
+    pub userdata: Option<&'a [u8]>,
+}
+
+/// The elements of one `NFT_MSG_NEWSETELEM` (its attributes): a dump sends as many per
+/// message as fit.
+pub(crate) fn set_elements(attrs: &[u8]) -> impl Iterator<Item = RawElement<'_>> {
+    attributes(attrs)
+        .filter(|(k, _)| *k == NFTA_SET_ELEM_LIST_ELEMENTS)
+        .flat_map(|(_, list)| attributes(list))
+        .filter(|(k, _)| *k == NFTA_LIST_ELEM)
+        .map(|(_, elem)| {
+            let mut out = RawElement::default();
+            for (kind, value) in attributes(elem) {
+                match kind {
+                    NFTA_SET_ELEM_KEY => out.key = find(value, NFTA_DATA_VALUE),
+                    NFTA_SET_ELEM_DATA => {
+                        out.data = find(value, NFTA_DATA_VALUE);
+                        out.verdict = find(value, NFTA_DATA_VERDICT).and_then(verdict);
+                    }
+                    NFTA_SET_ELEM_USERDATA => out.userdata = Some(value),
+                    _ => {}
+                }
+            }
+            out
+        })
+}
+
+/// The attribute of `attrs` (attributes starting at byte `base` of the message) that spans
+/// byte `offset` of the message: `(type, its start in the message, value)`.
+fn attribute_at(attrs: &[u8], base: usize, offset: usize) -> Option<(u16, usize, &[u8])> {
+    let mut at = 0;
+    let mut rest = attrs;
+    while let Some(header) = rest.get(..4) {
+        let len = usize::from(u16::from_ne_bytes([header[0], header[1]]));
+        let kind = u16::from_ne_bytes([header[2], header[3]]) & NLA_TYPE_MASK;
+        if len < 4 {
+            return None;
+        }
+        let value = rest.get(4..len)?;
+        let start = base + at;
+        if (start..start + len).contains(&offset) {
+            return Some((kind, start, value));
+        }
+        let step = (len + 3) & !3;
+        at += step;
+        rest = rest.get(step..).unwrap_or_default();
+    }
+    None
+}
+
+/// Expressions built into `nf_tables` itself: with nf_tables there, a refusal at one of these
+/// is about what it refers to (a chain a verdict jumps to, a set a lookup reads), never about
+/// the kernel lacking it (see `net/netfilter/nf_tables_core.c`).
+const CORE_EXPRESSIONS: [&str; 14] = [
+    "immediate",
+    "cmp",
+    "lookup",
+    "bitwise",
+    "byteorder",
+    "payload",
+    "dynset",
+    "range",
+    "meta",
+    "rt",
+    "exthdr",
+    "last",
+    "objref",
+    "inner",
+];
+
+/// The kernel feature a refusal with ENOENT or EOPNOTSUPP shows missing, from the extended
+/// ACK's offset of the refused attribute (`NLMSGERR_ATTR_OFFS`, from the start of the
+/// netlink header of `msg`): an expression type the kernel does not know (`expression
+/// "fib"`), or a chain type (`chain type "nat"`). The kernel also points at an expression that
+/// refers to something missing (a `jump` to no chain, a `lookup` of no set): those are
+/// expressions nf_tables always has, and yield `None`, as does an offset elsewhere.
+pub(crate) fn missing_feature(msg: &RawMsg, offset: usize) -> Option<String> {
+    // The netlink header, then the nfgenmsg.
+    const NLMSG_HDRLEN: usize = 16;
+    let base = NLMSG_HDRLEN + NFGENMSG_LEN;
+    let (kind, start, value) = attribute_at(msg.attrs(), base, offset)?;
+    match (msg.nft_kind()?, kind) {
+        (NFT_MSG_NEWRULE, NFTA_RULE_EXPRESSIONS) => {
+            let (_, _, elem) =
+                attribute_at(value, start + 4, offset).filter(|(k, _, _)| *k == NFTA_LIST_ELEM)?;
+            let name = find(elem, NFTA_EXPR_NAME).and_then(string)?;
+            (!CORE_EXPRESSIONS.contains(&name.as_str())).then(|| format!("expression {name:?}"))
+        }
+        (NFT_MSG_NEWCHAIN, NFTA_CHAIN_TYPE) => Some(format!("chain type {:?}", string(value)?)),
+        _ => None,
+    }
+}
+
 /// One expression (the value of an `NFTA_LIST_ELEM`); what is not modelled, or malformed,
 /// becomes [`Expr::Other`] with its name.
 pub(crate) fn decode(elem: &[u8]) -> Expr {
@@ -143,7 +354,7 @@ fn data_value(bytes: &[u8], kind: u16) -> Option<Vec<u8>> {
     find(find(bytes, kind)?, NFTA_DATA_VALUE).map(<[u8]>::to_vec)
 }
 
-fn verdict(data: &[u8]) -> Option<Verdict> {
+pub(crate) fn verdict(data: &[u8]) -> Option<Verdict> {
     // NF_DROP, NF_ACCEPT, then the NFT_* verdicts as negative numbers.
     const DROP: i32 = 0;
     const ACCEPT: i32 = 1;

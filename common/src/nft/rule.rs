@@ -302,6 +302,8 @@ enum Stmt {
         map: String,
     },
     Masquerade,
+    /// An expression as is, for probes of the kernel.
+    Raw(Expr),
 }
 
 /// A rule: matches, then at most one terminal statement. Build it in `nft` order; each
@@ -589,6 +591,12 @@ impl Rule {
         self.push(Stmt::Masquerade)
     }
 
+    /// The expression `expr` as is (no dependency, no check): for probes of the kernel.
+    #[must_use]
+    pub(crate) fn raw(self, expr: Expr) -> Rule {
+        self.push(Stmt::Raw(expr))
+    }
+
     /// `comment "TEXT"` (at most [`COMMENT_MAX`] bytes).
     #[must_use]
     pub fn comment(mut self, comment: &str) -> Rule {
@@ -866,6 +874,7 @@ impl Encoder {
                 });
             }
             Stmt::Masquerade => self.exprs.push(Expr::Masquerade),
+            Stmt::Raw(expr) => self.exprs.push(expr.clone()),
         }
         Ok(())
     }
@@ -987,6 +996,7 @@ fn stmt_to_nft(stmt: &Stmt) -> String {
             concat_to_nft(keys)
         ),
         Stmt::Masquerade => "masquerade".to_string(),
+        Stmt::Raw(expr) => format!("{expr:?}"),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Kernel tests (each in a fresh network namespace) and golden-byte tests.
 
+use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
@@ -925,4 +926,210 @@ fn a_handle_opened_in_a_namespace_stays_bound_to_it() {
         .unwrap()
         .table_exists(&t)
         .unwrap()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Size limits, refusals that show a missing kernel feature, and checks without a commit.
+
+/// The keys of `n` distinct `inet_proto . inet_service` elements.
+fn port_keys(n: u16) -> Vec<Vec<Value>> {
+    (1..=n)
+        .map(|p| vec![L4Proto::Tcp.into(), Value::Port(p)])
+        .collect()
+}
+
+#[test]
+fn element_lists_longer_than_an_attribute_are_split_into_messages_of_one_operation() {
+    let t = Table::new(Family::Ip, "t");
+    let keys = port_keys(10_000);
+    let mut b = Batch::new();
+    b.add_table(&t).delete_elements(&t, "m", &keys);
+    let encoded = b.encode().unwrap();
+    assert!(encoded.len() > 3, "{} messages", encoded.len());
+    assert_eq!(encoded[0].op, 0);
+    let mut listed = 0;
+    for e in &encoded[1..] {
+        assert_eq!(e.op, 1);
+        // Every attribute's u16 length is the real one: the walk covers each message whole.
+        let mut attrs = 0;
+        for (kind, value) in raw::attributes(e.msg.attrs()) {
+            attrs += (value.len() + 4 + 3) & !3;
+            if kind == 3 {
+                assert!(value.len() + 4 <= batch::ATTR_MAX);
+                listed += raw::attributes(value).count();
+            }
+        }
+        assert_eq!(attrs, e.msg.attrs().len());
+    }
+    assert_eq!(listed, keys.len());
+    // Only the last message asks for an ACK.
+    let acks: Vec<bool> = encoded
+        .iter()
+        .map(|e| e.flags & netlink_packet_core::NLM_F_ACK != 0)
+        .collect();
+    assert_eq!(acks.iter().filter(|a| **a).count(), 1);
+    assert!(acks[acks.len() - 1]);
+}
+
+#[test]
+fn an_attribute_too_long_for_netlink_is_refused_before_anything_is_sent() {
+    let t = Table::new(Family::Ip, "t");
+    let mut b = Batch::new();
+    b.add_rule(
+        &t,
+        "c",
+        &Rule::new().xt_match("comment", 0, vec![b'x'; 70_000]),
+    );
+    let err = b.encode().unwrap_err();
+    assert_eq!(err.object, "add rule ip t c xt match \"comment\"");
+    assert!(err.reason.contains("65535"), "{}", err.reason);
+    let err = in_fresh_netns(|| Nft::new().unwrap().apply(&b).unwrap_err());
+    assert!(matches!(err, NftError::Invalid { .. }), "{err:?}");
+}
+
+#[test]
+fn a_refusal_at_an_unknown_expression_names_it_and_one_at_a_missing_chain_does_not() {
+    // The kernel's extended ACK points at the expression: the second one here.
+    let t = Table::new(Family::Ip, "t");
+    let mut b = Batch::new();
+    b.add_rule(
+        &t,
+        "c",
+        &Rule::new()
+            .counter()
+            .raw(Expr::Other("nosuchexpr".into()))
+            .jump("c2"),
+    );
+    let encoded = b.encode().unwrap();
+    let msg = &encoded[0].msg;
+    let offset_of = |name: &[u8]| {
+        // The expression's NFTA_LIST_ELEM starts 8 bytes before its name's value.
+        16 + memchr::memmem::find(&msg.payload, name).unwrap() - 8
+    };
+    assert_eq!(
+        raw::missing_feature(msg, offset_of(b"nosuchexpr")).as_deref(),
+        Some("expression \"nosuchexpr\"")
+    );
+    // nf_tables always has `immediate`: refused there, the jump's chain is what is missing.
+    assert_eq!(raw::missing_feature(msg, offset_of(b"immediate")), None);
+    assert_eq!(raw::missing_feature(msg, 16 + 4 + 1), None);
+
+    in_fresh_netns(|| {
+        let mut nl = Nft::new().unwrap();
+        let mut base = Batch::new();
+        base.add_table(&t).add_chain(&t, &Chain::regular("c"));
+        let mut unknown = base.clone();
+        unknown.add_rule(
+            &t,
+            "c",
+            &Rule::new().counter().raw(Expr::Other("nosuchexpr".into())),
+        );
+        let err = nl.apply(&unknown).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::ENOENT), "{err}");
+        assert_eq!(err.missing_feature(), Some("expression \"nosuchexpr\""));
+        assert!(err.is_unsupported() && !err.is_not_found(), "{err}");
+        assert!(err.to_string().contains("nosuchexpr"), "{err}");
+
+        let mut dangling = base.clone();
+        dangling.add_rule(&t, "c", &Rule::new().jump("nowhere"));
+        let err = nl.apply(&dangling).unwrap_err();
+        assert_eq!(err.missing_feature(), None, "{err}");
+        assert!(err.is_not_found() && !err.is_unsupported(), "{err}");
+        assert_eq!(nft(&["list", "ruleset"]), "");
+    });
+}
+
+#[test]
+fn a_checked_batch_changes_nothing_and_reports_what_the_kernel_would_refuse() {
+    in_fresh_netns(|| {
+        let (t, skeleton) = hostport_table();
+        let mut nl = Nft::new().unwrap();
+        assert!(nl.is_available().unwrap());
+        nl.validate(&skeleton).unwrap();
+        assert_eq!(nft(&["list", "ruleset"]), "");
+        let mut bad = skeleton.clone();
+        bad.add_rule(&t, "hostports", &Rule::new().jump("nowhere"));
+        let err = nl.validate(&bad).unwrap_err();
+        assert!(err.is_not_found(), "{err}");
+        assert_eq!(
+            err.failed_object(),
+            Some(format!("add rule {t} hostports jump nowhere").as_str())
+        );
+        assert_eq!(nft(&["list", "ruleset"]), "");
+        // The same batch applies afterwards.
+        nl.apply(&skeleton).unwrap();
+        assert!(nl.table_exists(&t).unwrap());
+    });
+}
+
+#[test]
+fn the_probe_finds_only_the_features_the_kernel_lacks_and_creates_nothing() {
+    in_fresh_netns(|| {
+        let mut nl = Nft::new().unwrap();
+        let all = [
+            Feature::Fib,
+            Feature::Nat,
+            Feature::Masquerade,
+            Feature::Ct,
+            Feature::Counter,
+            Feature::NatChain,
+            Feature::Expression("nosuchexpr"),
+            Feature::Expression("fib"),
+            Feature::Expression("lookup"),
+        ];
+        for family in [Family::Ip, Family::Ip6, Family::Inet] {
+            assert_eq!(
+                nl.missing_features(family, &all).unwrap(),
+                [Feature::Expression("nosuchexpr")],
+                "{family:?}"
+            );
+        }
+        assert_eq!(
+            Feature::Expression("nosuchexpr").describe(),
+            "expression \"nosuchexpr\""
+        );
+        assert_eq!(Feature::NatChain.describe(), "chain type \"nat\"");
+        assert!(nl.missing_features(Family::Ip, &[]).unwrap().is_empty());
+        assert_eq!(nft(&["list", "ruleset"]), "");
+    });
+}
+
+#[test]
+fn errors_meaning_no_nf_tables_are_unsupported_and_others_are_not() {
+    let os = io::Error::from_raw_os_error;
+    let request = |errno| NftError::Request {
+        op: "look up table ip t".into(),
+        source: os(errno),
+    };
+    let whole = |errno| NftError::Rejected {
+        object: "commit the transaction".into(),
+        index: None,
+        feature: None,
+        source: os(errno),
+    };
+    assert!(NftError::Open(os(libc::EPROTONOSUPPORT)).is_unsupported());
+    assert!(NftError::Open(os(libc::EAFNOSUPPORT)).is_unsupported());
+    assert!(!NftError::Open(os(libc::EMFILE)).is_unsupported());
+    assert!(request(libc::EINVAL).is_unsupported());
+    assert!(request(libc::EOPNOTSUPP).is_unsupported());
+    assert!(!request(libc::ENOENT).is_unsupported());
+    assert!(request(libc::ENOENT).is_not_found());
+    assert!(!request(libc::EPERM).is_unsupported());
+    assert!(whole(libc::EOPNOTSUPP).is_unsupported());
+    assert!(!whole(libc::ENOMEM).is_unsupported());
+    let at_rule = |feature: Option<&str>| NftError::Rejected {
+        object: "add rule ip t c fib daddr type local".into(),
+        index: Some(2),
+        feature: feature.map(String::from),
+        source: os(libc::ENOENT),
+    };
+    assert!(at_rule(Some("expression \"fib\"")).is_unsupported());
+    assert!(!at_rule(Some("expression \"fib\"")).is_not_found());
+    assert!(!at_rule(None).is_unsupported());
+    assert!(at_rule(None).is_not_found());
+    assert!(
+        at_rule(Some("expression \"fib\""))
+            .to_string()
+            .ends_with("(the kernel has no nf_tables expression \"fib\")")
+    );
 }
