@@ -13,6 +13,7 @@
 //! - [`result`]: lookups in a CNI result (an address of a family, the host veth).
 //! - [`process`]: child processes spawned inside a namespace and waited for with a deadline.
 //! - [`mounts`]: private mount namespaces for tests that change mounts.
+//! - [`seccomp`]: a kernel without nf_tables, as a plugin sees it (a seccomp filter).
 //!
 //! Everything needs root and fails (never skips) without it. Nothing here touches the machine's
 //! own network namespace: namespaces are created on throwaway threads, commands and plugins are
@@ -27,6 +28,7 @@ pub mod netns;
 pub mod process;
 pub mod result;
 pub mod runtime;
+pub mod seccomp;
 pub mod traffic;
 
 pub use netns::{TestNetns, Topology, veth_pair};
