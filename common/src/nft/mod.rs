@@ -69,6 +69,9 @@
 //! - The work runs on its own: a close 2 ms after the commit waits 9 ms, 5 ms after 8 ms,
 //!   10 ms after usually nothing (34 µs), 20 ms after never.
 //! - The work is per namespace (on 6.18): a socket of another namespace closes at once.
+//! - A commit deleting thousands of elements waits for a grace period inside the `sendmsg`
+//!   itself (15 ms at 4 000 elements, 55–90 ms at 16 000), and its close then returns at once;
+//!   2 000 and fewer leave the wait to the close (`strace -T nft -f` deleting them).
 //! - A batch checked and aborted ([`Nft::validate`], [`Nft::missing_features`]) costs the
 //!   grace period in the abort itself (9 ms [5–22]), and leaves nothing for the close.
 //!
@@ -790,8 +793,12 @@ impl Nft {
     }
 
     /// Every element of a set or map, with data and comments (`nft list map …`). Decoded here
-    /// from the dump's bytes (see [`raw`]): about a microsecond per element besides the
-    /// kernel's own listing.
+    /// from the dump's bytes (see [`raw`]): well under a microsecond of CPU per element. The
+    /// kernel's own listing grows faster than the set: a hash set restarts its walk from the
+    /// first element for every datagram of the dump (32 KiB, some 230 elements with
+    /// portmap's comments), so 4 000 elements cost it about 3 ms of CPU and 16 000 about
+    /// 30 ms on the development VM. Where the key is known, [`Nft::element`] costs the same
+    /// whatever the size.
     ///
     /// # Errors
     /// `is_not_found()` when the table or set does not exist.

@@ -1133,3 +1133,68 @@ fn errors_meaning_no_nf_tables_are_unsupported_and_others_are_not() {
             .ends_with("(the kernel has no nf_tables expression \"fib\")")
     );
 }
+
+#[test]
+fn sets_maps_and_verdict_maps_list_back_as_added_from_their_bytes() {
+    in_fresh_netns(|| {
+        use super::L4Proto as P;
+        let t = Table::new(Family::Inet, "lists");
+        let pairs = [
+            Element::new([v4("10.0.0.2").into(), v4("10.0.0.2").into()]),
+            Element::new([v4("10.0.0.3").into(), v4("10.0.0.3").into()]).comment("two"),
+        ];
+        let verdicts = [
+            Element::new([P::Tcp.into()]).to_verdict(Verdict::Goto("gate".into())),
+            Element::new([P::Udp.into()]).to_verdict(Verdict::Jump("gate".into())),
+            Element::new([P::Sctp.into()]).to_verdict(Verdict::Return),
+            Element::new([P::Other(1).into()]).to_verdict(Verdict::Accept),
+            Element::new([P::Other(2).into()])
+                .to_verdict(Verdict::Drop)
+                .comment("x".repeat(COMMENT_MAX).as_str()),
+        ];
+        let mapped = [
+            Element::new([v6("fd00::1").into(), P::Udp.into(), Value::Port(53)])
+                .to([v6("fd00::2").into(), Value::Port(5353)])
+                .comment("net/ctr/eth0"),
+        ];
+        let mut b = Batch::new();
+        b.add_table(&t)
+            .add_chain(&t, &Chain::regular("gate"))
+            .add_set(&t, &Set::new("pairs", &[T::Ipv4Addr, T::Ipv4Addr]))
+            .add_set(&t, &Set::verdict_map("verdicts", &[T::InetProto]))
+            .add_set(
+                &t,
+                &Set::map(
+                    "mapped",
+                    &[T::Ipv6Addr, T::InetProto, T::InetService],
+                    &[T::Ipv6Addr, T::InetService],
+                ),
+            )
+            .add_elements(&t, "pairs", &pairs)
+            .add_elements(&t, "verdicts", &verdicts)
+            .add_elements(&t, "mapped", &mapped);
+        let mut nl = Nft::new().unwrap();
+        nl.apply(&b).unwrap();
+        let sorted = |mut v: Vec<Element>| {
+            v.sort_by_key(|e| format!("{:?}", e.key));
+            v
+        };
+        assert_eq!(
+            sorted(nl.elements(&t, "pairs").unwrap()),
+            sorted(pairs.to_vec())
+        );
+        assert_eq!(
+            sorted(nl.elements(&t, "verdicts").unwrap()),
+            sorted(verdicts.to_vec())
+        );
+        assert_eq!(nl.elements(&t, "mapped").unwrap(), mapped);
+        for e in verdicts.iter().chain(&pairs).chain(&mapped) {
+            let set = match (&e.data, e.key.len()) {
+                (Some(ElementData::Verdict(_)), _) => "verdicts",
+                (None, _) => "pairs",
+                _ => "mapped",
+            };
+            assert_eq!(nl.element(&t, set, &e.key).unwrap().as_ref(), Some(e));
+        }
+    });
+}
