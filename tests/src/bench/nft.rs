@@ -2,6 +2,13 @@
 //! existing table, over netlink versus `nft -f -` doing the same, interleaved in one run. The
 //! `nft` exec is timed like a plugin's ([`super::run_exec`]); ours runs in this process, so its
 //! rows have no peak RSS.
+//!
+//! Then maps of [`MAP_SIZES`] elements with portmap-sized owner comments, as portmap's and the
+//! firewall's grow with the attachments: listing one (against `nft list map`), getting one
+//! element by key (against `nft get element`), and the two listing paths of the plugins, timed
+//! as a plugin call pays them, from opening the socket to its close (which waits for the kernel
+//! to free what was deleted, see `common::nft`): a DEL without state (list, delete the two
+//! elements of one owner) and a GC (list, delete every element). These have no reference.
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -138,9 +145,146 @@ pub fn run(options: &Options) -> Result<Results> {
         reference: exec.clone(),
         reference_label: "nft -f".to_owned(),
     };
-    Ok(vec![
+    let mut rows = vec![
         row("batch over netlink", apply),
         row("open socket + batch", open_apply),
-    ]
-    .into())
+    ];
+    for size in MAP_SIZES {
+        rows.extend(map_rows(options, &netns, size)?);
+    }
+    Ok(rows.into())
+}
+
+/// The sizes of the maps listed.
+pub const MAP_SIZES: [u16; 3] = [500, 4_000, 16_000];
+/// Timed repetitions per map size at most: a GC step re-adds the whole map before each.
+const MAP_ITERATIONS: usize = 10;
+/// The table of the maps.
+const BIG_TABLE: &str = "cni_bench_big";
+
+/// Element `port` of a map owned by `owner`, its comment as long as portmap's.
+fn owned(port: u16, owner: &str) -> Element {
+    Element::new([L4Proto::Tcp.into(), Value::Port(port)])
+        .to([CTR.into(), Value::Port(80)])
+        .comment(&format!("{owner}/{:064x}/eth0", u64::from(port)))
+}
+
+/// Adds elements `1..=size` of owner `gc` to map `big`.
+fn fill(size: u16) -> Batch {
+    let t = Table::new(Family::Ip, BIG_TABLE);
+    let elements: Vec<Element> = (1..=size).map(|p| owned(p, "gc")).collect();
+    let mut b = Batch::new();
+    b.add_elements(&t, "big", &elements);
+    b
+}
+
+/// In the namespace: opens a socket, lists map `big`, deletes the elements whose owner
+/// `doomed` accepts, closes the socket; the time of it all and the number deleted.
+fn delete_listed(doomed: &dyn Fn(&str) -> bool) -> Result<(std::time::Duration, usize)> {
+    let t = Table::new(Family::Ip, BIG_TABLE);
+    super::wait_for_nf_tables_frees()?;
+    let started = Instant::now();
+    let mut nft = Nft::new()?;
+    let keys: Vec<Vec<Value>> = nft
+        .elements(&t, "big")?
+        .into_iter()
+        .filter(|e| e.comment.as_deref().is_some_and(doomed))
+        .map(|e| e.key)
+        .collect();
+    let mut b = Batch::new();
+    b.delete_elements(&t, "big", &keys);
+    nft.apply(&b)?;
+    drop(nft);
+    Ok((started.elapsed(), keys.len()))
+}
+
+/// The rows of a map of `size` elements.
+fn map_rows(options: &Options, netns: &common::netns::NetNs, size: u16) -> Result<Vec<Row>> {
+    let t = Table::new(Family::Ip, BIG_TABLE);
+    let mut nft = Nft::open_in(netns)?;
+    let mut setup = Batch::new();
+    setup.add_table(&t).add_set(
+        &t,
+        &Set::map(
+            "big",
+            &[T::InetProto, T::InetService],
+            &[T::Ipv4Addr, T::InetService],
+        ),
+    );
+    nft.apply(&setup)?;
+    nft.apply(&fill(size))?;
+    let nft_exec = |args: &str| Exec {
+        binary: PathBuf::from("nft"),
+        args: args.split(' ').map(str::to_owned).collect(),
+        env: Vec::new(),
+        stdin: Vec::new(),
+    };
+    let list_exec = nft_exec(&format!("list map ip {BIG_TABLE} big"));
+    let get_exec = nft_exec(&format!("get element ip {BIG_TABLE} big {{ tcp . 7 }}"));
+    let probe = owned(7, "gc");
+    let (mut list, mut list_ref) = (Samples::default(), Samples::default());
+    let (mut get, mut get_ref) = (Samples::default(), Samples::default());
+    let (mut del, mut gc) = (Samples::default(), Samples::default());
+    for _ in 0..options.iterations.clamp(1, MAP_ITERATIONS) {
+        let started = Instant::now();
+        let listed = nft.elements(&t, "big")?;
+        list.push_time(started.elapsed());
+        if listed.len() != usize::from(size) {
+            bail!("listed {} elements of {size}", listed.len());
+        }
+        list_ref.push(time_exec(netns, &list_exec)?.sample());
+
+        let started = Instant::now();
+        let found = nft.element(&t, "big", &probe.key)?;
+        get.push_time(started.elapsed());
+        if found.as_ref() != Some(&probe) {
+            bail!("element tcp . 7 not found: {found:?}");
+        }
+        get_ref.push(time_exec(netns, &get_exec)?.sample());
+
+        // One attachment's two elements among the others, deleted by owner.
+        let mut two = Batch::new();
+        two.add_elements(&t, "big", &[owned(60_000, "del"), owned(60_001, "del")]);
+        nft.apply(&two)?;
+        let (elapsed, deleted) = netns.run(|| delete_listed(&|c| c.starts_with("del/")))??;
+        if deleted != 2 {
+            bail!("deleted {deleted} elements of owner del, not 2");
+        }
+        del.push_time(elapsed);
+
+        let (elapsed, deleted) = netns.run(|| delete_listed(&|c| c.starts_with("gc/")))??;
+        if deleted != usize::from(size) {
+            bail!("GC deleted {deleted} elements of {size}");
+        }
+        gc.push_time(elapsed);
+        nft.apply(&fill(size))?;
+    }
+    let mut drop_table = Batch::new();
+    drop_table.delete_table(&t);
+    nft.apply(&drop_table)?;
+    let case = format!("map of {size} elements");
+    let row = |step: &str, ours: Samples, reference: Samples, label: &str| Row {
+        suite: "nft".to_owned(),
+        case: case.clone(),
+        step: step.to_owned(),
+        ours,
+        reference,
+        reference_label: label.to_owned(),
+    };
+    Ok(vec![
+        row("list", list, list_ref, "nft list map"),
+        row("get 1 element by key", get, get_ref, "nft get element"),
+        row(
+            "open, list, delete 1 owner's 2, close (DEL without state)",
+            del,
+            Samples::default(),
+            "–",
+        ),
+        row(
+            "open, list, delete all, close (GC)",
+            gc,
+            Samples::default(),
+            "–",
+        ),
+    ])
 }
