@@ -8,7 +8,9 @@
 //! element by key (against `nft get element`), and the two listing paths of the plugins, timed
 //! as a plugin call pays them, from opening the socket to its close (which waits for the kernel
 //! to free what was deleted, see `common::nft`): a DEL without state (list, delete the two
-//! elements of one owner) and a GC (list, delete every element). These have no reference.
+//! elements of one owner; `nft` is given the two keys) and a GC (list, delete every element;
+//! `nft` flushes the map). The plugins find what to delete by the owner in the comments,
+//! which only a listing shows.
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -221,10 +223,15 @@ fn map_rows(options: &Options, netns: &common::netns::NetNs, size: u16) -> Resul
     };
     let list_exec = nft_exec(&format!("list map ip {BIG_TABLE} big"));
     let get_exec = nft_exec(&format!("get element ip {BIG_TABLE} big {{ tcp . 7 }}"));
+    let del_exec = nft_exec(&format!(
+        "delete element ip {BIG_TABLE} big {{ tcp . 60000, tcp . 60001 }}"
+    ));
+    let flush_exec = nft_exec(&format!("flush map ip {BIG_TABLE} big"));
     let probe = owned(7, "gc");
     let (mut list, mut list_ref) = (Samples::default(), Samples::default());
     let (mut get, mut get_ref) = (Samples::default(), Samples::default());
-    let (mut del, mut gc) = (Samples::default(), Samples::default());
+    let (mut del, mut del_ref) = (Samples::default(), Samples::default());
+    let (mut gc, mut gc_ref) = (Samples::default(), Samples::default());
     for _ in 0..options.iterations.clamp(1, MAP_ITERATIONS) {
         let started = Instant::now();
         let listed = nft.elements(&t, "big")?;
@@ -242,21 +249,28 @@ fn map_rows(options: &Options, netns: &common::netns::NetNs, size: u16) -> Resul
         }
         get_ref.push(time_exec(netns, &get_exec)?.sample());
 
-        // One attachment's two elements among the others, deleted by owner.
-        let mut two = Batch::new();
-        two.add_elements(&t, "big", &[owned(60_000, "del"), owned(60_001, "del")]);
-        nft.apply(&two)?;
+        // One attachment's two elements among the others, deleted by owner; `nft` is told
+        // the keys.
+        let two = [owned(60_000, "del"), owned(60_001, "del")];
+        let mut add_two = Batch::new();
+        add_two.add_elements(&t, "big", &two);
+        nft.apply(&add_two)?;
         let (elapsed, deleted) = netns.run(|| delete_listed(&|c| c.starts_with("del/")))??;
         if deleted != 2 {
             bail!("deleted {deleted} elements of owner del, not 2");
         }
         del.push_time(elapsed);
+        nft.apply(&add_two)?;
+        del_ref.push(time_exec(netns, &del_exec)?.sample());
 
+        // Every element, by owner; `nft` flushes the map.
         let (elapsed, deleted) = netns.run(|| delete_listed(&|c| c.starts_with("gc/")))??;
         if deleted != usize::from(size) {
             bail!("GC deleted {deleted} elements of {size}");
         }
         gc.push_time(elapsed);
+        nft.apply(&fill(size))?;
+        gc_ref.push(time_exec(netns, &flush_exec)?.sample());
         nft.apply(&fill(size))?;
     }
     let mut drop_table = Batch::new();
@@ -277,14 +291,14 @@ fn map_rows(options: &Options, netns: &common::netns::NetNs, size: u16) -> Resul
         row(
             "open, list, delete 1 owner's 2, close (DEL without state)",
             del,
-            Samples::default(),
-            "–",
+            del_ref,
+            "nft delete element (keys given)",
         ),
         row(
             "open, list, delete all, close (GC)",
             gc,
-            Samples::default(),
-            "–",
+            gc_ref,
+            "nft flush map",
         ),
     ])
 }
