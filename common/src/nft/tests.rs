@@ -1198,3 +1198,20 @@ fn sets_maps_and_verdict_maps_list_back_as_added_from_their_bytes() {
         }
     });
 }
+
+#[test]
+fn a_lazy_handle_opens_one_socket_on_first_use_and_keeps_it() {
+    use std::os::fd::{AsFd, AsRawFd};
+    in_fresh_netns(|| {
+        let mut lazy = LazyNft::new();
+        assert!(lazy.opened().is_none());
+        let fd = lazy.get().unwrap().as_fd().as_raw_fd();
+        let mut b = Batch::new();
+        b.add_table(&Table::new(Family::Ip, "lazy"));
+        lazy.get().unwrap().apply(&b).unwrap();
+        assert_eq!(lazy.get().unwrap().as_fd().as_raw_fd(), fd);
+        assert_eq!(lazy.opened().unwrap().as_fd().as_raw_fd(), fd);
+        let mut given = LazyNft::from(Nft::new().unwrap());
+        assert!(given.opened().is_some());
+    });
+}
