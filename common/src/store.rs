@@ -1,20 +1,62 @@
 //! A directory of JSON state files, written atomically.
 //!
-//! Writes go to a temporary file in the same directory, then are renamed over the target, so a
-//! reader (or a DEL after a plugin was killed) sees either the old file or the new one, never a
-//! half-written one. Nothing is fsynced: a state file describes kernel objects (rules, links in
-//! a network namespace) that a crash or reboot removes as well, so making it durable buys
-//! nothing, and it costs a disk flush per write where `/run` is not a tmpfs (1-7 ms each on
-//! this machine's ext4, where the firewall's ADD wrote three files). Removing a file that is already gone is not an error. The temporary
-//! file of a name is always the same ([`StateStore::temp_path`]): a writer killed before its
-//! rename leaves it behind, the next write of the name replaces it and [`StateStore::remove`]
-//! deletes it. Callers serialise writes of one name (two writers would share the temporary).
+//! Writes go to a temporary file, then are renamed over the target, so a reader (or a DEL after
+//! a plugin was killed) sees either the old file or the new one, never a half-written one.
+//! Nothing is fsynced: a state file describes kernel objects (rules, links in a network
+//! namespace) that a crash or reboot removes as well, so making it durable buys nothing, and it
+//! costs a disk flush per write where `/run` is not a tmpfs (1-7 ms each on this machine's ext4,
+//! where the firewall's ADD wrote three files). Removing a file that is already gone is not an
+//! error.
+//!
+//! **Temporary files** live in the store's `.tmp/` subdirectory as `<hash>.<random>`: 16 hex
+//! digits of the record name's FNV-1a hash (so a record name may be as long as the filesystem
+//! allows), and 16 random hex digits, fresh per write. Each is created with `O_CREAT | O_EXCL | O_NOFOLLOW` (mode
+//! 0600), so nothing planted there — a symlink to a file elsewhere, a hard link, a regular file —
+//! is ever written through or renamed into place: a name that exists is skipped for another.
+//! `.tmp/` itself is opened with `O_NOFOLLOW | O_DIRECTORY`; anything else found under that name
+//! is unlinked and the directory made afresh. It holds only writes in flight and what writers
+//! killed before their rename left, so [`StateStore::remove`] lists it to delete a name's
+//! leftovers at a cost that does not grow with the number of records; a write removes it again
+//! once it is empty.
+//!
+//! Temporaries of earlier versions (`.<name>.tmp` beside the record) are deleted by
+//! [`StateStore::remove`] too.
 
-use std::io::Write;
+use std::collections::hash_map::RandomState;
+use std::ffi::OsStr;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, openat, renameat};
+use nix::sys::stat::{Mode, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+/// The subdirectory holding temporary files.
+pub const TEMP_DIR: &str = ".tmp";
+
+/// Hex digits of a temporary file's random suffix.
+const SUFFIX_LEN: usize = 16;
+
+/// Mode of state files: only root, which runs the plugins, reads them.
+const FILE_MODE: u32 = 0o600;
+
+/// Mode of the temporary directory.
+const TEMP_DIR_MODE: u32 = 0o700;
+
+/// How often a write starts over when a concurrent [`StateStore::remove`] or
+/// [`StateStore::prune`] took the directory (or `.tmp/`) away in the middle of it.
+const VANISHED_RETRIES: u32 = 8;
+
+/// How many random names a write tries before giving up (each taken one was planted or is a
+/// concurrent writer's).
+const NAME_TRIES: u32 = 8;
 
 /// A state store failure, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +116,8 @@ impl StateStore {
         Ok(self.dir.join(name))
     }
 
-    /// The temporary file a write of `name` goes through before its rename: `.<name>.tmp`.
+    /// The temporary file earlier versions wrote `name` through, `.<name>.tmp` beside it;
+    /// [`StateStore::remove`] deletes it. New writes never use it (see the module docs).
     ///
     /// # Errors
     /// As [`StateStore::path`].
@@ -83,33 +126,89 @@ impl StateStore {
         Ok(self.dir.join(format!(".{name}.tmp")))
     }
 
-    /// Writes `value` as JSON to `name`, atomically.
+    /// Writes `value` as JSON (indented by two spaces) to `name`, atomically.
     ///
     /// # Errors
     /// [`StoreError::Io`] naming the file.
     pub fn write<T: Serialize>(&self, name: &str, value: &T) -> Result<(), StoreError> {
         let path = self.path(name)?;
-        let bytes = serde_json::to_vec_pretty(value).map_err(|source| StoreError::Corrupt {
-            path: path.clone(),
-            source,
-        })?;
-        let io = |op, source| StoreError::Io {
-            op,
-            path: path.clone(),
-            source,
-        };
-        std::fs::create_dir_all(&self.dir).map_err(|e| io("create the directory of", e))?;
-        let tmp = self.temp_path(name)?;
-        let result = (|| {
-            let mut file = std::fs::File::create(&tmp)?;
-            file.write_all(&bytes)?;
-            std::fs::rename(&tmp, &path)
-        })();
-        if let Err(e) = result {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(io("write", e));
+        let bytes = serde_json::to_vec_pretty(value)
+            .map_err(|source| StoreError::Corrupt { path, source })?;
+        self.write_bytes(name, &bytes)
+    }
+
+    /// Writes `bytes` to `name`, atomically, mode 0600: a fresh temporary file (see the module
+    /// docs) renamed over it. A directory removed by a concurrent [`StateStore::prune`] in the
+    /// middle is made again.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] naming the file.
+    pub fn write_bytes(&self, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        self.write_with(name, bytes, &mut std::iter::repeat_with(random_suffix))
+    }
+
+    /// [`StateStore::write_bytes`] with the temporary files' suffixes drawn from `suffixes`.
+    fn write_with(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        suffixes: &mut dyn Iterator<Item = String>,
+    ) -> Result<(), StoreError> {
+        let path = self.path(name)?;
+        let mut vanished = 0;
+        loop {
+            match self.write_once(name, bytes, suffixes) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound && vanished < VANISHED_RETRIES => {
+                    vanished += 1;
+                }
+                Err(source) => {
+                    return Err(StoreError::Io {
+                        op: "write",
+                        path,
+                        source,
+                    });
+                }
+                Ok(()) => return Ok(()),
+            }
         }
-        Ok(())
+    }
+
+    fn write_once(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        suffixes: &mut dyn Iterator<Item = String>,
+    ) -> io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let dir = open_dir(&self.dir)?;
+        let temps = open_temp_dir(&dir)?;
+        let (file, temp) = create_temp(&temps, name, suffixes)?;
+        let written = std::fs::File::from(file)
+            .write_all(bytes)
+            .and_then(|()| Ok(renameat(&temps, temp.as_str(), &dir, name)?));
+        if written.is_err() {
+            let _ = unlinkat(&temps, temp.as_str(), UnlinkatFlags::NoRemoveDir);
+        }
+        // Fails with ENOTEMPTY while another write is in flight, which then removes it.
+        let _ = unlinkat(&dir, TEMP_DIR, UnlinkatFlags::RemoveDir);
+        written
+    }
+
+    /// Reads `name`'s bytes; `Ok(None)` when it does not exist.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] naming the file.
+    pub fn read_bytes(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let path = self.path(name)?;
+        match std::fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(StoreError::Io {
+                op: "read",
+                path,
+                source,
+            }),
+        }
     }
 
     /// Reads `name`; `Ok(None)` when it does not exist.
@@ -117,50 +216,114 @@ impl StateStore {
     /// # Errors
     /// [`StoreError::Io`] or [`StoreError::Corrupt`] naming the file.
     pub fn read<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, StoreError> {
-        let path = self.path(name)?;
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(StoreError::Io {
-                    op: "read",
-                    path,
-                    source,
-                });
-            }
+        let Some(bytes) = self.read_bytes(name)? else {
+            return Ok(None);
         };
         serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|source| StoreError::Corrupt { path, source })
+            .map_err(|source| StoreError::Corrupt {
+                path: self.dir.join(name),
+                source,
+            })
     }
 
-    /// Removes `name`, and the temporary file a writer killed before its rename left; returns
-    /// whether `name` existed.
+    /// Reads `name` as [`StateStore::read`] does, but a file that does not parse (empty,
+    /// truncated by a crash, garbage) counts as absent: it is logged at warn and removed, and
+    /// `Ok(None)` returned, so a caller goes on as if it had never been written (a DEL cleans
+    /// up from what the kernel shows; an ADD writes it afresh). A failure to remove it is
+    /// logged too: the next write replaces it.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] when the file exists but cannot be read.
+    pub fn read_or_discard<T: DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Result<Option<T>, StoreError> {
+        match self.read(name) {
+            Err(e @ StoreError::Corrupt { .. }) => {
+                log::warn!("{e}: treating it as absent and removing it");
+                if let Err(e) = self.remove(name) {
+                    log::warn!("{e}");
+                }
+                Ok(None)
+            }
+            other => other,
+        }
+    }
+
+    /// True when `name` exists, or a temporary file of it that a writer killed before its
+    /// rename left: whether [`StateStore::remove`] has anything to do.
+    pub fn has_any(&self, name: &str) -> bool {
+        let Ok(path) = self.path(name) else {
+            return false;
+        };
+        if std::fs::symlink_metadata(&path).is_ok()
+            || self
+                .temp_path(name)
+                .is_ok_and(|p| std::fs::symlink_metadata(p).is_ok())
+        {
+            return true;
+        }
+        let Ok(dir) = open_dir(&self.dir) else {
+            return false;
+        };
+        temporaries_of(&dir, name).is_ok_and(|(_, found)| !found.is_empty())
+    }
+
+    /// Removes `name`, and the temporary files of it that writers killed before their rename
+    /// left; returns whether `name` existed.
     ///
     /// # Errors
     /// [`StoreError::Io`] for failures other than "not found".
     pub fn remove(&self, name: &str) -> Result<bool, StoreError> {
         let path = self.path(name)?;
-        let tmp = self.temp_path(name)?;
-        match std::fs::remove_file(&tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(StoreError::Io {
-                    op: "remove",
-                    path: tmp,
-                    source,
-                });
-            }
-        }
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(source) => Err(StoreError::Io {
+        let legacy = self.temp_path(name)?;
+        let io = |path: PathBuf| {
+            move |source: io::Error| StoreError::Io {
                 op: "remove",
                 path,
                 source,
-            }),
+            }
+        };
+        remove_file(&legacy).map_err(io(legacy.clone()))?;
+        match open_dir(&self.dir) {
+            Ok(dir) => {
+                let (temps, found) =
+                    temporaries_of(&dir, name).map_err(io(self.dir.join(TEMP_DIR)))?;
+                if let Some(temps) = temps {
+                    for temp in found {
+                        match unlinkat(&temps, temp.as_os_str(), UnlinkatFlags::NoRemoveDir) {
+                            Ok(()) | Err(Errno::ENOENT) => {}
+                            Err(e) => return Err(io(self.dir.join(TEMP_DIR).join(temp))(e.into())),
+                        }
+                    }
+                    match unlinkat(&dir, TEMP_DIR, UnlinkatFlags::RemoveDir) {
+                        Ok(()) | Err(Errno::ENOENT | Errno::ENOTEMPTY | Errno::EEXIST) => {}
+                        Err(e) => return Err(io(self.dir.join(TEMP_DIR))(e.into())),
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io(self.dir.clone())(e)),
+        }
+        remove_file(&path).map_err(io(path))
+    }
+
+    /// Removes the store's directory once it holds no records (an empty `.tmp/` included), so
+    /// stores of namespaces that come and go leave nothing behind. A directory that is not
+    /// empty (a concurrent write) or already gone is left as it is; other failures are logged.
+    pub fn prune(&self) {
+        let temps = self.dir.join(TEMP_DIR);
+        for dir in [temps.as_path(), self.dir.as_path()] {
+            match std::fs::remove_dir(dir) {
+                Ok(()) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOTEMPTY | libc::EEXIST | libc::ENOENT | libc::ENOTDIR)
+                    ) => {}
+                Err(e) => log::debug!("failed to remove {}: {e}", dir.display()),
+            }
         }
     }
 
@@ -171,7 +334,7 @@ impl StateStore {
     pub fn list(&self) -> Result<Vec<String>, StoreError> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(source) => {
                 return Err(StoreError::Io {
                     op: "list",
@@ -191,15 +354,161 @@ impl StateStore {
     }
 }
 
+/// Removes a file; one that is already gone is not an error. Returns whether it existed.
+fn remove_file(path: &Path) -> io::Result<bool> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The store's directory, held open so every step of a write happens in the same one.
+fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
+    let fd = nix::fcntl::open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(fd)
+}
+
+/// Opens (making it if needed) `.tmp/` in `dir`, never through a symlink: anything but a
+/// directory under that name is unlinked first.
+fn open_temp_dir(dir: &OwnedFd) -> io::Result<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut replaced = false;
+    loop {
+        match mkdirat(dir, TEMP_DIR, Mode::from_bits_truncate(TEMP_DIR_MODE)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
+        match openat(dir, TEMP_DIR, flags, Mode::empty()) {
+            Ok(fd) => return Ok(fd),
+            // A symlink (ELOOP) or a file (ENOTDIR) where our directory belongs.
+            Err(Errno::ELOOP | Errno::ENOTDIR) if !replaced => {
+                log::warn!("replacing {TEMP_DIR}, which is not a directory, in a state store");
+                unlinkat(dir, TEMP_DIR, UnlinkatFlags::NoRemoveDir)?;
+                replaced = true;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Creates a temporary file of `name` in `temps` that did not exist before, with the first
+/// free suffix of `suffixes`.
+fn create_temp(
+    temps: &OwnedFd,
+    name: &str,
+    suffixes: &mut dyn Iterator<Item = String>,
+) -> io::Result<(OwnedFd, String)> {
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    for suffix in suffixes.take(NAME_TRIES as usize) {
+        let temp = temp_name(name, &suffix);
+        match openat(
+            temps,
+            temp.as_str(),
+            flags,
+            Mode::from_bits_truncate(FILE_MODE),
+        ) {
+            Ok(fd) => return Ok((fd, temp)),
+            Err(Errno::EEXIST) => log::warn!("temporary state file {temp} exists; skipping it"),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!("no free temporary file name for {name} in {TEMP_DIR} after {NAME_TRIES} tries"),
+    ))
+}
+
+/// `.tmp/` of `dir` (`None` when there is none, or something else is under that name) and the
+/// temporary files of `name` in it.
+fn temporaries_of(dir: &OwnedFd, name: &str) -> io::Result<(Option<Dir>, Vec<std::ffi::OsString>)> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut temps = match Dir::openat(dir.as_fd(), TEMP_DIR, flags, Mode::empty()) {
+        Ok(d) => d,
+        Err(Errno::ENOENT | Errno::ELOOP | Errno::ENOTDIR) => return Ok((None, Vec::new())),
+        Err(e) => return Err(e.into()),
+    };
+    let mut found = Vec::new();
+    for entry in temps.iter() {
+        let entry = entry?;
+        let file = OsStr::from_bytes(entry.file_name().to_bytes());
+        if is_temporary_of(file, name) {
+            found.push(file.to_os_string());
+        }
+    }
+    Ok((Some(temps), found))
+}
+
+/// The temporary file of record `name` with random `suffix`.
+fn temp_name(name: &str, suffix: &str) -> String {
+    format!("{:016x}.{suffix}", fnv1a(name.as_bytes()))
+}
+
+/// 64-bit FNV-1a: a fixed function, so a later version of the plugins still finds the
+/// leftovers of this one.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// True for a temporary file of `name`: its hash, a dot and 16 hex digits.
+fn is_temporary_of(file: &OsStr, name: &str) -> bool {
+    let prefix = format!("{:016x}.", fnv1a(name.as_bytes()));
+    file.as_bytes()
+        .strip_prefix(prefix.as_bytes())
+        .is_some_and(|suffix| {
+            suffix.len() == SUFFIX_LEN
+                && suffix
+                    .iter()
+                    .all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+        })
+}
+
+/// 64 random bits as hex: std's `RandomState` draws its keys from the kernel's random source
+/// once per thread and moves them on for every new hasher, so no two writes share a suffix and
+/// none can be guessed ahead.
+fn random_suffix() -> String {
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    format!("{:0width$x}", hasher.finish(), width = SUFFIX_LEN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde::Deserialize;
+    use std::os::unix::fs::PermissionsExt;
 
     #[derive(Debug, Serialize, Deserialize, PartialEq)]
     struct Backup {
         mtu: u32,
         mac: String,
+    }
+
+    /// Every entry under `dir`, relative, sorted (directories with a trailing `/`).
+    fn tree(dir: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let e = e.unwrap();
+                let rel = e.path().strip_prefix(dir).unwrap().display().to_string();
+                if e.file_type().unwrap().is_dir() {
+                    out.push(format!("{rel}/"));
+                    stack.push(e.path());
+                } else {
+                    out.push(rel);
+                }
+            }
+        }
+        out.sort();
+        out
     }
 
     #[test]
@@ -208,6 +517,7 @@ mod tests {
         let store = StateStore::new(dir.path().join("tuning"));
         assert_eq!(store.list().unwrap(), Vec::<String>::new());
         assert_eq!(store.read::<Backup>("c1_eth0.json").unwrap(), None);
+        assert!(!store.remove("c1_eth0.json").unwrap());
         let b = Backup {
             mtu: 1500,
             mac: "02:00:00:00:00:01".into(),
@@ -216,26 +526,16 @@ mod tests {
         store.write("c2_eth0.json", &b).unwrap();
         assert_eq!(store.read::<Backup>("c1_eth0.json").unwrap(), Some(b));
         assert_eq!(store.list().unwrap(), ["c1_eth0.json", "c2_eth0.json"]);
+        assert!(store.has_any("c1_eth0.json"));
         assert!(store.remove("c1_eth0.json").unwrap());
         assert!(!store.remove("c1_eth0.json").unwrap());
+        assert!(!store.has_any("c1_eth0.json"));
         assert_eq!(store.list().unwrap(), ["c2_eth0.json"]);
-    }
-
-    #[test]
-    fn remove_deletes_the_temporary_of_a_writer_killed_before_its_rename() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = StateStore::new(dir.path());
-        let tmp = store.temp_path("c1_eth0.json").unwrap();
-        assert_eq!(tmp, dir.path().join(".c1_eth0.json.tmp"));
-        std::fs::write(&tmp, "{\"mtu\": 15").unwrap();
-        assert!(!store.remove("c1_eth0.json").unwrap());
-        assert!(!tmp.exists());
-        // A leftover temporary is replaced by the next write of its name.
-        std::fs::write(&tmp, "{\"mtu\": 15").unwrap();
-        store.write("c1_eth0.json", &1).unwrap();
-        assert!(!tmp.exists());
-        assert_eq!(store.read::<u32>("c1_eth0.json").unwrap(), Some(1));
-        assert!(store.temp_path("../x").is_err());
+        let mode = std::fs::metadata(store.path("c2_eth0.json").unwrap())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[test]
@@ -261,8 +561,188 @@ mod tests {
             )
             .unwrap();
         assert_eq!(store.read::<Backup>("f").unwrap().unwrap().mtu, 1);
-        let all: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
-        assert_eq!(all.len(), 1);
+        assert_eq!(tree(dir.path()), ["f"]);
+    }
+
+    #[test]
+    fn temporaries_get_a_fresh_random_suffix_each() {
+        let a = random_suffix();
+        let b = random_suffix();
+        assert_ne!(a, b);
+        for s in [&a, &b] {
+            assert!(is_temporary_of(OsStr::new(&temp_name("n", s)), "n"), "{s}");
+        }
+        assert!(!is_temporary_of(OsStr::new(&temp_name("a.b", &a)), "a"));
+        let hash = format!("{:016x}", fnv1a(b"a"));
+        assert!(!is_temporary_of(OsStr::new(&format!("{hash}.0123")), "a"));
+        assert!(!is_temporary_of(
+            OsStr::new(&format!("{hash}.0123456789abcdeg")),
+            "a"
+        ));
+        assert!(!is_temporary_of(
+            OsStr::new(&format!("{hash}0123456789abcdef0")),
+            "a"
+        ));
+        // The reference vectors of FNV-1a 64.
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        // A record name as long as a file name may be still has a temporary file name.
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path());
+        let long = "n".repeat(255);
+        store.write(&long, &1).unwrap();
+        assert_eq!(store.read::<u32>(&long).unwrap(), Some(1));
+    }
+
+    #[test]
+    fn a_symlink_or_file_planted_at_the_temporary_name_is_skipped_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path().join("s"));
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let temps = dir.path().join("s").join(TEMP_DIR);
+        std::fs::create_dir_all(&temps).unwrap();
+        // The next two suffixes are taken: a symlink to the victim, and a regular file (a hard
+        // link would look the same).
+        std::os::unix::fs::symlink(
+            &victim,
+            temps.join(temp_name("c1_eth0.json", "000000000000000a")),
+        )
+        .unwrap();
+        std::fs::write(
+            temps.join(temp_name("c1_eth0.json", "000000000000000b")),
+            "planted",
+        )
+        .unwrap();
+        let mut suffixes = ["000000000000000a", "000000000000000b", "000000000000000c"]
+            .into_iter()
+            .map(String::from);
+        store
+            .write_with("c1_eth0.json", b"{\"mtu\": 1}", &mut suffixes)
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        let record = store.path("c1_eth0.json").unwrap();
+        assert!(std::fs::symlink_metadata(&record).unwrap().is_file());
+        assert_eq!(std::fs::read_to_string(&record).unwrap(), "{\"mtu\": 1}");
+        assert_eq!(
+            std::fs::read_to_string(temps.join(temp_name("c1_eth0.json", "000000000000000b")))
+                .unwrap(),
+            "planted"
+        );
+        // What was planted looks like leftovers of the name: remove() clears them, not their
+        // targets.
+        assert!(store.remove("c1_eth0.json").unwrap());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(tree(dir.path()), ["s/", "victim"]);
+
+        // Every name taken: the write fails and changes nothing.
+        std::fs::create_dir_all(&temps).unwrap();
+        std::os::unix::fs::symlink(
+            &victim,
+            temps.join(temp_name("c1_eth0.json", "000000000000000a")),
+        )
+        .unwrap();
+        let err = store
+            .write_with(
+                "c1_eth0.json",
+                b"{}",
+                &mut std::iter::repeat("000000000000000a".to_string()),
+            )
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("no free temporary file name"),
+            "{err}"
+        );
+        assert!(!record.exists());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    }
+
+    #[test]
+    fn a_symlink_or_file_planted_at_the_temporary_directory_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let store = StateStore::new(dir.path().join("s"));
+        std::fs::create_dir(store.dir()).unwrap();
+        let temps = store.dir().join(TEMP_DIR);
+        std::os::unix::fs::symlink(&elsewhere, &temps).unwrap();
+        store.write("r", &1).unwrap();
+        assert_eq!(store.read::<u32>("r").unwrap(), Some(1));
+        assert_eq!(tree(&elsewhere), Vec::<String>::new());
+        assert!(!temps.exists() && std::fs::symlink_metadata(&temps).is_err());
+
+        std::fs::write(&temps, "x").unwrap();
+        store.write("r", &2).unwrap();
+        assert_eq!(store.read::<u32>("r").unwrap(), Some(2));
+        assert_eq!(tree(dir.path()), ["elsewhere/", "s/", "s/r"]);
+    }
+
+    #[test]
+    fn the_old_fixed_temporary_name_is_never_written_through() {
+        // What the issue planted: a symlink at `.<name>.tmp`, where earlier versions wrote.
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let store = StateStore::new(dir.path().join("s"));
+        std::fs::create_dir(store.dir()).unwrap();
+        let legacy = store.temp_path("c1_eth0.json").unwrap();
+        assert_eq!(legacy, store.dir().join(".c1_eth0.json.tmp"));
+        std::os::unix::fs::symlink(&victim, &legacy).unwrap();
+        store.write("c1_eth0.json", &7).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(
+            std::fs::symlink_metadata(store.path("c1_eth0.json").unwrap())
+                .unwrap()
+                .is_file()
+        );
+        // remove() deletes the link itself, never its target.
+        assert!(store.remove("c1_eth0.json").unwrap());
+        assert!(std::fs::symlink_metadata(&legacy).is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    }
+
+    #[test]
+    fn remove_deletes_the_temporaries_a_killed_writer_left_and_only_those_of_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path());
+        let temps = dir.path().join(TEMP_DIR);
+        std::fs::create_dir(&temps).unwrap();
+        let mine = temps.join(temp_name("c1_eth0.json", &random_suffix()));
+        let theirs = temps.join(temp_name("c1_eth0.json.x", &random_suffix()));
+        std::fs::write(&mine, "{\"mtu\": 15").unwrap();
+        std::fs::write(&theirs, "{").unwrap();
+        std::fs::write(dir.path().join(".c1_eth0.json.tmp"), "{").unwrap();
+        assert!(store.has_any("c1_eth0.json"));
+        assert!(!store.remove("c1_eth0.json").unwrap());
+        assert!(!mine.exists() && theirs.exists());
+        assert!(!dir.path().join(".c1_eth0.json.tmp").exists());
+        assert!(!store.has_any("c1_eth0.json"));
+        assert!(store.has_any("c1_eth0.json.x"));
+        assert!(!store.remove("c1_eth0.json.x").unwrap());
+        assert_eq!(tree(dir.path()), Vec::<String>::new());
+        // A leftover does not stop the next write of its name.
+        std::fs::create_dir(&temps).unwrap();
+        std::fs::write(&mine, "{").unwrap();
+        store.write("c1_eth0.json", &1).unwrap();
+        assert_eq!(store.read::<u32>("c1_eth0.json").unwrap(), Some(1));
+        assert!(store.temp_path("../x").is_err());
+    }
+
+    #[test]
+    fn prune_removes_only_a_directory_without_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path().join("net-1"));
+        store.prune();
+        store.write("a", &1).unwrap();
+        store.prune();
+        assert!(store.dir().exists(), "a directory with records must stay");
+        store.remove("a").unwrap();
+        std::fs::create_dir(store.dir().join(TEMP_DIR)).unwrap();
+        store.prune();
+        assert!(!store.dir().exists());
+        // A write after the directory went makes it again.
+        store.write("b", &2).unwrap();
+        assert_eq!(store.read::<u32>("b").unwrap(), Some(2));
     }
 
     #[test]
@@ -285,5 +765,42 @@ mod tests {
         assert!(matches!(err, StoreError::Corrupt { .. }));
         assert!(err.to_string().contains("bad.json"));
         assert!(dir.path().join("bad.json").exists());
+    }
+
+    #[test]
+    fn read_or_discard_treats_an_unparsable_record_as_absent_and_removes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path());
+        for (what, bytes) in [
+            ("empty", &b""[..]),
+            ("truncated", b"{\"mtu\": 1500, \"ma"),
+            ("garbage", b"\x00\xff garbage"),
+            ("another type", b"[1, 2]"),
+        ] {
+            std::fs::write(dir.path().join("r.json"), bytes).unwrap();
+            assert_eq!(
+                store.read_or_discard::<Backup>("r.json").unwrap(),
+                None,
+                "{what}"
+            );
+            assert!(!dir.path().join("r.json").exists(), "{what}");
+        }
+        assert_eq!(store.read_or_discard::<Backup>("r.json").unwrap(), None);
+        let good = Backup {
+            mtu: 1,
+            mac: "m".into(),
+        };
+        store.write("r.json", &good).unwrap();
+        assert_eq!(
+            store.read_or_discard::<Backup>("r.json").unwrap(),
+            Some(good)
+        );
+        // Not readable is not "corrupt": reported, not removed.
+        std::fs::remove_file(dir.path().join("r.json")).unwrap();
+        std::fs::create_dir(dir.path().join("r.json")).unwrap();
+        assert!(matches!(
+            store.read_or_discard::<Backup>("r.json"),
+            Err(StoreError::Io { .. })
+        ));
     }
 }

@@ -464,3 +464,40 @@ fn every_version_from_0_1_0_to_1_1_0_prints_the_mac_into_its_result() -> Result<
     }
     Ok(())
 }
+
+/// Issue 22 item 10: a symlink planted where earlier versions wrote the backup's temporary file
+/// (`<dataDir>/.<id>_<if>.json.tmp`), or at the temporary directory, is never written through
+/// nor renamed into place; DEL removes the planted link, never its target.
+#[test]
+fn a_symlink_planted_at_the_backups_temporary_names_is_not_written_through() -> Result<()> {
+    let stage = Alone::new("tunesym")?;
+    let victim = stage.scratch.path().join("victim");
+    std::fs::write(&victim, "precious")?;
+    let victim_dir = stage.scratch.path().join("victim-dir");
+    std::fs::create_dir(&victim_dir)?;
+    std::fs::create_dir_all(stage.data_dir())?;
+    let planted = stage.data_dir().join(format!(".sym-1_{IFNAME}.json.tmp"));
+    std::os::unix::fs::symlink(&victim, &planted)?;
+    std::os::unix::fs::symlink(&victim_dir, stage.data_dir().join(".tmp"))?;
+    let conf = stage.conf("1.0.0", json!({"mtu": 1400}));
+    let out = stage.exec("ADD", "sym-1", &conf)?;
+    ensure!(out.status.success(), "ADD: {out:?}");
+    ensure!(
+        std::fs::read_to_string(&victim)? == "precious",
+        "written through"
+    );
+    ensure!(
+        std::fs::read_dir(&victim_dir)?.next().is_none(),
+        "a temporary file went through the planted directory link"
+    );
+    let backup = stage.data_dir().join(format!("sym-1_{IFNAME}.json"));
+    ensure!(std::fs::symlink_metadata(&backup)?.is_file());
+    let saved: Value = serde_json::from_slice(&std::fs::read(&backup)?)?;
+    ensure!(saved["mtu"] == 1500, "{saved}");
+    let out = stage.exec("DEL", "sym-1", &conf)?;
+    ensure!(out.status.success(), "DEL: {out:?}");
+    ensure!(link(&stage.container, IFNAME)?["mtu"] == 1500);
+    ensure!(std::fs::symlink_metadata(&planted).is_err() && !backup.exists());
+    ensure!(std::fs::read_to_string(&victim)? == "precious");
+    Ok(())
+}

@@ -143,7 +143,7 @@ fn add_inside(
         .collect::<Result<Vec<_>, _>>()?;
 
     let _lock = store.lock()?;
-    let path = store.path(who.container_id, who.ifname);
+    let path = store.name(who.container_id, who.ifname);
     let existing = match store.read(&path) {
         Ok(b) => b,
         // Unreadable as a backup, it can never be restored: start afresh rather than fail.
@@ -273,7 +273,7 @@ pub fn del(
     who: Attachment<'_>,
     store: &BackupStore,
 ) -> Result<Restored, TuningError> {
-    let path = store.path(who.container_id, who.ifname);
+    let path = store.name(who.container_id, who.ifname);
     if !store.has_any(&path) {
         return Ok(Restored::NothingSaved);
     }

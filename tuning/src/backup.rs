@@ -7,14 +7,14 @@
 //! `containerID` and `ifname` (for GC, since `_` may appear in both a container ID and an
 //! interface name).
 //!
-//! Writes are atomic (temporary file, then rename) but not fsynced: the file describes kernel
-//! state that does not survive a reboot, so durability buys nothing, and `/run` is a tmpfs.
+//! Writes are atomic (a fresh temporary file, then rename; see [`common::store`]) but not
+//! fsynced: the file describes kernel state that does not survive a reboot, so durability buys
+//! nothing, and `/run` is a tmpfs.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use common::lock::{DEFAULT_WAIT, FileLock};
+use common::store::{StateStore, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::error::TuningError;
@@ -94,26 +94,52 @@ impl Backup {
     }
 }
 
-/// The data dir: backup files plus the lock that serialises their read-modify-write.
+/// The data dir: backup files plus the lock that serialises their read-modify-write. Files are
+/// written through [`StateStore`] (a fresh `O_EXCL | O_NOFOLLOW` temporary file, then a rename),
+/// mode 0600 like the Go plugin's.
 #[derive(Debug, Clone)]
 pub struct BackupStore {
-    dir: PathBuf,
+    store: StateStore,
+}
+
+impl From<StoreError> for TuningError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::Io { op, path, source } => TuningError::Backup { op, path, source },
+            StoreError::BadName(name) => TuningError::Backup {
+                op: "name",
+                path: PathBuf::from(&name),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
+            },
+            StoreError::Corrupt { path, source } => TuningError::BackupCorrupt {
+                path,
+                reason: source.to_string(),
+            },
+        }
+    }
 }
 
 impl BackupStore {
     /// The store in `dir` (created on first write).
     pub fn new(dir: impl Into<PathBuf>) -> BackupStore {
-        BackupStore { dir: dir.into() }
+        BackupStore {
+            store: StateStore::new(dir.into()),
+        }
     }
 
     /// The directory.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.store.dir()
     }
 
-    /// The backup file of an attachment.
-    pub fn path(&self, container_id: &str, ifname: &str) -> PathBuf {
-        self.dir.join(backup_file_name(container_id, ifname))
+    /// The backup file name of an attachment, `<containerID>_<ifname>.json`.
+    pub fn name(&self, container_id: &str, ifname: &str) -> String {
+        backup_file_name(container_id, ifname)
+    }
+
+    /// The path of backup file `name`, for messages.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.store.dir().join(name)
     }
 
     /// Takes the data dir's lock (creating the directory), held until dropped.
@@ -121,7 +147,7 @@ impl BackupStore {
     /// # Errors
     /// [`TuningError::Lock`] when it cannot be created or stays contended.
     pub fn lock(&self) -> Result<FileLock, TuningError> {
-        Ok(FileLock::acquire(self.dir.join(LOCK_FILE), DEFAULT_WAIT)?)
+        Ok(FileLock::acquire(self.dir().join(LOCK_FILE), DEFAULT_WAIT)?)
     }
 
     /// Reads a backup file; `Ok(None)` when it does not exist.
@@ -129,119 +155,55 @@ impl BackupStore {
     /// # Errors
     /// [`TuningError::Backup`] when it cannot be read, [`TuningError::BackupCorrupt`] when it
     /// is not a backup object.
-    pub fn read(&self, path: &Path) -> Result<Option<Backup>, TuningError> {
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(TuningError::Backup {
-                    op: "read",
-                    path: path.to_path_buf(),
-                    source,
-                });
-            }
+    pub fn read(&self, name: &str) -> Result<Option<Backup>, TuningError> {
+        let Some(bytes) = self.store.read_bytes(name)? else {
+            return Ok(None);
         };
         Backup::from_bytes(&bytes)
             .map(Some)
             .map_err(|reason| TuningError::BackupCorrupt {
-                path: path.to_path_buf(),
+                path: self.path(name),
                 reason,
             })
     }
 
-    /// The temporary file a write of `path` goes through before its rename: `.<name>.tmp`,
-    /// always the same (writes hold the lock), so one left by a writer killed before its rename
-    /// is replaced by the next write and deleted by [`BackupStore::remove`].
-    pub fn temp_path(&self, path: &Path) -> PathBuf {
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        self.dir.join(format!(".{}.tmp", name.unwrap_or_default()))
-    }
-
-    /// Writes a backup file atomically, mode 0600 like the Go plugin's.
+    /// Writes a backup file atomically.
     ///
     /// # Errors
     /// [`TuningError::Backup`] naming the file.
-    pub fn write(&self, path: &Path, backup: &Backup) -> Result<(), TuningError> {
-        let io = |op, source| TuningError::Backup {
-            op,
-            path: path.to_path_buf(),
-            source,
-        };
-        let bytes = backup
-            .to_bytes()
-            .map_err(|e| io("encode", std::io::Error::other(e)))?;
-        std::fs::create_dir_all(&self.dir).map_err(|e| io("create the directory of", e))?;
-        let tmp = self.temp_path(path);
-        let written = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .and_then(|mut f| f.write_all(&bytes))
-            .and_then(|()| std::fs::rename(&tmp, path));
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(io("write", e));
-        }
-        Ok(())
+    pub fn write(&self, name: &str, backup: &Backup) -> Result<(), TuningError> {
+        let bytes = backup.to_bytes().map_err(|e| TuningError::Backup {
+            op: "encode",
+            path: self.path(name),
+            source: std::io::Error::other(e),
+        })?;
+        Ok(self.store.write_bytes(name, &bytes)?)
     }
 
-    /// Removes a backup file and its leftover temporary file; a missing one is not an error.
+    /// Removes a backup file and the temporary files a killed write left; a missing one is not
+    /// an error.
     ///
     /// # Errors
     /// [`TuningError::Backup`] for other failures.
-    pub fn remove(&self, path: &Path) -> Result<(), TuningError> {
-        for file in [self.temp_path(path).as_path(), path] {
-            match std::fs::remove_file(file) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(TuningError::Backup {
-                        op: "remove",
-                        path: file.to_path_buf(),
-                        source,
-                    });
-                }
-            }
-        }
+    pub fn remove(&self, name: &str) -> Result<(), TuningError> {
+        self.store.remove(name)?;
         Ok(())
     }
 
-    /// Whether a backup file of `path`, or the temporary file of a write killed before its
+    /// Whether a backup file of `name`, or a temporary file of a write killed before its
     /// rename, exists: what DEL has to look at.
-    pub fn has_any(&self, path: &Path) -> bool {
-        path.exists() || self.temp_path(path).exists()
+    pub fn has_any(&self, name: &str) -> bool {
+        self.store.has_any(name)
     }
 
-    /// Every `*.json` file in the directory (none when it does not exist).
+    /// The names of every `*.json` file in the directory (none when it does not exist).
     ///
     /// # Errors
     /// [`TuningError::Backup`] when the directory exists but cannot be read.
-    pub fn files(&self) -> Result<Vec<PathBuf>, TuningError> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(TuningError::Backup {
-                    op: "list the directory of",
-                    path: self.dir.clone(),
-                    source,
-                });
-            }
-        };
-        let mut files: Vec<PathBuf> = entries
-            .filter_map(Result::ok)
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| !n.starts_with('.') && n.ends_with(".json"))
-            })
-            .collect();
-        files.sort();
-        Ok(files)
+    pub fn files(&self) -> Result<Vec<String>, TuningError> {
+        let mut names = self.store.list()?;
+        names.retain(|n| n.ends_with(".json"));
+        Ok(names)
     }
 }
 
@@ -312,48 +274,67 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = BackupStore::new(dir.path().join("tuning"));
         assert!(store.files().unwrap().is_empty());
-        let path = store.path("c1", "eth0");
-        assert_eq!(store.read(&path).unwrap(), None);
+        let name = store.name("c1", "eth0");
+        let path = store.path(&name);
+        assert_eq!(path, dir.path().join("tuning/c1_eth0.json"));
+        assert_eq!(store.read(&name).unwrap(), None);
         let b = Backup {
             mtu: Some(1400),
             ..Backup::default()
         };
         let _lock = store.lock().unwrap();
-        store.write(&path, &b).unwrap();
-        assert_eq!(store.read(&path).unwrap(), Some(b));
+        store.write(&name, &b).unwrap();
+        assert_eq!(store.read(&name).unwrap(), Some(b));
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\n \"mtu\": 1400\n}"
+        );
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         std::fs::write(dir.path().join("tuning/notes.txt"), "x").unwrap();
-        assert_eq!(store.files().unwrap(), std::slice::from_ref(&path));
-        store.remove(&path).unwrap();
-        store.remove(&path).unwrap();
+        assert_eq!(store.files().unwrap(), std::slice::from_ref(&name));
+        store.remove(&name).unwrap();
+        store.remove(&name).unwrap();
         assert!(store.files().unwrap().is_empty());
     }
 
     #[test]
-    fn a_temporary_left_by_a_killed_write_is_replaced_and_removed() {
+    fn a_symlink_planted_at_the_old_temporary_name_is_not_written_through() {
+        // Issue 22's repro: earlier versions wrote `.<id>_<if>.json.tmp` and renamed it.
         let dir = tempfile::tempdir().unwrap();
-        let store = BackupStore::new(dir.path());
-        let path = store.path("c1", "eth0");
-        let tmp = store.temp_path(&path);
-        assert_eq!(tmp, dir.path().join(".c1_eth0.json.tmp"));
-        assert!(!store.has_any(&path));
-        std::fs::write(&tmp, "{\"mtu\": 15").unwrap();
-        assert!(store.has_any(&path));
-        store.remove(&path).unwrap();
-        assert!(!tmp.exists() && !store.has_any(&path));
-        std::fs::write(&tmp, "{\"mtu\": 15").unwrap();
-        store.write(&path, &Backup::default()).unwrap();
-        assert!(!tmp.exists() && path.exists());
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let store = BackupStore::new(dir.path().join("tuning"));
+        std::fs::create_dir(store.dir()).unwrap();
+        let name = store.name("c1", "eth0");
+        let planted = store.dir().join(".c1_eth0.json.tmp");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        assert!(store.has_any(&name), "DEL must look at it");
+        let b = Backup {
+            mtu: Some(1500),
+            ..Backup::default()
+        };
+        store.write(&name, &b).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(
+            std::fs::symlink_metadata(store.path(&name))
+                .unwrap()
+                .is_file()
+        );
+        assert_eq!(store.read(&name).unwrap(), Some(b));
+        store.remove(&name).unwrap();
+        assert!(std::fs::symlink_metadata(&planted).is_err());
+        assert!(!store.has_any(&name));
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
     }
 
     #[test]
     fn a_corrupt_file_is_reported_with_its_path() {
         let dir = tempfile::tempdir().unwrap();
         let store = BackupStore::new(dir.path());
-        let path = store.path("c1", "eth0");
-        std::fs::write(&path, "{not json").unwrap();
-        let err = store.read(&path).unwrap_err();
+        let name = store.name("c1", "eth0");
+        std::fs::write(store.path(&name), "{not json").unwrap();
+        let err = store.read(&name).unwrap_err();
         assert!(matches!(err, TuningError::BackupCorrupt { .. }));
         assert!(err.to_string().contains("c1_eth0.json"), "{err}");
     }

@@ -94,7 +94,7 @@ impl Plugin for Tuning {
     fn del(&self, call: &Call) -> Result<(), CniError> {
         let conf: NetConf<DataDirKeys> = call.conf()?;
         let store = BackupStore::new(conf.plugin.dir());
-        if !store.has_any(&store.path(&call.container_id, &call.ifname)) {
+        if !store.has_any(&store.name(&call.container_id, &call.ifname)) {
             return Ok(());
         }
         let ns = match &call.netns {
@@ -132,14 +132,14 @@ impl Plugin for Tuning {
         let valid = conf.valid_attachments.clone().unwrap_or_default();
         let _lock = store.lock()?;
         let mut errors = Vec::new();
-        for path in files {
+        for name in files {
             // Only files of this network, which only we record, are ours to judge; the Go
             // plugin's files carry no network name and are left for DEL.
-            let backup = match store.read(&path) {
+            let backup = match store.read(&name) {
                 Ok(Some(b)) if b.network.as_deref() == Some(conf.name.as_str()) => b,
                 Ok(_) => continue,
                 Err(e) => {
-                    log::warn!("GC skips {}: {e}", path.display());
+                    log::warn!("GC skips {name}: {e}");
                     continue;
                 }
             };
@@ -150,8 +150,8 @@ impl Plugin for Tuning {
                 .iter()
                 .any(|a| a.container_id == container_id && a.ifname == ifname);
             if !live {
-                log::debug!("GC removes {}", path.display());
-                if let Err(e) = store.remove(&path) {
+                log::debug!("GC removes {}", store.path(&name).display());
+                if let Err(e) = store.remove(&name) {
                     errors.push(e.to_string());
                 }
             }

@@ -122,7 +122,7 @@ impl Stage {
     }
 
     fn backup_exists(&self, ifname: &str) -> bool {
-        self.store.path("c1", ifname).exists()
+        self.store.path(&self.store.name("c1", ifname)).exists()
     }
 }
 
@@ -247,7 +247,8 @@ fn sysctls_are_set_and_restored_including_interface_names_with_dots() {
             "the parent is untouched"
         );
         stage.check(&c, "eth0.100").unwrap();
-        let file = std::fs::read_to_string(stage.store.path("c1", "eth0.100")).unwrap();
+        let file =
+            std::fs::read_to_string(stage.store.path(&stage.store.name("c1", "eth0.100"))).unwrap();
         assert!(
             file.contains("\"net/ipv4/conf/eth0.100/rp_filter\""),
             "{file}"
@@ -310,7 +311,7 @@ fn a_failing_add_rolls_back_sysctls_link_and_backup_file() {
         // backup in place: the first sysctl is undone and the earlier backup kept as it was.
         let first = stage.config(json!({"txQLen": 5}), "eth0");
         stage.add(&first, "eth0").unwrap();
-        let saved = std::fs::read(stage.store.path("c1", "eth0")).unwrap();
+        let saved = std::fs::read(stage.store.path(&stage.store.name("c1", "eth0"))).unwrap();
         let bad = stage.config(
             json!({"sysctl": {"net.ipv4.conf.IFNAME.rp_filter": "2", "net.ipv4.conf.IFNAME.arp_ignore": "banana"}}),
             "eth0",
@@ -320,7 +321,7 @@ fn a_failing_add_rolls_back_sysctls_link_and_backup_file() {
         assert!(err.to_string().contains("banana"), "{err}");
         assert_eq!(sysctl("net/ipv4/conf/eth0/rp_filter"), "0");
         assert_eq!(
-            std::fs::read(stage.store.path("c1", "eth0")).unwrap(),
+            std::fs::read(stage.store.path(&stage.store.name("c1", "eth0"))).unwrap(),
             saved
         );
         stage.del("eth0");
@@ -362,7 +363,8 @@ fn write_only_sysctls_are_written_but_not_saved() {
             "eth0",
         );
         stage.add(&c, "eth0").unwrap();
-        let file = std::fs::read_to_string(stage.store.path("c1", "eth0")).unwrap();
+        let file =
+            std::fs::read_to_string(stage.store.path(&stage.store.name("c1", "eth0"))).unwrap();
         assert!(
             !file.contains("flush") && file.contains("net/ipv4/ip_forward"),
             "{file}"
@@ -398,7 +400,11 @@ fn del_succeeds_without_file_interface_or_netns_and_removes_what_cannot_be_used(
         assert!(!stage.backup_exists("eth0"));
 
         std::fs::create_dir_all(stage.store.dir()).unwrap();
-        std::fs::write(stage.store.path("c1", "eth0"), "{truncated").unwrap();
+        std::fs::write(
+            stage.store.path(&stage.store.name("c1", "eth0")),
+            "{truncated",
+        )
+        .unwrap();
         assert_eq!(stage.del("eth0"), Restored::Done, "a corrupt file");
         assert!(!stage.backup_exists("eth0"));
     });
