@@ -26,7 +26,7 @@ pub enum ArgsError {
     /// `IgnoreUnknown` with a value other than 1/0/true/false.
     #[error("CNI_ARGS: invalid value {0:?} for IgnoreUnknown (want 1, 0, true or false)")]
     IgnoreUnknownValue(String),
-    /// Keys nobody understands, without `IgnoreUnknown`.
+    /// Pairs (`K=V`) whose keys nobody understands, without `IgnoreUnknown`.
     #[error("CNI_ARGS: unknown args {0:?}")]
     Unknown(Vec<String>),
 }
@@ -106,7 +106,7 @@ impl CniArgs {
     /// Fails on keys outside [`WELL_KNOWN`] and `extra`, unless `IgnoreUnknown` is set.
     ///
     /// # Errors
-    /// [`ArgsError::Unknown`] listing the unknown keys.
+    /// [`ArgsError::Unknown`] listing the pairs of the unknown keys.
     pub fn check_known(&self, extra: &[&str]) -> Result<(), ArgsError> {
         if self.ignore_unknown {
             return Ok(());
@@ -114,9 +114,8 @@ impl CniArgs {
         let unknown: Vec<String> = self
             .pairs
             .iter()
-            .map(|(k, _)| k)
-            .filter(|k| !WELL_KNOWN.contains(&k.as_str()) && !extra.contains(&k.as_str()))
-            .cloned()
+            .filter(|(k, _)| !WELL_KNOWN.contains(&k.as_str()) && !extra.contains(&k.as_str()))
+            .map(|(k, v)| format!("{k}={v}"))
             .collect();
         if unknown.is_empty() {
             Ok(())
@@ -126,9 +125,28 @@ impl CniArgs {
     }
 }
 
+impl ArgsError {
+    /// The reference's message for the same problem (Go's `types.LoadArgs`).
+    pub fn reference_msg(&self) -> String {
+        use crate::error::go_quote;
+        match self {
+            ArgsError::InvalidPair(pair) => format!("ARGS: invalid pair {}", go_quote(pair)),
+            ArgsError::IgnoreUnknownValue(value) => format!(
+                "ARGS: error parsing value of pair {}: boolean unmarshal error: invalid input {value}",
+                go_quote(&format!("IgnoreUnknown={value}"))
+            ),
+            ArgsError::Unknown(pairs) => {
+                let quoted: Vec<String> = pairs.iter().map(|p| go_quote(p)).collect();
+                format!("ARGS: unknown args [{}]", quoted.join(" "))
+            }
+        }
+    }
+}
+
 impl From<ArgsError> for crate::error::CniError {
     fn from(err: ArgsError) -> Self {
-        crate::error::CniError::new(crate::error::ErrorCode::InvalidEnv, err.to_string())
+        crate::error::CniError::new(crate::error::ErrorCode::InvalidEnv, err.reference_msg())
+            .with_details(err.to_string())
     }
 }
 
@@ -176,13 +194,46 @@ mod tests {
         let a = CniArgs::parse("FOO=1;MAC=x;BAR=2").unwrap();
         assert_eq!(
             a.check_known(&[]),
-            Err(ArgsError::Unknown(vec!["FOO".into(), "BAR".into()]))
+            Err(ArgsError::Unknown(vec!["FOO=1".into(), "BAR=2".into()]))
         );
         assert_eq!(
             a.check_known(&["FOO"]),
-            Err(ArgsError::Unknown(vec!["BAR".into()]))
+            Err(ArgsError::Unknown(vec!["BAR=2".into()]))
         );
         assert!(a.check_known(&["FOO", "BAR"]).is_ok());
+    }
+
+    #[test]
+    fn errors_carry_the_references_words_as_msg() {
+        // What Debian's Go tuning (1.1.1) prints for each.
+        let cases = [
+            (
+                CniArgs::parse("FOO=bar")
+                    .unwrap()
+                    .check_known(&[])
+                    .unwrap_err(),
+                r#"ARGS: unknown args ["FOO=bar"]"#,
+            ),
+            (
+                CniArgs::parse("FOO").unwrap_err(),
+                r#"ARGS: invalid pair "FOO""#,
+            ),
+            (
+                CniArgs::parse("IgnoreUnknown=maybe").unwrap_err(),
+                r#"ARGS: error parsing value of pair "IgnoreUnknown=maybe": boolean unmarshal error: invalid input maybe"#,
+            ),
+        ];
+        for (err, want) in cases {
+            let cni = crate::error::CniError::from(err.clone());
+            assert_eq!(cni.code, crate::error::ErrorCode::InvalidEnv);
+            assert_eq!(cni.msg, want);
+            assert_eq!(cni.details, err.to_string());
+        }
+        let two = CniArgs::parse("A=1;B=2")
+            .unwrap()
+            .check_known(&[])
+            .unwrap_err();
+        assert_eq!(two.reference_msg(), r#"ARGS: unknown args ["A=1" "B=2"]"#);
     }
 
     #[test]

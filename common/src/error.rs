@@ -146,6 +146,106 @@ impl Serialize for ErrorObject<'_> {
     }
 }
 
+/// The lead of the shared configuration decoder's messages (code 6).
+pub const DECODE_LEAD: &str = "failed to decode network configuration";
+
+impl CniError {
+    /// A configuration decode error (code 6) of the shared decoder, led by `lead` instead of
+    /// [`DECODE_LEAD`]: the plugin's own wording for it in the reference (tuning's
+    /// `failed to load netconf`, sbr's `failed to parse network configuration`). Other errors
+    /// (a prevResult that does not parse has its own reference wording) are returned as they
+    /// are.
+    #[must_use]
+    pub fn with_decode_lead(mut self, lead: &str) -> CniError {
+        if self.code != ErrorCode::Decode {
+            return self;
+        }
+        if let Some(rest) = self
+            .msg
+            .strip_prefix(DECODE_LEAD)
+            .and_then(|r| r.strip_prefix(": "))
+        {
+            self.msg = format!("{lead}: {rest}");
+        }
+        self
+    }
+}
+
+/// How Go prints an errno (`syscall.Errno`'s text): the reference's messages embed it
+/// (`write /proc/sys/net/ipv4/ip_forward: invalid argument`, `file exists`). An error that
+/// carries no errno is printed as it is.
+pub fn go_errno(err: &std::io::Error) -> String {
+    let Some(errno) = err.raw_os_error() else {
+        return err.to_string();
+    };
+    // Go's table (syscall/zerrors_linux_*.go) for the errnos plugins meet; the C library's
+    // wording differs for some (ERANGE), and musl's for more.
+    let text = match errno {
+        libc::EPERM => "operation not permitted",
+        libc::ENOENT => "no such file or directory",
+        libc::ESRCH => "no such process",
+        libc::EINTR => "interrupted system call",
+        libc::EIO => "input/output error",
+        libc::ENXIO => "no such device or address",
+        libc::EBADF => "bad file descriptor",
+        libc::EAGAIN => "resource temporarily unavailable",
+        libc::ENOMEM => "cannot allocate memory",
+        libc::EACCES => "permission denied",
+        libc::EBUSY => "device or resource busy",
+        libc::EEXIST => "file exists",
+        libc::ENODEV => "no such device",
+        libc::ENOTDIR => "not a directory",
+        libc::EISDIR => "is a directory",
+        libc::EINVAL => "invalid argument",
+        libc::EMFILE => "too many open files",
+        libc::ENOSPC => "no space left on device",
+        libc::EROFS => "read-only file system",
+        libc::ERANGE => "numerical result out of range",
+        libc::ENAMETOOLONG => "file name too long",
+        libc::ELOOP => "too many levels of symbolic links",
+        libc::ENODATA => "no data available",
+        libc::EMSGSIZE => "message too long",
+        libc::EPROTONOSUPPORT => "protocol not supported",
+        libc::EOPNOTSUPP => "operation not supported",
+        libc::EAFNOSUPPORT => "address family not supported by protocol",
+        libc::EADDRINUSE => "address already in use",
+        libc::EADDRNOTAVAIL => "cannot assign requested address",
+        libc::ENETDOWN => "network is down",
+        libc::ENETUNREACH => "network is unreachable",
+        libc::ENOBUFS => "no buffer space available",
+        libc::ETIMEDOUT => "connection timed out",
+        libc::EHOSTUNREACH => "no route to host",
+        _ => {
+            let desc = nix::errno::Errno::from_raw(errno).desc();
+            let mut chars = desc.chars();
+            return chars.next().map_or_else(String::new, |first| {
+                first.to_lowercase().chain(chars).collect()
+            });
+        }
+    };
+    text.to_string()
+}
+
+/// A string as Go's `%q` prints it (quoted, with `\"` and `\\` escaped), for the reference's
+/// messages that quote a value.
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 impl From<crate::netns::NetnsError> for CniError {
     fn from(err: crate::netns::NetnsError) -> Self {
         let code = match err {
@@ -202,6 +302,45 @@ mod tests {
         for (code, n) in table {
             assert_eq!(code.as_u32(), n);
         }
+    }
+
+    #[test]
+    fn errnos_are_worded_as_go_words_them() {
+        let cases = [
+            (libc::EINVAL, "invalid argument"),
+            (libc::ERANGE, "numerical result out of range"),
+            (libc::EEXIST, "file exists"),
+            (libc::ENETUNREACH, "network is unreachable"),
+            (libc::ENOTSUP, "operation not supported"),
+            (libc::EPIPE, "broken pipe"),
+        ];
+        for (errno, want) in cases {
+            assert_eq!(go_errno(&std::io::Error::from_raw_os_error(errno)), want);
+        }
+        assert_eq!(go_errno(&std::io::Error::other("custom")), "custom");
+        assert_eq!(go_quote("a \"b\"\\c\n"), r#""a \"b\"\\c\n""#);
+    }
+
+    #[test]
+    fn decode_errors_take_the_plugins_own_lead() {
+        let shared = CniError::new(
+            ErrorCode::Decode,
+            "failed to decode network configuration: mtu: invalid type",
+        );
+        assert_eq!(
+            shared
+                .clone()
+                .with_decode_lead("failed to load netconf")
+                .msg,
+            "failed to load netconf: mtu: invalid type"
+        );
+        let other = CniError::new(ErrorCode::Decode, "could not parse prevResult: x");
+        assert_eq!(
+            other.clone().with_decode_lead("failed to load netconf"),
+            other
+        );
+        let not_decode = CniError::invalid_config("x");
+        assert_eq!(not_decode.clone().with_decode_lead("lead"), not_decode);
     }
 
     #[test]

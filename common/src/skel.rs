@@ -127,6 +127,9 @@ pub struct Call {
     pub cni_version: String,
     /// The network configuration from stdin, parsed once by the skel (`Null` for VERSION).
     pub config: Value,
+    /// stdin as read: the configuration's text, for the rare check that must see it as written
+    /// (tuning's duplicate `sysctl` keys, which [`Call::config`] has merged already).
+    pub stdin: Vec<u8>,
 }
 
 impl Call {
@@ -359,6 +362,7 @@ fn dispatch(
         Ok(value) => value,
         Err(e) => return fail(version::LATEST, e),
     };
+    call.stdin = input;
     let head: NetConf<serde::de::IgnoredAny> = match NetConf::from_value(call.config.clone()) {
         Ok(head) => head,
         Err(e) => return fail(version::LATEST, e),
@@ -459,6 +463,7 @@ fn read_env(command: Command, var: &dyn Fn(&str) -> String) -> Result<Call, CniE
             .collect(),
         cni_version: String::new(),
         config: Value::Null,
+        stdin: Vec::new(),
     })
 }
 

@@ -17,7 +17,7 @@ use common::types::{IpConfig, Route as ResultRoute};
 
 use crate::config::Config;
 use crate::error::SbrError;
-use crate::plan::{self, Observed, Op};
+use crate::plan::{self, Observed, Op, Put};
 
 /// The container namespace, locked, with a netlink socket inside it.
 struct Container {
@@ -46,37 +46,59 @@ impl Container {
     fn open_unlocked(ns: &NetNs) -> Result<Container, SbrError> {
         let nl = Netlink::open_in_place(ns).map_err(|e| match e {
             OpenError::Netns(e) => SbrError::Netns(e),
-            OpenError::Netlink(e) => SbrError::Netlink(e),
+            OpenError::Netlink(source) => SbrError::Kernel {
+                lead: "failed to open a netlink socket in the container".into(),
+                source,
+            },
         })?;
         Ok(Container { nl, _lock: None })
     }
 
-    fn link_index(&mut self, ifname: &str) -> Result<Option<u32>, SbrError> {
+    /// `ifname`'s index, `None` when it does not exist; `lead` words any other failure.
+    fn link_index(&mut self, ifname: &str, lead: &str) -> Result<Option<u32>, SbrError> {
         match self.nl.link_by_name(ifname) {
             Ok(link) => Ok(Some(link.index)),
             Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(SbrError::Link {
-                ifname: ifname.to_owned(),
-                source: e,
+            Err(source) => Err(SbrError::Kernel {
+                lead: lead.to_owned(),
+                source,
             }),
         }
     }
 
+    /// `ifname`'s index (ADD): the reference's words when it is missing.
     fn require_link(&mut self, ifname: &str) -> Result<u32, SbrError> {
-        self.nl
-            .link_by_name(ifname)
-            .map(|l| l.index)
-            .map_err(|source| SbrError::Link {
+        let lead = format!("Cannot find network interface {ifname}");
+        self.link_index(ifname, &lead)?
+            .ok_or_else(|| SbrError::LinkNotFound {
+                lead,
                 ifname: ifname.to_owned(),
-                source,
             })
     }
 
-    fn addresses(&mut self, link: Option<u32>) -> Result<Vec<ipnet::IpNet>, SbrError> {
+    fn rules(&mut self, lead: &str) -> Result<Vec<common::netlink::Rule>, SbrError> {
+        self.nl.rules().map_err(|source| SbrError::Kernel {
+            lead: lead.to_owned(),
+            source,
+        })
+    }
+
+    fn routes(&mut self, lead: &str) -> Result<Vec<common::netlink::Route>, SbrError> {
+        self.nl.routes().map_err(|source| SbrError::Kernel {
+            lead: lead.to_owned(),
+            source,
+        })
+    }
+
+    fn addresses(&mut self, link: Option<u32>, lead: &str) -> Result<Vec<ipnet::IpNet>, SbrError> {
         match link {
             Some(index) => Ok(self
                 .nl
-                .addresses(Some(index))?
+                .addresses(Some(index))
+                .map_err(|source| SbrError::Kernel {
+                    lead: lead.to_owned(),
+                    source,
+                })?
                 .into_iter()
                 .map(|a| a.addr)
                 .collect()),
@@ -127,16 +149,20 @@ pub fn add(
         return Ok(());
     }
     let mut c = Container::open(ns)?;
-    let link = c.require_link(ifname)?;
+    // The reference's order: rules, routes, the interface. A fixed table needs rules only,
+    // not even the interface (the reference does not look it up then).
+    let rules = c.rules("Failed to list all rules")?;
+    let (link, routes) = match config.table {
+        Some(_) => (0, Vec::new()),
+        None => {
+            let routes = c.routes("Failed to list all routes")?;
+            (c.require_link(ifname)?, routes)
+        }
+    };
     let seen = Observed {
         link_index: Some(link),
-        rules: c.nl.rules()?,
-        // A fixed table needs rules only.
-        routes: if config.table.is_some() {
-            Vec::new()
-        } else {
-            c.nl.routes()?
-        },
+        rules,
+        routes,
         addresses: Vec::new(),
     };
     let ops = plan::plan_add(config, ips, prev_routes, link, &seen)?;
@@ -148,10 +174,43 @@ pub fn add(
                     undo.push(e.to_string());
                 }
             }
-            return Err(SbrError::Add { cause, undo });
+            return Err(SbrError::Add {
+                lead: add_lead(op, config.table.is_some()),
+                cause,
+                undo,
+            });
         }
     }
     Ok(())
+}
+
+/// The reference's words for a failed ADD step (ours for the steps it does not fail on).
+fn add_lead(op: &Op, fixed_table: bool) -> String {
+    match op {
+        Op::AddRule(_) if fixed_table => "failed to add rule".into(),
+        Op::AddRule(_) => "Failed to add rule".into(),
+        Op::PutRoute {
+            route,
+            why: Put::Default,
+            ..
+        } => match route.gateway {
+            Some(gw) => format!("Failed to add default route to {gw}"),
+            None => "Failed to add default route".into(),
+        },
+        Op::PutRoute {
+            why: Put::Copy | Put::Undo,
+            ..
+        } => "Failed to readd route".into(),
+        // The reference only logs a failed source hint.
+        Op::PutRoute {
+            route,
+            why: Put::Hint,
+            ..
+        } => format!("failed to add source hint route {route}"),
+        Op::DelRoute(_) => "Failed to delete route".into(),
+        Op::DelRule(rule) => format!("failed to delete rule {rule}"),
+        Op::RestoreRoute(route) => format!("failed to restore route {route}"),
+    }
 }
 
 /// CHECK: compares the namespace with what ADD made for `ips` on `ifname`.
@@ -166,7 +225,7 @@ pub fn check(
     prev_routes: &[ResultRoute],
 ) -> Result<(), SbrError> {
     let mut c = Container::open_unlocked(ns)?;
-    let Some(link) = c.link_index(ifname)? else {
+    let Some(link) = c.link_index(ifname, &format!("failed to look up {ifname}"))? else {
         return Err(SbrError::Check {
             ifname: ifname.to_owned(),
             missing: vec![format!(
@@ -176,9 +235,9 @@ pub fn check(
     };
     let seen = Observed {
         link_index: Some(link),
-        rules: c.nl.rules()?,
-        routes: c.nl.routes()?,
-        addresses: c.addresses(Some(link))?,
+        rules: c.rules("failed to list rules")?,
+        routes: c.routes("failed to list routes")?,
+        addresses: c.addresses(Some(link), "failed to list addresses")?,
     };
     let missing = plan::check(config, ips, prev_routes, ifname, link, &seen);
     if missing.is_empty() {
@@ -220,20 +279,32 @@ pub fn del(
         Err(e) => return Err(e.into()),
     };
     let mut c = Container::open(&ns)?;
-    let link = c.link_index(ifname)?;
+    let rules = match config.table {
+        Some(table) => c.rules(&format!("failed to list rules of table {table} to tidy"))?,
+        None => c.rules("Failed to list all rules to tidy")?,
+    };
+    let link = c.link_index(ifname, &format!("Failed to get link {ifname}"))?;
     let seen = Observed {
         link_index: link,
-        rules: c.nl.rules()?,
+        rules,
         routes: if config.table.is_some() {
             Vec::new()
         } else {
-            c.nl.routes()?
+            c.routes("failed to list routes to tidy")?
         },
-        addresses: c.addresses(link)?,
+        addresses: c.addresses(link, "Failed to list all addrs")?,
     };
     let mut failures = Vec::new();
+    let mut reference = None;
     for op in plan::plan_del(config, prev_ips, &seen) {
         if let Err(e) = c.run(&op) {
+            if let Op::DelRule(_) = op {
+                // The reference keeps going and returns its last rule failure, so worded.
+                reference = Some(format!(
+                    "Failed to delete rule {}",
+                    common::error::go_errno(&e.source)
+                ));
+            }
             failures.push(e.to_string());
         }
     }
@@ -243,6 +314,7 @@ pub fn del(
         Err(SbrError::Del {
             ifname: ifname.to_owned(),
             failures,
+            reference,
         })
     }
 }
@@ -362,7 +434,35 @@ mod tests {
                 matches!(err, SbrError::Add { ref undo, .. } if undo.is_empty()),
                 "{err}"
             );
+            // The reference's words for the step, the kernel's answer as Go prints it.
+            assert_eq!(
+                common::error::CniError::from(err).msg,
+                "Failed to add default route to 192.0.2.1: network is unreachable"
+            );
             assert_eq!(state(), before);
+        });
+    }
+
+    #[test]
+    fn a_missing_interface_is_named_in_the_references_words_unless_a_table_is_fixed() {
+        in_container(|ns| {
+            let before = state();
+            let ips = [ipcfg("10.1.0.5/24", "10.1.0.1")];
+            let err = add(&ns, "nope0", &Config::default(), &ips, &[]).unwrap_err();
+            let cni = common::error::CniError::from(err);
+            assert_eq!(cni.code.as_u32(), 3);
+            assert_eq!(
+                cni.msg,
+                "Cannot find network interface nope0: Link not found"
+            );
+            assert_eq!(state(), before);
+            // With `table` the reference never looks the interface up: the rule is added.
+            let config = Config {
+                table: Some(5000),
+                ..Config::default()
+            };
+            add(&ns, "nope0", &config, &ips, &[]).unwrap();
+            assert!(ip("rule").contains("from 10.1.0.5 lookup 5000"));
         });
     }
 

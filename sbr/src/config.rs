@@ -36,22 +36,18 @@ pub struct Config {
 }
 
 impl Config {
-    /// Validates the wire keys.
+    /// Validates the wire keys. `gateways` is read as the reference reads it: at most two
+    /// entries, each an IP address (an IPv4-mapped IPv6 address is IPv4, as Go's `To4` says),
+    /// at most one of each family.
     ///
     /// # Errors
-    /// [`SbrError::InvalidConfig`] (code 7) naming the key and the value.
+    /// Code 7 naming the key and the value.
     pub fn from_keys(keys: &SbrKeys) -> Result<Config, SbrError> {
-        let invalid = |msg: String| SbrError::InvalidConfig(msg);
         let table = match keys.table {
             None => None,
             Some(t) => match u32::try_from(t) {
                 Ok(t) if t != 0 && !RESERVED_TABLES.contains(&t) => Some(t),
-                _ => {
-                    return Err(invalid(format!(
-                        "table: invalid routing table {t}: must be 1 to 4294967295 and not \
-                         253, 254 or 255 (the kernel's default, main and local tables)"
-                    )));
-                }
+                _ => return Err(SbrError::InvalidTable(t)),
             },
         };
         let mut config = Config {
@@ -61,30 +57,28 @@ impl Config {
         };
         let gateways = keys.gateways.as_deref().unwrap_or_default();
         if gateways.len() > 2 {
-            return Err(invalid(format!(
-                "gateways: at most 2 entries (one IPv4, one IPv6), got {}",
-                gateways.len()
-            )));
+            return Err(SbrError::TooManyGateways(gateways.len()));
         }
-        for text in gateways {
-            let ip: IpAddr = text.trim().parse().map_err(|_| {
-                invalid(format!(
-                    "gateways: invalid static gateway IP address {text:?}"
-                ))
+        for (index, text) in gateways.iter().enumerate() {
+            let ip: IpAddr = text.parse().map_err(|_| SbrError::BadGateway {
+                index,
+                text: text.clone(),
             })?;
-            match ip {
+            let duplicate = |family, first| SbrError::DuplicateGateway {
+                index,
+                family,
+                first,
+                second: text.clone(),
+            };
+            match ip.to_canonical() {
                 IpAddr::V4(v4) => {
                     if let Some(first) = config.gateway_v4.replace(v4) {
-                        return Err(invalid(format!(
-                            "gateways: more than one IPv4 address: {first} and {v4}"
-                        )));
+                        return Err(duplicate("IPv4", IpAddr::V4(first)));
                     }
                 }
                 IpAddr::V6(v6) => {
                     if let Some(first) = config.gateway_v6.replace(v6) {
-                        return Err(invalid(format!(
-                            "gateways: more than one IPv6 address: {first} and {v6}"
-                        )));
+                        return Err(duplicate("IPv6", IpAddr::V6(first)));
                     }
                 }
             }
@@ -115,12 +109,12 @@ impl Config {
 /// this interface's).
 ///
 /// # Errors
-/// [`SbrError::InvalidConfig`] when the prevResult has no address at all.
+/// [`SbrError::NoAddresses`] when the prevResult has no address at all.
 pub fn select_ips(result: &CniResult, ifname: &str) -> Result<Vec<IpConfig>, SbrError> {
     if result.ips.is_empty() {
-        return Err(SbrError::InvalidConfig(format!(
-            "prevResult: no IP addresses supplied on interface {ifname}"
-        )));
+        return Err(SbrError::NoAddresses {
+            ifname: ifname.to_string(),
+        });
     }
     Ok(result
         .ips
@@ -179,36 +173,59 @@ mod tests {
     }
 
     #[test]
-    fn gateways_take_one_per_family() {
+    fn gateways_take_one_per_family_and_refusals_have_the_references_message() {
         let config =
             Config::from_keys(&keys(r#"{"gateways": ["fd00::1", "192.168.1.1"]}"#)).unwrap();
         assert_eq!(config.gateway_v4, Some(Ipv4Addr::new(192, 168, 1, 1)));
         assert_eq!(config.gateway_v6, Some("fd00::1".parse().unwrap()));
+        // An IPv4-mapped address is IPv4, as Go's To4 has it.
+        let config = Config::from_keys(&keys(r#"{"gateways": ["::ffff:10.0.0.1"]}"#)).unwrap();
+        assert_eq!(config.gateway_v4, Some(Ipv4Addr::new(10, 0, 0, 1)));
+        // (list, msg, details)
         let cases = [
             (
                 r#"["10.0.0.1", "10.0.0.2"]"#,
-                "more than one IPv4 address: 10.0.0.1 and 10.0.0.2",
+                "gateways list contains multiple IPv4 addresses: 10.0.0.1 and 10.0.0.2",
+                "gateways[1]: a second IPv4 address",
             ),
             (
                 r#"["fd::1", "fd::2"]"#,
-                "more than one IPv6 address: fd::1 and fd::2",
+                "gateways list contains multiple IPv6 addresses: fd::1 and fd::2",
+                "gateways[1]: a second IPv6 address",
             ),
-            (r#"["10.0.0.1", "fd::1", "10.0.0.3"]"#, "at most 2 entries"),
+            (
+                r#"["10.0.0.1", "::ffff:10.0.0.2"]"#,
+                "gateways list contains multiple IPv4 addresses: 10.0.0.1 and ::ffff:10.0.0.2",
+                "gateways[1]",
+            ),
+            (
+                r#"["10.0.0.1", "fd::1", "10.0.0.3"]"#,
+                "gateways list cannot contain more than 2 entries (one IPv4, one IPv6)",
+                "got 3",
+            ),
             (
                 r#"["10.0.0.300"]"#,
-                r#"invalid static gateway IP address "10.0.0.300""#,
+                "invalid static gateway IP address: 10.0.0.300",
+                r#"gateways[0]: "10.0.0.300" is not an IP address"#,
             ),
-            (r#"["10.0.0.0/24"]"#, "invalid static gateway IP address"),
+            (
+                r#"["10.0.0.0/24"]"#,
+                "invalid static gateway IP address: 10.0.0.0/24",
+                "gateways[0]",
+            ),
+            // Go's ParseIP does not trim.
+            (
+                r#"[" 10.0.0.1"]"#,
+                "invalid static gateway IP address:  10.0.0.1",
+                "gateways[0]",
+            ),
         ];
-        for (list, want) in cases {
+        for (list, msg, details) in cases {
             let err = Config::from_keys(&keys(&format!(r#"{{"gateways": {list}}}"#))).unwrap_err();
             let cni: common::error::CniError = err.into();
             assert_eq!(cni.code.as_u32(), 7);
-            assert!(
-                cni.msg.starts_with("gateways: ") && cni.msg.contains(want),
-                "{}",
-                cni.msg
-            );
+            assert_eq!(cni.msg, msg, "{list}");
+            assert!(cni.details.contains(details), "{list}: {}", cni.details);
         }
     }
 
@@ -265,10 +282,9 @@ mod tests {
             .collect();
         assert_eq!(picked, ["10.0.1.2/24", "10.0.2.2/24", "10.0.3.2/24"]);
         let err = select_ips(&CniResult::default(), "net1").unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("no IP addresses supplied on interface net1"),
-            "{err}"
+        assert_eq!(
+            common::error::CniError::from(err).msg,
+            "No IP addresses supplied on interface: net1"
         );
     }
 }

@@ -41,10 +41,20 @@ pub const SUPPORTED_VERSIONS: &[&str] = &[
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Sbr;
 
-fn load(call: &Call) -> Result<(NetConf<SbrKeys>, Config), CniError> {
-    let conf: NetConf<SbrKeys> = call.conf()?;
+/// The configuration with the plugin's keys, a decode failure in the reference's words.
+fn load_conf<T: serde::de::DeserializeOwned>(call: &Call) -> Result<NetConf<T>, CniError> {
+    call.conf()
+        .map_err(|e| e.with_decode_lead("failed to parse network configuration"))
+}
+
+/// ADD's and CHECK's inputs, checked in the reference's order: the prevResult and its
+/// addresses first, then the plugin's keys (which it validates only once in the namespace).
+fn load(call: &Call) -> Result<(Config, CniResult, Vec<common::types::IpConfig>), CniError> {
+    let conf: NetConf<SbrKeys> = load_conf(call)?;
+    let prev = conf.prev_result()?.ok_or(SbrError::NotChained)?;
+    let ips = select_ips(&prev, &call.ifname)?;
     let config = Config::from_keys(&conf.plugin)?;
-    Ok((conf, config))
+    Ok((config, prev, ips))
 }
 
 impl Plugin for Sbr {
@@ -57,18 +67,14 @@ impl Plugin for Sbr {
     }
 
     fn add(&self, call: &Call) -> Result<CniResult, CniError> {
-        let (conf, config) = load(call)?;
-        let prev = conf.prev_result()?.ok_or(SbrError::NotChained)?;
-        let ips = select_ips(&prev, &call.ifname)?;
+        let (config, prev, ips) = load(call)?;
         let ns = call.open_netns()?;
         apply::add(&ns, &call.ifname, &config, &ips, &prev.routes)?;
         Ok(prev)
     }
 
     fn check(&self, call: &Call) -> Result<(), CniError> {
-        let (conf, config) = load(call)?;
-        let prev = conf.prev_result()?.ok_or(SbrError::NotChained)?;
-        let ips = select_ips(&prev, &call.ifname)?;
+        let (config, prev, ips) = load(call)?;
         let ns = call.open_netns()?;
         Ok(apply::check(
             &ns,
@@ -80,7 +86,8 @@ impl Plugin for Sbr {
     }
 
     fn del(&self, call: &Call) -> Result<(), CniError> {
-        let (conf, config) = load(call)?;
+        let conf: NetConf<SbrKeys> = load_conf(call)?;
+        let config = Config::from_keys(&conf.plugin)?;
         // DEL must get through: a prevResult that does not parse only costs its addresses;
         // the interface's own addresses still find the rules.
         let prev_ips = match conf.prev_result() {

@@ -51,12 +51,27 @@ pub enum Op {
         route: Route,
         /// The route with the same key before, if any.
         previous: Option<Route>,
+        /// What the route is for (the reference words a failure by it).
+        why: Put,
     },
     /// `ip route del`; already gone counts as done.
     DelRoute(Route),
     /// `ip route add` back into main on DEL, best effort: a route already there (or no longer
     /// possible) is left as it is.
     RestoreRoute(Route),
+}
+
+/// What a route ADD puts is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Put {
+    /// `default via <gateway>` in an address's table.
+    Default,
+    /// A copy of one of the interface's main-table routes.
+    Copy,
+    /// `<subnet> dev <if> src <ip> scope link` in main (`addSourceHints`).
+    Hint,
+    /// A route put back by a rollback.
+    Undo,
 }
 
 impl Op {
@@ -70,11 +85,13 @@ impl Op {
             } => Some(Op::PutRoute {
                 route: previous.clone(),
                 previous: None,
+                why: Put::Undo,
             }),
             Op::PutRoute { route, .. } => Some(Op::DelRoute(route.clone())),
             Op::DelRoute(route) => Some(Op::PutRoute {
                 route: route.clone(),
                 previous: None,
+                why: Put::Undo,
             }),
             Op::DelRule(_) | Op::RestoreRoute(_) => None,
         }
@@ -152,7 +169,7 @@ fn used_tables(seen: &Observed, prev_routes: &[ResultRoute]) -> BTreeSet<u32> {
 /// The changes of an ADD of `ips` on link `link`.
 ///
 /// # Errors
-/// [`SbrError::InvalidConfig`] when every table id from 100 up is taken.
+/// [`SbrError::NoFreeTable`] when every table id from 100 up is taken.
 pub fn plan_add(
     config: &Config,
     ips: &[IpConfig],
@@ -177,9 +194,13 @@ pub fn plan_add(
         }
         return Ok(ops);
     }
-    let put = |ops: &mut Vec<Op>, route: Route| {
+    let put = |ops: &mut Vec<Op>, route: Route, why: Put| {
         let previous = seen.routes.iter().find(|r| same_key(r, &route)).cloned();
-        ops.push(Op::PutRoute { route, previous });
+        ops.push(Op::PutRoute {
+            route,
+            previous,
+            why,
+        });
     };
     let main = link_main_routes(seen, link);
     let mut used = used_tables(seen, prev_routes);
@@ -191,11 +212,7 @@ pub fn plan_add(
             None => {
                 let table = (FIRST_TABLE..=u32::MAX)
                     .find(|t| !used.contains(t))
-                    .ok_or_else(|| {
-                        SbrError::InvalidConfig(format!(
-                            "no free routing table from {FIRST_TABLE} up for {addr}"
-                        ))
-                    })?;
+                    .ok_or(SbrError::NoFreeTable(addr))?;
                 used.insert(table);
                 ops.push(Op::AddRule(Rule::from_source(host_net(addr), table)));
                 table
@@ -206,7 +223,7 @@ pub fn plan_add(
             let mut route = Route::new(default_net(addr), table);
             route.gateway = Some(gw);
             route.oif = Some(link);
-            put(&mut ops, route);
+            put(&mut ops, route, Put::Default);
         }
         // The default route just made wins over a copy of main's (a static gateway must).
         let replaced_default =
@@ -219,7 +236,7 @@ pub fn plan_add(
             copy.table = table;
             // Flags the kernel set on the original (e.g. `linkdown`) are refused on add.
             copy.flags = RouteFlags::empty();
-            put(&mut ops, copy);
+            put(&mut ops, copy, Put::Copy);
         }
     }
     // Only the routes copied into a table leave main: DEL puts back what the tables hold, so a
@@ -237,7 +254,7 @@ pub fn plan_add(
             hint.oif = Some(link);
             hint.pref_src = Some(ip.address.addr());
             hint.scope = RouteScope::Link;
-            put(&mut ops, hint.clone());
+            put(&mut ops, hint.clone(), Put::Hint);
             hints.push(hint);
         }
         for route in main {
@@ -637,9 +654,11 @@ mod tests {
         let hint = ops
             .iter()
             .find_map(|op| match op {
-                Op::PutRoute { route, previous } if route.table == TABLE_MAIN => {
-                    Some((route.clone(), previous.clone()))
-                }
+                Op::PutRoute {
+                    route,
+                    previous,
+                    why: Put::Hint,
+                } => Some((route.clone(), previous.clone())),
                 _ => None,
             })
             .unwrap();
@@ -691,24 +710,28 @@ mod tests {
         let put_new = Op::PutRoute {
             route: r.clone(),
             previous: None,
+            why: Put::Copy,
         };
         assert_eq!(put_new.undo(), Some(Op::DelRoute(r.clone())));
         let put_over = Op::PutRoute {
             route: r,
             previous: Some(old.clone()),
+            why: Put::Default,
         };
         assert_eq!(
             put_over.undo(),
             Some(Op::PutRoute {
                 route: old.clone(),
-                previous: None
+                previous: None,
+                why: Put::Undo,
             })
         );
         assert_eq!(
             Op::DelRoute(old.clone()).undo(),
             Some(Op::PutRoute {
                 route: old.clone(),
-                previous: None
+                previous: None,
+                why: Put::Undo,
             })
         );
         assert_eq!(Op::RestoreRoute(old).undo(), None);

@@ -345,14 +345,26 @@ fn source_hints_keep_the_subnet_route_in_main() -> Result<()> {
     Ok(())
 }
 
+/// Code 7 with the reference's message where it refuses the value too (`gateways`, HEAD), ours
+/// (naming the key) where only we do (`table`).
 #[test]
-fn bad_keys_are_code_7_naming_the_key() -> Result<()> {
+fn bad_keys_are_code_7_with_the_references_message() -> Result<()> {
     let host = TestNetns::new("sbrbad")?;
     let rt = Runtime::new(&host)?;
     for (keys, want) in [
-        (json!({ "table": 254 }), "table:"),
-        (json!({ "gateways": ["10.0.0.1", "10.0.0.2"] }), "gateways:"),
-        (json!({ "gateways": ["nope"] }), "gateways:"),
+        (json!({ "table": 254 }), "table: invalid routing table 254"),
+        (
+            json!({ "gateways": ["10.0.0.1", "10.0.0.2"] }),
+            "gateways list contains multiple IPv4 addresses: 10.0.0.1 and 10.0.0.2",
+        ),
+        (
+            json!({ "gateways": ["nope"] }),
+            "invalid static gateway IP address: nope",
+        ),
+        (
+            json!({ "gateways": ["10.0.0.1", "fd::1", "10.0.0.2"] }),
+            "gateways list cannot contain more than 2 entries (one IPv4, one IPv6)",
+        ),
     ] {
         let mut conf = keys;
         conf["cniVersion"] = json!(VERSION);
@@ -373,6 +385,32 @@ fn bad_keys_are_code_7_naming_the_key() -> Result<()> {
         let error = out.error().context("ADD should fail")?;
         assert_eq!(error.code, 7, "{error:?}");
         assert!(error.msg.starts_with(want), "{error:?}");
+    }
+    // Without prevResult, and with a prevResult without addresses: the reference's words.
+    for (prev, want) in [
+        (None, "This plugin must be called as chained plugin"),
+        (
+            Some(json!({"cniVersion": VERSION})),
+            "No IP addresses supplied on interface: eth0",
+        ),
+    ] {
+        let mut conf = json!({"cniVersion": VERSION, "name": "bad", "type": "sbr"});
+        if let Some(prev) = prev {
+            conf["prevResult"] = prev;
+        }
+        let out = rt.exec_plugin(
+            "sbr",
+            Some("ADD"),
+            &[
+                ("CNI_CONTAINERID", "bad"),
+                ("CNI_NETNS", host.path().to_str().context("path")?),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_NETNS_OVERRIDE", "1"),
+            ],
+            &serde_json::to_vec(&conf)?,
+        )?;
+        let error = out.error().context("ADD should fail")?;
+        assert_eq!((error.code, error.msg.as_str()), (7, want), "{error:?}");
     }
     Ok(())
 }

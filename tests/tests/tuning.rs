@@ -264,6 +264,11 @@ impl Alone {
     }
 
     fn exec(&self, command: &str, container_id: &str, conf: &Value) -> Result<PluginOutput> {
+        self.exec_text(command, container_id, &conf.to_string())
+    }
+
+    /// As [`Alone::exec`], with the configuration's text as given (duplicate keys and all).
+    fn exec_text(&self, command: &str, container_id: &str, conf: &str) -> Result<PluginOutput> {
         let netns = self
             .container
             .path()
@@ -278,7 +283,7 @@ impl Alone {
                 ("CNI_NETNS", &netns),
                 ("CNI_IFNAME", IFNAME),
             ],
-            conf.to_string().as_bytes(),
+            conf.as_bytes(),
         )
     }
 }
@@ -297,13 +302,16 @@ fn the_allowlist_refuses_keys_it_does_not_match_whole_and_allows_those_it_does()
         let out = stage.exec("ADD", "allow-1", &refused)?;
         let err = out.error().context("ADD refused without an error object")?;
         ensure!(err.code == 7, "code {}: {}", err.code, err.msg);
+        // The reference's message, with the lines as it lists them; ours in details.
         ensure!(
-            err.msg.contains("\"net.ipv4.ip_forward\"") && err.msg.contains("\"1\""),
+            err.msg
+                == "Sysctl net.ipv4.ip_forward is not allowed. Only the following sysctls are \
+                    allowed: [net\\.ipv4\\.conf\\.IFNAME\\..* net.core.somaxconn]",
             "{}",
             err.msg
         );
         ensure!(
-            err.details.contains("net.core.somaxconn"),
+            err.details.contains("\"net.ipv4.ip_forward\"") && err.details.contains("\"1\""),
             "{}",
             err.details
         );
@@ -363,7 +371,11 @@ fn validation_errors_are_code_7_naming_key_and_value_and_change_nothing() -> Res
             .error()
             .with_context(|| format!("{keys}: no error object"))?;
         ensure!(err.code == 7, "{keys}: code {} {}", err.code, err.msg);
-        ensure!(err.msg.contains(named), "{keys}: {}", err.msg);
+        // The msg is the reference's where it refuses the value too; ours names it in details.
+        ensure!(
+            err.msg.contains(named) || err.details.contains(named),
+            "{keys}: {err:?}"
+        );
         ensure!(
             !String::from_utf8_lossy(&out.stderr).contains("panicked"),
             "{keys}: panic"
@@ -499,5 +511,48 @@ fn a_symlink_planted_at_the_backups_temporary_names_is_not_written_through() -> 
     ensure!(link(&stage.container, IFNAME)?["mtu"] == 1500);
     ensure!(std::fs::symlink_metadata(&planted).is_err() && !backup.exists());
     ensure!(std::fs::read_to_string(&victim)? == "precious");
+    Ok(())
+}
+
+/// Issue 19: a top-level `sysctl` object naming a key twice fails ADD and CHECK with code 7 and
+/// the reference's message before anything changes; DEL, which the reference does not check
+/// either, goes through.
+#[test]
+fn duplicate_sysctl_keys_fail_add_and_check_before_any_change() -> Result<()> {
+    let stage = Alone::new("tunedup")?;
+    let before = stage.container.sysctl("net.ipv4.conf.eth0.arp_ignore")?;
+    let good = stage.conf(
+        "1.0.0",
+        json!({"mtu": 1400, "sysctl": {"net.ipv4.conf.IFNAME.arp_ignore": "1"}}),
+    );
+    let text = good.to_string();
+    let dup = text.replacen(
+        r#""net.ipv4.conf.IFNAME.arp_ignore":"1""#,
+        r#""net.ipv4.conf.IFNAME.arp_ignore":"1","net.ipv4.conf.IFNAME.arp_ignore":"2""#,
+        1,
+    );
+    ensure!(dup != text, "{text}");
+    for verb in ["ADD", "CHECK"] {
+        let out = stage.exec_text(verb, "dup-1", &dup)?;
+        let err = out.error().with_context(|| format!("{verb}: {out:?}"))?;
+        ensure!(
+            err.code == 7 && err.msg == "duplicated sysctl keys are not allowed",
+            "{verb}: {err:?}"
+        );
+        ensure!(
+            err.details.contains("net.ipv4.conf.IFNAME.arp_ignore"),
+            "{verb}: {err:?}"
+        );
+    }
+    ensure!(stage.container.sysctl("net.ipv4.conf.eth0.arp_ignore")? == before);
+    ensure!(link(&stage.container, IFNAME)?["mtu"] == 1500);
+    ensure!(
+        !stage
+            .data_dir()
+            .join(format!("dup-1_{IFNAME}.json"))
+            .exists()
+    );
+    let out = stage.exec_text("DEL", "dup-1", &dup)?;
+    ensure!(out.status.success(), "DEL: {out:?}");
     Ok(())
 }

@@ -15,7 +15,7 @@ use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 
 use crate::backup::{Backup, BackupStore};
 use crate::config::{Config, SysctlSetting};
-use crate::error::TuningError;
+use crate::error::{SysctlProblem, TuningError};
 use crate::plan::{self, Attachment, LinkState};
 
 /// Reads `ifname` (`ip -d link show dev IFNAME`); `None` when it does not exist.
@@ -70,6 +70,7 @@ fn read_original(sysctl: &Sysctl, setting: &SysctlSetting) -> Result<Option<Stri
             origin: setting.origin,
             key: setting.raw.clone(),
             value: setting.value.clone(),
+            path: setting.key.as_path().to_string(),
         }),
         Err(e) if e.source.kind() == io::ErrorKind::PermissionDenied => Ok(None),
         // `net.ipv4.conf.eth0`: a key of the config, not a failure of the kernel.
@@ -78,7 +79,9 @@ fn read_original(sysctl: &Sysctl, setting: &SysctlSetting) -> Result<Option<Stri
                 origin: setting.origin,
                 key: setting.raw.clone(),
                 value: setting.value.clone(),
-                reason: format!("{} is a directory of sysctls, not one", setting.key),
+                problem: SysctlProblem::Directory {
+                    path: setting.key.as_path().to_string(),
+                },
             })
         }
         Err(e) => Err(e.into()),
@@ -94,7 +97,10 @@ fn write_sysctl(sysctl: &Sysctl, setting: &SysctlSetting) -> Result<(), TuningEr
                 origin: setting.origin,
                 key: setting.raw.clone(),
                 value: setting.value.clone(),
-                reason: format!("the kernel refused the value ({})", e.source),
+                problem: SysctlProblem::Refused {
+                    path: setting.key.as_path().to_string(),
+                    source: e.source,
+                },
             },
             _ => e.into(),
         })
@@ -328,9 +334,10 @@ pub fn check(ns: &NetNs, config: &Config, ifname: &str) -> Result<(), TuningErro
         }
         if config.changes_link() {
             let mut nl = Netlink::new()?;
-            let link = observe_link(&mut nl, ifname)?.ok_or_else(|| TuningError::LinkNotFound {
-                ifname: ifname.to_string(),
-            })?;
+            let link =
+                observe_link(&mut nl, ifname)?.ok_or_else(|| TuningError::CheckLinkNotFound {
+                    ifname: ifname.to_string(),
+                })?;
             plan::check_link(config, ifname, &link)?;
         }
         Ok(())
@@ -339,10 +346,16 @@ pub fn check(ns: &NetNs, config: &Config, ifname: &str) -> Result<(), TuningErro
 
 fn missing_or(e: SysctlError, setting: &SysctlSetting) -> TuningError {
     if e.is_not_found() {
-        TuningError::Drift(format!(
-            "sysctl {} ({} key {:?}) does not exist",
-            setting.key, setting.origin, setting.raw
-        ))
+        TuningError::Drift {
+            reference: format!(
+                "open /proc/sys/{}: no such file or directory",
+                setting.key.as_path()
+            ),
+            ours: format!(
+                "sysctl {} ({} key {:?}) does not exist",
+                setting.key, setting.origin, setting.raw
+            ),
+        }
     } else {
         e.into()
     }

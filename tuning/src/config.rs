@@ -15,7 +15,7 @@ use common::sysctl::SysctlKey;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::error::TuningError;
+use crate::error::{SysctlProblem, TuningError};
 use crate::names::{ALLOWLIST_PATH, DEFAULT_DATA_DIR, IFNAME_PLACEHOLDER};
 
 /// The smallest MTU accepted (IPv4's minimum, and the kernel's Ethernet minimum).
@@ -156,16 +156,13 @@ impl Config {
     ) -> Result<Config, TuningError> {
         cni_args.check_known(&[])?;
         let keys = &conf.plugin;
-        let runtime: RuntimeKeys = conf.runtime_config().map_err(|e| TuningError::Decode {
-            key: "runtimeConfig".into(),
-            reason: e.msg,
+        let runtime: RuntimeKeys = conf.runtime_config().map_err(|e| {
+            let lead = format!("{}: ", common::error::DECODE_LEAD);
+            TuningError::Decode(e.msg.strip_prefix(&lead).unwrap_or(&e.msg).to_string())
         })?;
         let args: ArgsCni = match &conf.args {
             Some(map) => decode::from_value::<ArgsKeys>(Value::Object(map.clone()))
-                .map_err(|e| TuningError::Decode {
-                    key: format!("args.{}", e.path()),
-                    reason: e.message().to_string(),
-                })?
+                .map_err(|e| TuningError::Decode(format!("args.{}: {}", e.path(), e.message())))?
                 .cni
                 .unwrap_or_default(),
             None => ArgsCni::default(),
@@ -190,13 +187,7 @@ impl Config {
                     text,
                     bytes,
                 }),
-                None => Err(TuningError::InvalidValue {
-                    key: origin.to_string(),
-                    value: format!("{text:?}"),
-                    reason: "not a MAC address (6, 8 or 20 hex octets separated by : or -, \
-                             or groups of 4 hex digits separated by .)"
-                        .into(),
-                }),
+                None => Err(TuningError::InvalidMac { origin, text }),
             })
             .transpose()?;
 
@@ -205,7 +196,7 @@ impl Config {
             None | Some(0) => None,
             Some(m) if (MIN_MTU..=MAX_MTU).contains(&m) => u32::try_from(m).ok(),
             Some(m) => {
-                return Err(TuningError::InvalidValue {
+                return Err(TuningError::InvalidMtu {
                     key: mtu_key,
                     value: m.to_string(),
                     reason: format!(
@@ -240,6 +231,143 @@ impl Config {
     }
 }
 
+/// The first key the top-level `sysctl` object names twice, as the reference refuses them
+/// before anything else on ADD and CHECK (`duplicated sysctl keys are not allowed`). Keys compare
+/// byte for byte after JSON unescaping, as Go's do; only the top-level object counts (every
+/// top-level key that folds to `sysctl`, into one set, as Go decodes them all into one map),
+/// never `args.cni.sysctl`.
+///
+/// `raw` is the configuration's text: a decoded configuration has merged duplicates already
+/// (the later one wins, Go's rule for every other key). It is scanned with serde's visitors,
+/// which look at the top level's keys and skip every value but `sysctl`'s without building it,
+/// so the cost is one pass over the text and a set of that one object's keys. Anything this
+/// scan cannot read (not JSON, nesting deeper than serde_json's 128 levels before the `sysctl`
+/// key, a `sysctl` that is not an object) is left to the configuration's decoder to report.
+pub fn duplicate_sysctl_key(raw: &[u8]) -> Option<String> {
+    use serde::Deserializer as _;
+    let mut found = None;
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    // The visitor stops at the first duplicate with an error of its own; `found` tells it
+    // apart from a failure to read.
+    let _ = de.deserialize_map(TopLevel { found: &mut found });
+    found
+}
+
+/// The top-level object: every key folding to `sysctl` goes to [`SysctlKeys`], the rest is
+/// skipped.
+struct TopLevel<'a> {
+    found: &'a mut Option<String>,
+}
+
+impl<'de> serde::de::Visitor<'de> for TopLevel<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a network configuration object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(is_sysctl) = map.next_key_seed(IsSysctl)? {
+            if is_sysctl {
+                map.next_value_seed(SysctlKeys {
+                    seen: &mut seen,
+                    found: &mut *self.found,
+                })?;
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A top-level key: whether it names the `sysctl` field (ASCII case folded, as Go matches).
+struct IsSysctl;
+
+impl<'de> serde::de::DeserializeSeed<'de> for IsSysctl {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<bool, D::Error> {
+        de.deserialize_str(self)
+    }
+}
+
+impl serde::de::Visitor<'_> for IsSysctl {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<bool, E> {
+        Ok(key.eq_ignore_ascii_case("sysctl"))
+    }
+}
+
+/// The keys of a `sysctl` object, into `seen`; the first one already there stops the scan.
+struct SysctlKeys<'a> {
+    seen: &'a mut std::collections::HashSet<String>,
+    found: &'a mut Option<String>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for SysctlKeys<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for SysctlKeys<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the sysctl object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<String>()? {
+            map.next_value::<serde::de::IgnoredAny>()?;
+            if let Some(key) = self.seen.replace(key) {
+                *self.found = Some(key);
+                return Err(serde::de::Error::custom("duplicated sysctl key"));
+            }
+        }
+        Ok(())
+    }
+
+    // `null` and values of the wrong type: not this check's business.
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+}
+
 /// The `args.cni` value when there is one, else the config's, with the key it came from.
 fn pick<T>(key: &'static str, conf: Option<T>, args: Option<T>) -> (String, Option<T>) {
     match args {
@@ -258,10 +386,9 @@ fn merge_sysctls(
             map.iter()
                 .map(|(k, v)| match v {
                     Value::String(s) => Ok((k.clone(), s.clone())),
-                    other => Err(TuningError::Decode {
-                        key: format!("{origin}.{k}"),
-                        reason: format!("the value {other} is not a string"),
-                    }),
+                    other => Err(TuningError::Decode(format!(
+                        "{origin}.{k}: the value {other} is not a string"
+                    ))),
                 })
                 .collect()
         };
@@ -291,13 +418,15 @@ fn merge_sysctls(
     merged
         .into_iter()
         .map(|(origin, raw, value)| {
-            let key =
-                resolve_sysctl(&raw, ifname).map_err(|reason| TuningError::InvalidSysctl {
-                    origin,
-                    key: raw.clone(),
-                    value: value.clone(),
-                    reason,
-                })?;
+            let key = resolve_sysctl(&raw, ifname).map_err(|why| TuningError::InvalidSysctl {
+                origin,
+                key: raw.clone(),
+                value: value.clone(),
+                problem: match reference_refusal(&raw, ifname) {
+                    Some(converted) => SysctlProblem::NotNet { converted },
+                    None => SysctlProblem::BadComponent(why),
+                },
+            })?;
             Ok(SysctlSetting {
                 origin,
                 raw,
@@ -328,6 +457,28 @@ pub fn resolve_sysctl(raw: &str, ifname: &str) -> Result<SysctlKey, String> {
     let path = path.as_path().replacen(IFNAME_PLACEHOLDER, ifname, 1);
     // The path now has a slash before any dot, so parsing it again keeps it as it is.
     SysctlKey::parse(&path).map_err(reason)
+}
+
+/// The key as the reference converts it (every `.` to `/`, then the first `IFNAME` to the
+/// interface name), when the reference refuses it as `invalid net sysctl key`: once joined
+/// under `/proc/sys` and cleaned (`..` applied, empty and `.` components dropped), it is not
+/// under `/proc/sys/net/`.
+pub fn reference_refusal(raw: &str, ifname: &str) -> Option<String> {
+    let converted = raw
+        .replace('.', "/")
+        .replacen(IFNAME_PLACEHOLDER, ifname, 1);
+    let mut parts: Vec<&str> = vec!["proc", "sys"];
+    for part in converted.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    let under_net = parts.len() > 3 && parts[..3] == ["proc", "sys", "net"];
+    (!under_net).then_some(converted)
 }
 
 /// Parses a hardware address as Go's `net.ParseMAC` does: 6, 8 or 20 octets written as
@@ -468,6 +619,59 @@ mod tests {
 
     fn code(err: TuningError) -> ErrorCode {
         CniError::from(err).code
+    }
+
+    #[test]
+    fn duplicate_keys_of_the_top_level_sysctl_object_are_found_byte_for_byte() {
+        let cases: [(&str, Option<&str>); 12] = [
+            (r#"{"sysctl": {"a": "1", "b": "1", "a": "2"}}"#, Some("a")),
+            // Exact bytes: case and dots versus slashes make different keys.
+            (r#"{"sysctl": {"a": "1", "A": "2"}}"#, None),
+            (r#"{"sysctl": {"net.x": "1", "net/x": "2"}}"#, None),
+            // After JSON unescaping, as Go compares them.
+            (r#"{"sysctl": {"a\u0062": "1", "ab": "2"}}"#, Some("ab")),
+            // Every top-level key naming the field feeds one set, as Go decodes them all.
+            (r#"{"SysCtl": {"a": "1"}, "sysctl": {"a": "2"}}"#, Some("a")),
+            (r#"{"sysctl": {"a": "1"}, "sysctl": {"b": "2"}}"#, None),
+            // Only the top-level object.
+            (
+                r#"{"args": {"cni": {"sysctl": {"a": "1", "a": "2"}}}}"#,
+                None,
+            ),
+            (r#"{"x": {"sysctl": {"a": "1", "a": "2"}}}"#, None),
+            // Not this check's business: left to the decoder.
+            (r#"{"sysctl": null}"#, None),
+            (r#"{"sysctl": [1, 1]}"#, None),
+            (r#"{"sysctl": {"a": 1, "a": {"deep": [1]}}"#, Some("a")),
+            ("not json", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(
+                duplicate_sysctl_key(text.as_bytes()).as_deref(),
+                want,
+                "{text}"
+            );
+        }
+        // Other keys of any size are skipped, not built.
+        let big = format!(
+            r#"{{"unknown": [{}0], "sysctl": {{"k": "1", "k": "1"}}}}"#,
+            "0,".repeat(200_000)
+        );
+        assert_eq!(duplicate_sysctl_key(big.as_bytes()).as_deref(), Some("k"));
+    }
+
+    #[test]
+    fn a_duplicate_key_is_code_7_with_the_references_message_and_names_the_key() {
+        let err = CniError::from(TuningError::DuplicateSysctlKey {
+            key: "net.ipv4.ip_forward".into(),
+        });
+        assert_eq!(err.code, ErrorCode::InvalidConfig);
+        assert_eq!(err.msg, "duplicated sysctl keys are not allowed");
+        assert!(
+            err.details.contains("\"net.ipv4.ip_forward\""),
+            "{}",
+            err.details
+        );
     }
 
     #[test]
@@ -627,20 +831,51 @@ mod tests {
 
     #[test]
     fn sysctls_outside_net_or_with_dot_dot_are_code_7_naming_key_and_value() {
-        for key in [
-            "kernel.panic",
-            "net.ipv4..conf",
-            "net/ipv4/../../kernel/panic",
-            "net",
-            "/net/ipv4/ip_forward",
-            "vm/../net/ipv4/ip_forward",
-        ] {
+        // (key, the reference's message when it refuses the key too)
+        let cases = [
+            (
+                "kernel.panic",
+                Some(r#"invalid net sysctl key: "kernel/panic""#),
+            ),
+            ("net", Some(r#"invalid net sysctl key: "net""#)),
+            (
+                "/kernel/panic",
+                Some(r#"invalid net sysctl key: "/kernel/panic""#),
+            ),
+            // The reference turns these into paths under net/ (every dot a slash, so `..` too)
+            // and fails only when it opens them: ours alone.
+            ("net/ipv4/../../kernel/panic", None),
+            ("net.ipv4..conf", None),
+            ("/net/ipv4/ip_forward", None),
+            (
+                "vm/../net/ipv4/ip_forward",
+                Some(r#"invalid net sysctl key: "vm////net/ipv4/ip_forward""#),
+            ),
+        ];
+        for (key, reference) in cases {
             let err = load(json!({"sysctl": {key: "7"}}), "", "eth0").unwrap_err();
             let text = err.to_string();
             assert!(text.contains(&format!("{key:?}")), "{text}");
             assert!(text.contains("\"7\""), "{text}");
-            assert_eq!(code(err), ErrorCode::InvalidConfig, "{key}");
+            let cni = CniError::from(err);
+            assert_eq!(cni.code, ErrorCode::InvalidConfig, "{key}");
+            match reference {
+                Some(msg) => {
+                    assert_eq!(cni.msg, msg);
+                    assert_eq!(cni.details, text);
+                }
+                None => assert_eq!(cni.msg, text),
+            }
         }
+        assert_eq!(
+            reference_refusal("net.ipv4.conf.IFNAME.rp_filter", "eth0"),
+            None
+        );
+        // The conversion replaces every dot, then the first IFNAME.
+        assert_eq!(
+            reference_refusal("vm.IFNAME.x", "eth0.100").as_deref(),
+            Some("vm/eth0.100/x")
+        );
     }
 
     #[test]
@@ -654,65 +889,91 @@ mod tests {
     }
 
     #[test]
-    fn bad_macs_mtus_and_queue_lengths_are_code_7_naming_key_and_value() {
+    fn bad_macs_mtus_and_queue_lengths_are_code_7_with_the_references_message() {
+        let mac_msg =
+            |m: &str| format!("invalid args {m} for MAC addr: address {m}: invalid MAC address");
+        // (config, CNI_ARGS, msg: the reference's where it refuses the value too, details)
         let cases = [
             (
                 json!({"mac": "zz:00:00:00:00:01"}),
                 "",
-                "mac",
-                "zz:00:00:00:00:01",
+                mac_msg("zz:00:00:00:00:01"),
+                "mac \"zz:00:00:00:00:01\" is not a MAC address",
             ),
             (
                 json!({"mac": "02:00:00:00:00"}),
                 "",
-                "mac",
-                "02:00:00:00:00",
+                mac_msg("02:00:00:00:00"),
+                "mac \"02:00:00:00:00\"",
             ),
             (
                 json!({"args": {"cni": {"mac": "x"}}}),
                 "",
-                "args.cni.mac",
-                "\"x\"",
+                mac_msg("x"),
+                "args.cni.mac \"x\"",
             ),
-            (json!({}), "MAC=02:00", "CNI_ARGS MAC", "02:00"),
+            (
+                json!({}),
+                "MAC=02:00",
+                mac_msg("02:00"),
+                "CNI_ARGS MAC \"02:00\"",
+            ),
             (
                 json!({"runtimeConfig": {"mac": "nope"}}),
                 "",
-                "runtimeConfig.mac",
-                "nope",
+                mac_msg("nope"),
+                "runtimeConfig.mac \"nope\"",
             ),
-            (json!({"mtu": -1}), "", "mtu", "-1"),
-            (json!({"mtu": 67}), "", "mtu", "67"),
-            (json!({"mtu": 65536}), "", "mtu", "65536"),
+            // The reference passes MTUs on; the kernel refuses them with EINVAL.
+            (
+                json!({"mtu": -1}),
+                "",
+                "invalid argument".into(),
+                "invalid mtu -1: must be between 68 and 65535",
+            ),
+            (
+                json!({"mtu": 67}),
+                "",
+                "invalid argument".into(),
+                "invalid mtu 67",
+            ),
+            (
+                json!({"mtu": 65536}),
+                "",
+                "invalid argument".into(),
+                "invalid mtu 65536",
+            ),
             (
                 json!({"args": {"cni": {"mtu": 100000}}}),
                 "",
-                "args.cni.mtu",
-                "100000",
+                "invalid argument".into(),
+                "invalid args.cni.mtu 100000",
             ),
-            (json!({"txQLen": -1}), "", "txQLen", "-1"),
+            // The reference takes any integer as a queue length (the kernel, a u32): ours alone.
+            (
+                json!({"txQLen": -1}),
+                "",
+                "invalid txQLen -1: must be between 0 and 4294967295".into(),
+                "",
+            ),
             (
                 json!({"txQLen": 4294967296_i64}),
                 "",
-                "txQLen",
-                "4294967296",
+                "invalid txQLen 4294967296: must be between 0 and 4294967295".into(),
+                "",
             ),
             (
                 json!({"args": {"cni": {"txQLen": -5}}}),
                 "",
-                "args.cni.txQLen",
-                "-5",
+                "invalid args.cni.txQLen -5: must be between 0 and 4294967295".into(),
+                "",
             ),
         ];
-        for (conf, args, key, value) in cases {
-            let err = load(conf.clone(), args, "eth0").unwrap_err();
-            let text = err.to_string();
-            assert!(
-                text.starts_with(&format!("invalid {key} ")),
-                "{conf}: {text}"
-            );
-            assert!(text.contains(value), "{conf}: {text}");
-            assert_eq!(code(err), ErrorCode::InvalidConfig, "{conf}");
+        for (conf, args, msg, details) in cases {
+            let err = CniError::from(load(conf.clone(), args, "eth0").unwrap_err());
+            assert_eq!(err.code, ErrorCode::InvalidConfig, "{conf}");
+            assert_eq!(err.msg, msg, "{conf}");
+            assert!(err.details.contains(details), "{conf}: {}", err.details);
         }
     }
 

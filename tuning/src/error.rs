@@ -1,22 +1,29 @@
-//! Everything that can go wrong in the tuning plugin, and its CNI error code.
+//! Everything that can go wrong in the tuning plugin, and its CNI error object.
+//!
+//! Where the reference reports an error for the same condition, the object's `msg` is the
+//! reference's message word for word ([`TuningError::reference_msg`]) and `details` is ours
+//! (the [`std::fmt::Display`] text, naming the key, value, file or interface, and its causes);
+//! where only we refuse something, `msg` is ours. Codes are the spec's.
 
 use std::path::PathBuf;
 
-use common::error::{CniError, ErrorCode};
+use common::error::{CniError, ErrorCode, go_errno, go_quote};
 
 /// A tuning failure, naming the key, value, file or interface involved.
 #[derive(Debug, thiserror::Error)]
 pub enum TuningError {
-    /// A configuration key that does not decode (wrong JSON type).
-    #[error("failed to decode {key}: {reason}")]
-    Decode {
-        /// The JSON path of the key.
+    /// The top-level `sysctl` object names a key twice.
+    #[error("the top-level sysctl object names {key:?} more than once")]
+    DuplicateSysctlKey {
+        /// The key, as written.
         key: String,
-        /// What is wrong.
-        reason: String,
     },
-    /// A sysctl key that may not be set (outside `net.`, or a bad component).
-    #[error("{origin} key {key:?} (value {value:?}) is invalid: {reason}")]
+    /// A configuration key that does not decode (wrong JSON type): its JSON path and what is
+    /// wrong, led by the reference's words for any decode failure.
+    #[error("failed to load netconf: {0}")]
+    Decode(String),
+    /// A sysctl key that may not be set.
+    #[error("{origin} key {key:?} (value {value:?}) is invalid: {problem}")]
     InvalidSysctl {
         /// `sysctl` or `args.cni.sysctl`.
         origin: &'static str,
@@ -25,10 +32,13 @@ pub enum TuningError {
         /// Its value.
         value: String,
         /// Why it is refused.
-        reason: String,
+        problem: SysctlProblem,
     },
     /// A sysctl key that the operator's allowlist does not permit.
-    #[error("{origin} key {key:?} (value {value:?}) is not allowed by {file}")]
+    #[error(
+        "{origin} key {key:?} (value {value:?}) matches no line of {file} (each line must match \
+         the whole key)"
+    )]
     SysctlNotAllowed {
         /// `sysctl` or `args.cni.sysctl`.
         origin: &'static str,
@@ -38,7 +48,7 @@ pub enum TuningError {
         value: String,
         /// The allowlist file.
         file: PathBuf,
-        /// The allowlist's patterns, for the error details.
+        /// The allowlist's patterns.
         allowed: Vec<String>,
     },
     /// `args.cni.sysctl` without a top-level `sysctl` object (a panic in the reference).
@@ -49,10 +59,32 @@ pub enum TuningError {
         /// The `args.cni.sysctl` object as JSON.
         value: String,
     },
-    /// A link attribute value out of range or malformed (`mac`, `mtu`, `txQLen`).
+    /// A MAC address that does not parse.
+    #[error(
+        "{origin} {text:?} is not a MAC address (6, 8 or 20 hex octets separated by : or -, or \
+         groups of 4 hex digits separated by .)"
+    )]
+    InvalidMac {
+        /// Where it came from (`mac`, `CNI_ARGS MAC`, `runtimeConfig.mac`, `args.cni.mac`).
+        origin: &'static str,
+        /// The address as given.
+        text: String,
+    },
+    /// An MTU the kernel would refuse (the reference passes it on and reports the kernel's
+    /// refusal).
+    #[error("invalid {key} {value}: {reason}")]
+    InvalidMtu {
+        /// `mtu` or `args.cni.mtu`.
+        key: String,
+        /// The value as given.
+        value: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A link attribute value only we refuse (`txQLen` out of range, a MAC of the wrong length).
     #[error("invalid {key} {value}: {reason}")]
     InvalidValue {
-        /// The key, with its source (`mtu`, `args.cni.mtu`, `CNI_ARGS MAC`…).
+        /// The key, with its source (`txQLen`, `args.cni.txQLen`, `CNI_ARGS MAC`…).
         key: String,
         /// The value as given.
         value: String,
@@ -90,9 +122,15 @@ pub enum TuningError {
     /// The container namespace cannot be opened or entered.
     #[error(transparent)]
     Netns(#[from] common::netns::NetnsError),
-    /// `CNI_IFNAME` does not exist in the container.
+    /// `CNI_IFNAME` does not exist in the container (ADD).
     #[error("interface {ifname:?} not found in the container netns")]
     LinkNotFound {
+        /// The interface.
+        ifname: String,
+    },
+    /// `CNI_IFNAME` does not exist in the container (CHECK).
+    #[error("interface {ifname:?} not found in the container netns")]
+    CheckLinkNotFound {
         /// The interface.
         ifname: String,
     },
@@ -108,6 +146,8 @@ pub enum TuningError {
         key: String,
         /// Its value.
         value: String,
+        /// The resolved path under `/proc/sys`.
+        path: String,
     },
     /// A sysctl read or write failed.
     #[error(transparent)]
@@ -135,8 +175,13 @@ pub enum TuningError {
     #[error(transparent)]
     Lock(#[from] common::lock::LockError),
     /// CHECK found a live value different from the configured one.
-    #[error("{0}")]
-    Drift(String),
+    #[error("{ours}")]
+    Drift {
+        /// The reference's message for it.
+        reference: String,
+        /// Ours, naming the key or attribute, both values and where the setting came from.
+        ours: String,
+    },
     /// DEL could not restore everything; the backup file is kept for a retry.
     #[error("failed to restore {ifname}: {}", .errors.join("; "))]
     Restore {
@@ -155,20 +200,146 @@ pub enum TuningError {
     },
 }
 
+/// Why a sysctl key or value is refused.
+#[derive(Debug)]
+pub enum SysctlProblem {
+    /// It names no network sysctl once resolved, which the reference refuses too; `converted`
+    /// is the key as the reference converts it (dots to slashes, `IFNAME` replaced).
+    NotNet {
+        /// The reference's converted key.
+        converted: String,
+    },
+    /// It has an empty, `.` or `..` component but stays under `net/` (only we refuse it).
+    BadComponent(String),
+    /// It names a directory of sysctls, not one (`/proc/sys/<path>`).
+    Directory {
+        /// The path under `/proc/sys`.
+        path: String,
+    },
+    /// The kernel refused the value.
+    Refused {
+        /// The path under `/proc/sys`.
+        path: String,
+        /// The kernel's answer.
+        source: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for SysctlProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SysctlProblem::NotNet { .. } => f.write_str("only network sysctls (net.*) can be set"),
+            SysctlProblem::BadComponent(why) => f.write_str(why),
+            SysctlProblem::Directory { path } => {
+                write!(f, "{path} is a directory of sysctls, not one")
+            }
+            SysctlProblem::Refused { source, .. } => {
+                write!(f, "the kernel refused the value ({source})")
+            }
+        }
+    }
+}
+
+impl TuningError {
+    /// The reference plugin's message for the same condition; `None` where only we refuse.
+    pub fn reference_msg(&self) -> Option<String> {
+        Some(match self {
+            TuningError::DuplicateSysctlKey { .. } => {
+                "duplicated sysctl keys are not allowed".to_string()
+            }
+            TuningError::InvalidSysctl { problem, .. } => match problem {
+                SysctlProblem::NotNet { converted } => {
+                    format!("invalid net sysctl key: {}", go_quote(converted))
+                }
+                SysctlProblem::BadComponent(_) => return None,
+                SysctlProblem::Directory { path } => {
+                    format!("open /proc/sys/{path}: is a directory")
+                }
+                SysctlProblem::Refused { path, source } => {
+                    format!("write /proc/sys/{path}: {}", go_errno(source))
+                }
+            },
+            TuningError::SysctlNotAllowed { key, allowed, .. } => format!(
+                "Sysctl {key} is not allowed. Only the following sysctls are allowed: [{}]",
+                allowed.join(" ")
+            ),
+            TuningError::InvalidMac { text, .. } => {
+                format!("invalid args {text} for MAC addr: address {text}: invalid MAC address")
+            }
+            TuningError::InvalidMtu { .. } => "invalid argument".to_string(),
+            TuningError::AllowlistPattern {
+                pattern, source, ..
+            } => {
+                let first = source.to_string();
+                let first = first.lines().next().unwrap_or_default().to_string();
+                format!("error parsing regexp: {first}: `{pattern}`")
+            }
+            TuningError::AllowlistRead { file, source } => {
+                format!("open {}: {}", file.display(), go_errno(source))
+            }
+            TuningError::MissingPrevResult => "Required prevResult missing".to_string(),
+            TuningError::LinkNotFound { ifname } => {
+                format!("failed to get {}: Link not found", go_quote(ifname))
+            }
+            TuningError::CheckLinkNotFound { ifname } => {
+                format!("Cannot find container link {ifname}")
+            }
+            TuningError::Netlink(e) => go_errno(&e.source),
+            TuningError::SysctlMissing { path, .. } => {
+                format!("open /proc/sys/{path}: no such file or directory")
+            }
+            TuningError::Sysctl(e) => {
+                let op = match e.source.raw_os_error() {
+                    Some(
+                        libc::ENOENT | libc::EACCES | libc::EISDIR | libc::ENOTDIR | libc::ELOOP,
+                    ) => "open",
+                    _ => e.op,
+                };
+                format!(
+                    "{op} /proc/sys/{}: {}",
+                    e.key.as_path(),
+                    go_errno(&e.source)
+                )
+            }
+            TuningError::Drift { reference, .. } => reference.clone(),
+            TuningError::RollbackFailed { cause, .. } => return cause.reference_msg(),
+            TuningError::Decode(_)
+            | TuningError::ArgsSysctlWithoutSysctl { .. }
+            | TuningError::InvalidValue { .. }
+            | TuningError::Args(_)
+            | TuningError::Netns(_)
+            | TuningError::Backup { .. }
+            | TuningError::BackupCorrupt { .. }
+            | TuningError::Lock(_)
+            | TuningError::Restore { .. } => return None,
+        })
+    }
+}
+
 impl From<TuningError> for CniError {
     fn from(err: TuningError) -> Self {
+        let err = match err {
+            TuningError::Args(e) => return e.into(),
+            TuningError::Netns(e) => return e.into(),
+            other => other,
+        };
         let code = match &err {
-            TuningError::Decode { .. } => ErrorCode::Decode,
-            TuningError::InvalidSysctl { .. }
+            TuningError::Decode(_) => ErrorCode::Decode,
+            TuningError::DuplicateSysctlKey { .. }
+            | TuningError::InvalidSysctl { .. }
             | TuningError::SysctlNotAllowed { .. }
             | TuningError::ArgsSysctlWithoutSysctl { .. }
+            | TuningError::InvalidMac { .. }
+            | TuningError::InvalidMtu { .. }
             | TuningError::InvalidValue { .. }
             | TuningError::AllowlistPattern { .. }
             | TuningError::MissingPrevResult
             | TuningError::SysctlMissing { .. } => ErrorCode::InvalidConfig,
-            TuningError::Args(e) => return e.clone().into(),
+            TuningError::Args(_) => ErrorCode::InvalidEnv,
             TuningError::Netns(_) => ErrorCode::InvalidNetns,
-            TuningError::LinkNotFound { .. } => ErrorCode::UnknownContainer,
+            TuningError::LinkNotFound { .. } | TuningError::CheckLinkNotFound { .. } => {
+                ErrorCode::UnknownContainer
+            }
             TuningError::Lock(common::lock::LockError::Timeout { .. }) => ErrorCode::TryAgainLater,
             TuningError::AllowlistRead { .. }
             | TuningError::Backup { .. }
@@ -176,16 +347,21 @@ impl From<TuningError> for CniError {
             TuningError::Netlink(_)
             | TuningError::Sysctl(_)
             | TuningError::BackupCorrupt { .. }
-            | TuningError::Drift(_)
+            | TuningError::Drift { .. }
             | TuningError::Restore { .. }
             | TuningError::RollbackFailed { .. } => ErrorCode::Internal,
         };
-        let cni = CniError::from_error(code, &err);
-        match err {
-            TuningError::SysctlNotAllowed { allowed, .. } => {
-                cni.with_details(format!("allowed (whole-key patterns): {allowed:?}"))
+        let ours = CniError::from_error(code, &err);
+        match err.reference_msg() {
+            Some(msg) if msg != ours.msg => {
+                let details = if ours.details.is_empty() {
+                    ours.msg
+                } else {
+                    format!("{}: {}", ours.msg, ours.details)
+                };
+                CniError::new(code, msg).with_details(details)
             }
-            _ => cni,
+            _ => ours,
         }
     }
 }
@@ -194,43 +370,186 @@ impl From<TuningError> for CniError {
 mod tests {
     use super::*;
 
-    #[test]
-    fn validation_errors_are_code_7_and_name_key_and_value() {
-        let err: CniError = TuningError::InvalidSysctl {
-            origin: "sysctl",
-            key: "kernel.panic".into(),
-            value: "1".into(),
-            reason: "only net.* sysctls can be set".into(),
-        }
-        .into();
-        assert_eq!(err.code, ErrorCode::InvalidConfig);
-        assert!(err.msg.contains("\"kernel.panic\""), "{}", err.msg);
-        assert!(err.msg.contains("\"1\""), "{}", err.msg);
-        let err: CniError = TuningError::InvalidValue {
-            key: "mtu".into(),
-            value: "70000".into(),
-            reason: "out of range".into(),
-        }
-        .into();
-        assert_eq!(err.code, ErrorCode::InvalidConfig);
-        assert_eq!(err.msg, "invalid mtu 70000: out of range");
+    fn cni(err: TuningError) -> CniError {
+        err.into()
     }
 
     #[test]
-    fn an_allowlist_refusal_lists_the_patterns_in_details() {
-        let err: CniError = TuningError::SysctlNotAllowed {
-            origin: "sysctl",
-            key: "net.core.somaxconn".into(),
-            value: "1024".into(),
-            file: "/etc/cni/tuning/allowlist.conf".into(),
-            allowed: vec!["net.ipv4.conf.IFNAME.*".into()],
+    fn messages_are_the_references_and_our_account_goes_to_details() {
+        let io = |errno| std::io::Error::from_raw_os_error(errno);
+        // (error, code, msg, a piece of the details)
+        let cases: Vec<(TuningError, u32, &str, &str)> = vec![
+            (
+                TuningError::DuplicateSysctlKey {
+                    key: "net.ipv4.ip_forward".into(),
+                },
+                7,
+                "duplicated sysctl keys are not allowed",
+                "\"net.ipv4.ip_forward\" more than once",
+            ),
+            (
+                TuningError::InvalidSysctl {
+                    origin: "sysctl",
+                    key: "kernel.panic".into(),
+                    value: "1".into(),
+                    problem: SysctlProblem::NotNet {
+                        converted: "kernel/panic".into(),
+                    },
+                },
+                7,
+                r#"invalid net sysctl key: "kernel/panic""#,
+                r#"sysctl key "kernel.panic" (value "1") is invalid: only network sysctls"#,
+            ),
+            (
+                TuningError::InvalidSysctl {
+                    origin: "sysctl",
+                    key: "net.ipv4.conf".into(),
+                    value: "1".into(),
+                    problem: SysctlProblem::Directory {
+                        path: "net/ipv4/conf".into(),
+                    },
+                },
+                7,
+                "open /proc/sys/net/ipv4/conf: is a directory",
+                "is a directory of sysctls",
+            ),
+            (
+                TuningError::InvalidSysctl {
+                    origin: "args.cni.sysctl",
+                    key: "net.ipv4.ip_forward".into(),
+                    value: "x".into(),
+                    problem: SysctlProblem::Refused {
+                        path: "net/ipv4/ip_forward".into(),
+                        source: io(libc::EINVAL),
+                    },
+                },
+                7,
+                "write /proc/sys/net/ipv4/ip_forward: invalid argument",
+                "args.cni.sysctl key",
+            ),
+            (
+                TuningError::SysctlNotAllowed {
+                    origin: "sysctl",
+                    key: "net.core.somaxconn".into(),
+                    value: "1024".into(),
+                    file: "/etc/cni/tuning/allowlist.conf".into(),
+                    allowed: vec![
+                        "net.ipv4.conf.IFNAME.*".into(),
+                        "net.ipv4.ip_forward".into(),
+                    ],
+                },
+                7,
+                "Sysctl net.core.somaxconn is not allowed. Only the following sysctls are \
+                 allowed: [net.ipv4.conf.IFNAME.* net.ipv4.ip_forward]",
+                "matches no line of /etc/cni/tuning/allowlist.conf",
+            ),
+            (
+                TuningError::InvalidMac {
+                    origin: "mac",
+                    text: "zz:00:00:00:00:01".into(),
+                },
+                7,
+                "invalid args zz:00:00:00:00:01 for MAC addr: address zz:00:00:00:00:01: \
+                 invalid MAC address",
+                "mac \"zz:00:00:00:00:01\" is not a MAC address",
+            ),
+            (
+                TuningError::InvalidMtu {
+                    key: "mtu".into(),
+                    value: "70000".into(),
+                    reason: "must be between 68 and 65535".into(),
+                },
+                7,
+                "invalid argument",
+                "invalid mtu 70000: must be between 68 and 65535",
+            ),
+            (
+                TuningError::MissingPrevResult,
+                7,
+                "Required prevResult missing",
+                "chained plugin",
+            ),
+            (
+                TuningError::LinkNotFound {
+                    ifname: "eth9".into(),
+                },
+                3,
+                r#"failed to get "eth9": Link not found"#,
+                "not found in the container netns",
+            ),
+            (
+                TuningError::CheckLinkNotFound {
+                    ifname: "eth9".into(),
+                },
+                3,
+                "Cannot find container link eth9",
+                "not found in the container netns",
+            ),
+            (
+                TuningError::SysctlMissing {
+                    origin: "sysctl",
+                    key: "net.ipv4.nonexistent".into(),
+                    value: "1".into(),
+                    path: "net/ipv4/nonexistent".into(),
+                },
+                7,
+                "open /proc/sys/net/ipv4/nonexistent: no such file or directory",
+                "does not exist in the container netns",
+            ),
+            (
+                TuningError::Netlink(common::netlink::NetlinkError {
+                    op: "set link 3".into(),
+                    source: io(libc::EBUSY),
+                }),
+                999,
+                "device or resource busy",
+                "netlink: failed to set link 3",
+            ),
+            (
+                TuningError::Drift {
+                    reference:
+                        "Error: Tuning configured MTU of eth0 is 1400, current value is 1500".into(),
+                    ours: "eth0 mtu is 1500, configured 1400".into(),
+                },
+                999,
+                "Error: Tuning configured MTU of eth0 is 1400, current value is 1500",
+                "eth0 mtu is 1500, configured 1400",
+            ),
+        ];
+        for (err, code, msg, details) in cases {
+            let text = err.to_string();
+            let cni = cni(err);
+            assert_eq!((cni.code.as_u32(), cni.msg.as_str()), (code, msg), "{text}");
+            assert!(cni.details.contains(details), "{text}: {}", cni.details);
         }
-        .into();
-        assert_eq!(err.code, ErrorCode::InvalidConfig);
-        assert!(
-            err.details.contains("net.ipv4.conf.IFNAME.*"),
-            "{}",
-            err.details
+    }
+
+    #[test]
+    fn errors_only_we_raise_keep_our_message() {
+        let e = cni(TuningError::InvalidValue {
+            key: "txQLen".into(),
+            value: "-1".into(),
+            reason: "must be between 0 and 4294967295".into(),
+        });
+        assert_eq!(e.code, ErrorCode::InvalidConfig);
+        assert_eq!(e.msg, "invalid txQLen -1: must be between 0 and 4294967295");
+        let e = cni(TuningError::Decode(
+            "sysctl.net.ipv4.ip_forward: the value 1 is not a string".into(),
+        ));
+        assert_eq!(e.code, ErrorCode::Decode);
+        assert_eq!(
+            e.msg,
+            "failed to load netconf: sysctl.net.ipv4.ip_forward: the value 1 is not a string"
         );
+        // A rollback that failed too is reported with the reference's words for the cause.
+        let e = cni(TuningError::RollbackFailed {
+            cause: Box::new(TuningError::Netlink(common::netlink::NetlinkError {
+                op: "set link 3".into(),
+                source: std::io::Error::from_raw_os_error(libc::EINVAL),
+            })),
+            rollback: vec!["mtu: gone".into()],
+        });
+        assert_eq!(e.msg, "invalid argument");
+        assert!(e.details.contains("rolling back also failed: mtu: gone"));
     }
 }

@@ -47,6 +47,21 @@ fn attachment<'a>(network: &'a str, call: &'a Call) -> Attachment<'a> {
     }
 }
 
+/// The configuration with the plugin's keys, a decode failure in the reference's words.
+fn load_netconf<T: serde::de::DeserializeOwned>(call: &Call) -> Result<NetConf<T>, CniError> {
+    call.conf()
+        .map_err(|e| e.with_decode_lead("failed to load netconf"))
+}
+
+/// ADD and CHECK refuse a top-level `sysctl` object naming a key twice before anything else, as
+/// the reference does.
+fn refuse_duplicate_sysctl_keys(call: &Call) -> Result<(), TuningError> {
+    match config::duplicate_sysctl_key(&call.stdin) {
+        Some(key) => Err(TuningError::DuplicateSysctlKey { key }),
+        None => Ok(()),
+    }
+}
+
 impl Plugin for Tuning {
     fn name(&self) -> &'static str {
         "tuning"
@@ -57,7 +72,8 @@ impl Plugin for Tuning {
     }
 
     fn add(&self, call: &Call) -> Result<CniResult, CniError> {
-        let conf: NetConf<TuningKeys> = call.conf()?;
+        refuse_duplicate_sysctl_keys(call)?;
+        let conf: NetConf<TuningKeys> = load_netconf(call)?;
         let config = Config::load(&conf, &call.cni_args()?, &call.ifname)?;
         if let Some(allowlist) = Allowlist::load()? {
             allowlist.check(&config)?;
@@ -81,7 +97,8 @@ impl Plugin for Tuning {
     }
 
     fn check(&self, call: &Call) -> Result<(), CniError> {
-        let conf: NetConf<TuningKeys> = call.conf()?;
+        refuse_duplicate_sysctl_keys(call)?;
+        let conf: NetConf<TuningKeys> = load_netconf(call)?;
         let config = Config::load(&conf, &call.cni_args()?, &call.ifname)?;
         conf.prev_result()?.ok_or(TuningError::MissingPrevResult)?;
         if config.is_empty() {
@@ -92,7 +109,8 @@ impl Plugin for Tuning {
     }
 
     fn del(&self, call: &Call) -> Result<(), CniError> {
-        let conf: NetConf<DataDirKeys> = call.conf()?;
+        // No duplicate-key check: the reference's DEL does not make it either.
+        let conf: NetConf<DataDirKeys> = load_netconf(call)?;
         let store = BackupStore::new(conf.plugin.dir());
         if !store.has_any(&store.name(&call.container_id, &call.ifname)) {
             return Ok(());

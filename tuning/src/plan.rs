@@ -75,7 +75,7 @@ pub fn add(
             let min = link.min_mtu.unwrap_or(0);
             let max = link.max_mtu.filter(|m| *m > 0).unwrap_or(u32::MAX);
             if mtu < min || mtu > max {
-                return Err(TuningError::InvalidValue {
+                return Err(TuningError::InvalidMtu {
                     key: "mtu".into(),
                     value: mtu.to_string(),
                     reason: format!("{} accepts MTUs from {min} to {max}", who.ifname),
@@ -244,22 +244,31 @@ pub fn check_sysctl(setting: &SysctlSetting, live: &str) -> Result<(), TuningErr
     if setting.value.split_whitespace().eq(live.split_whitespace()) {
         return Ok(());
     }
-    Err(TuningError::Drift(format!(
-        "sysctl {} is {live:?}, configured {:?} ({} key {:?})",
-        setting.key, setting.value, setting.origin, setting.raw
-    )))
+    Err(TuningError::Drift {
+        reference: format!(
+            "Error: Tuning configured value of /proc/sys/{} is {}, current value is {live}",
+            setting.key.as_path(),
+            setting.value
+        ),
+        ours: format!(
+            "sysctl {} is {live:?}, configured {:?} ({} key {:?})",
+            setting.key, setting.value, setting.origin, setting.raw
+        ),
+    })
 }
 
-/// CHECK of the link attributes the config sets (MACs compared as bytes, so case and
-/// separators do not matter).
+/// CHECK of the link attributes the config sets, in the reference's order (MAC, promisc, MTU,
+/// all-multicast, transmit queue length); MACs compared as bytes, so case and separators do
+/// not matter.
 ///
 /// # Errors
 /// [`TuningError::Drift`] naming the first attribute that differs.
 pub fn check_link(config: &Config, ifname: &str, link: &LinkState) -> Result<(), TuningError> {
-    let drift = |what: &str, want: String, have: String| {
-        Err(TuningError::Drift(format!(
-            "{ifname} {what} is {have}, configured {want}"
-        )))
+    let drift = |reference: String, what: &str, want: String, have: String| {
+        Err(TuningError::Drift {
+            reference,
+            ours: format!("{ifname} {what} is {have}, configured {want}"),
+        })
     };
     if let Some(mac) = &config.mac
         && link.mac.as_ref() != Some(&mac.bytes)
@@ -268,26 +277,65 @@ pub fn check_link(config: &Config, ifname: &str, link: &LinkState) -> Result<(),
             .mac
             .as_deref()
             .map_or_else(|| "none".into(), format_mac);
-        return drift("mac", format!("{} ({})", mac.text, mac.origin), have);
+        return drift(
+            format!(
+                "Error: Tuning configured Ethernet of {ifname} is {}, current value is {have}",
+                mac.text
+            ),
+            "mac",
+            format!("{} ({})", mac.text, mac.origin),
+            have,
+        );
+    }
+    if config.promisc && !link.promisc {
+        return drift(
+            format!("Error: Tuning link {ifname} configured promisc is true, current value is 0"),
+            "promisc",
+            "on".into(),
+            "off".into(),
+        );
     }
     if let Some(mtu) = config.mtu
         && mtu != link.mtu
     {
-        return drift("mtu", mtu.to_string(), link.mtu.to_string());
-    }
-    if config.promisc && !link.promisc {
-        return drift("promisc", "on".into(), "off".into());
+        return drift(
+            format!(
+                "Error: Tuning configured MTU of {ifname} is {mtu}, current value is {}",
+                link.mtu
+            ),
+            "mtu",
+            mtu.to_string(),
+            link.mtu.to_string(),
+        );
     }
     if let Some(on) = config.allmulti
         && on != link.allmulti
     {
         let word = |b: bool| if b { "on" } else { "off" }.to_string();
-        return drift("allmulti", word(on), word(link.allmulti));
+        return drift(
+            format!(
+                "Error: Tuning configured all-multicast mode of {ifname} is {on}, current value \
+                 is {}",
+                link.allmulti
+            ),
+            "allmulti",
+            word(on),
+            word(link.allmulti),
+        );
     }
     if let Some(q) = config.txqlen
         && q != link.txqlen
     {
-        return drift("txqueuelen", q.to_string(), link.txqlen.to_string());
+        return drift(
+            format!(
+                "Error: Tuning configured Transmit Queue Length of {ifname} is {q}, current \
+                 value is {}",
+                link.txqlen
+            ),
+            "txqueuelen",
+            q.to_string(),
+            link.txqlen.to_string(),
+        );
     }
     Ok(())
 }
@@ -547,6 +595,11 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("32768 60999"), "{err}");
+        assert_eq!(
+            common::error::CniError::from(err).msg,
+            "Error: Tuning configured value of /proc/sys/net/ipv4/ip_local_port_range is 32768 \
+             60999, current value is 1024\t65535"
+        );
     }
 
     #[test]
@@ -565,28 +618,57 @@ mod tests {
         link.txqlen = 500;
         assert!(check_link(&c, "eth0", &link).is_ok());
         type Drift = fn(&mut LinkState);
-        let cases: [(Drift, &str); 5] = [
+        // (drift, our text, the reference's message: Debian's Go 1.1.1 CHECK printed these,
+        // except allmulti, where it printed a pointer, and txQLen, which it did not have)
+        let cases: [(Drift, &str, &str); 5] = [
             (
                 |l| l.mac = Some(vec![2, 0, 0, 0, 0, 1]),
                 "eth0 mac is 02:00:00:00:00:01",
+                "Error: Tuning configured Ethernet of eth0 is 02-11-22-33-44-55, current value \
+                 is 02:00:00:00:00:01",
             ),
-            (|l| l.mtu = 1500, "eth0 mtu is 1500, configured 1400"),
-            (|l| l.promisc = false, "eth0 promisc is off, configured on"),
+            (
+                |l| l.mtu = 1500,
+                "eth0 mtu is 1500, configured 1400",
+                "Error: Tuning configured MTU of eth0 is 1400, current value is 1500",
+            ),
+            (
+                |l| l.promisc = false,
+                "eth0 promisc is off, configured on",
+                "Error: Tuning link eth0 configured promisc is true, current value is 0",
+            ),
             (
                 |l| l.allmulti = false,
                 "eth0 allmulti is off, configured on",
+                "Error: Tuning configured all-multicast mode of eth0 is true, current value is \
+                 false",
             ),
             (
                 |l| l.txqlen = 1000,
                 "eth0 txqueuelen is 1000, configured 500",
+                "Error: Tuning configured Transmit Queue Length of eth0 is 500, current value \
+                 is 1000",
             ),
         ];
-        for (drift, want) in cases {
+        for (drift, ours, reference) in cases {
             let mut l = link.clone();
             drift(&mut l);
-            let err = check_link(&c, "eth0", &l).unwrap_err().to_string();
-            assert!(err.starts_with(want), "{err}");
+            let err = check_link(&c, "eth0", &l).unwrap_err();
+            assert!(err.to_string().starts_with(ours), "{err}");
+            let cni = common::error::CniError::from(err);
+            assert_eq!(cni.msg, reference);
+            assert!(cni.details.starts_with(ours), "{}", cni.details);
         }
+        // The reference's order: promisc before the MTU.
+        let mut l = link.clone();
+        l.mtu = 1500;
+        l.promisc = false;
+        assert!(
+            check_link(&c, "eth0", &l)
+                .unwrap_err()
+                .to_string()
+                .contains("promisc")
+        );
         // promisc false is not configured: CHECK does not demand it off (the reference does).
         c.promisc = false;
         let mut l = link.clone();
