@@ -246,18 +246,6 @@ pub fn go_quote(s: &str) -> String {
     out
 }
 
-impl From<crate::netns::NetnsError> for CniError {
-    fn from(err: crate::netns::NetnsError) -> Self {
-        let code = match err {
-            crate::netns::NetnsError::Thread { .. } | crate::netns::NetnsError::Create { .. } => {
-                ErrorCode::Internal
-            }
-            _ => ErrorCode::InvalidNetns,
-        };
-        CniError::from_error(code, &err)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,12 +7,16 @@
 //! namespace after the thread is gone, so the usual pattern is "open inside, use outside".
 
 use std::fs::File;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::OFlag;
 use nix::sched::{CloneFlags, setns};
+use nix::sys::stat::Mode;
 use nix::sys::statfs::{NSFS_MAGIC, PROC_SUPER_MAGIC, fstatfs};
+
+use crate::error::{CniError, ErrorCode, go_errno};
 
 /// Path of the calling thread's own network namespace (`/proc/self` would name the main thread's).
 pub const THREAD_NETNS: &str = "/proc/thread-self/ns/net";
@@ -29,11 +33,14 @@ pub enum NetnsError {
         #[source]
         source: std::io::Error,
     },
-    /// The path exists but is not a network namespace.
+    /// The path exists but is not a network namespace: a file of another filesystem (`magic`,
+    /// its type in hex), or a namespace of another kind or another file of `/proc`.
     #[error("failed to open netns {path:?}: not a network namespace")]
     NotNetns {
         /// The netns path.
         path: PathBuf,
+        /// The filesystem type when it is neither nsfs nor procfs.
+        magic: Option<String>,
     },
     /// `setns` failed.
     #[error("failed to enter netns {path:?}: {source}")]
@@ -67,6 +74,68 @@ impl NetnsError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, NetnsError::Open { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
+
+    /// True when the path names no network namespace at all: missing, a path through a
+    /// non-directory (`/run/netns/x/`), or a file that is no network namespace (the empty file
+    /// the Go sbr leaves at a vanished `/run/netns` path, `/proc/self/status`, another kind of
+    /// namespace). A DEL has nothing to remove in it then.
+    pub fn is_absent(&self) -> bool {
+        match self {
+            NetnsError::Open { source, .. } => {
+                matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
+            }
+            NetnsError::NotNetns { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The reference's message for the same failure (its `ns` package's words).
+    pub fn reference_msg(&self) -> Option<String> {
+        let switching = |path: &Path, cause: &str| {
+            let p = path.display();
+            format!("error switching to ns {p}: Error switching to ns {p}: {cause}")
+        };
+        Some(match self {
+            NetnsError::Open { path, source } => format!(
+                "failed to Statfs {}: {}",
+                crate::error::go_quote(&path.to_string_lossy()),
+                go_errno(source)
+            ),
+            NetnsError::NotNetns {
+                path,
+                magic: Some(magic),
+            } => format!(
+                "unknown FS magic on {}: {magic}",
+                crate::error::go_quote(&path.to_string_lossy())
+            ),
+            NetnsError::NotNetns { path, magic: None } => switching(path, "invalid argument"),
+            NetnsError::Enter { path, source } => switching(path, &go_errno(source)),
+            NetnsError::Create { .. } | NetnsError::Thread { .. } => return None,
+        })
+    }
+}
+
+impl From<NetnsError> for CniError {
+    /// Code 8 with the reference's message and ours in `details` (999 when no thread or
+    /// namespace of our own could be made).
+    fn from(err: NetnsError) -> Self {
+        let code = match err {
+            NetnsError::Thread { .. } | NetnsError::Create { .. } => ErrorCode::Internal,
+            _ => ErrorCode::InvalidNetns,
+        };
+        let ours = CniError::from_error(code, &err);
+        match err.reference_msg() {
+            Some(msg) => {
+                let details = if ours.details.is_empty() {
+                    ours.msg
+                } else {
+                    format!("{}: {}", ours.msg, ours.details)
+                };
+                CniError::new(code, msg).with_details(details)
+            }
+            None => ours,
+        }
+    }
 }
 
 /// An open network namespace, held by file descriptor so it cannot vanish while in use.
@@ -80,22 +149,47 @@ impl NetNs {
     /// Opens the network namespace at `path` (a bind mount such as `/run/netns/x`, or
     /// `/proc/<pid>/ns/net`) and checks that it is one.
     ///
+    /// The path is first opened with `O_PATH`, which never blocks (a FIFO would, until a
+    /// writer came) and has no side effect (as opening a device can), and its filesystem
+    /// checked; only an nsfs or procfs file is then opened for real, through that descriptor,
+    /// and asked its namespace type (`NS_GET_NSTYPE`), so another kind of namespace
+    /// (`/proc/self/ns/uts`) or file of `/proc` (`/proc/self/status`) is refused here.
+    ///
     /// # Errors
     /// [`NetnsError::Open`] when the path cannot be opened, [`NetnsError::NotNetns`] when it is
-    /// not a namespace file.
+    /// not a network namespace file.
     pub fn open(path: impl AsRef<Path>) -> Result<NetNs, NetnsError> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|source| NetnsError::Open {
-            path: path.clone(),
-            source,
-        })?;
-        let fs = fstatfs(file.as_fd()).map_err(|e| NetnsError::Open {
+        let open_err = |e: nix::errno::Errno| NetnsError::Open {
             path: path.clone(),
             source: e.into(),
-        })?;
-        let fs_type = fs.filesystem_type();
+        };
+        let probe = nix::fcntl::open(
+            path.as_path(),
+            OFlag::O_PATH | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(open_err)?;
+        let fs_type = fstatfs(&probe).map_err(open_err)?.filesystem_type();
         if fs_type != NSFS_MAGIC && fs_type != PROC_SUPER_MAGIC {
-            return Err(NetnsError::NotNetns { path });
+            return Err(NetnsError::NotNetns {
+                path,
+                magic: Some(format!("{:x}", fs_type.0)),
+            });
+        }
+        // The file the probe found, whatever the path names by now.
+        let file =
+            File::open(format!("/proc/self/fd/{}", probe.as_raw_fd())).map_err(|source| {
+                NetnsError::Open {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        match namespace_type(&file) {
+            Ok(t) if t == libc::CLONE_NEWNET => {}
+            // Kernels before 4.11 lack the request; setns tells later.
+            Err(nix::errno::Errno::ENOTTY) if fs_type == NSFS_MAGIC => {}
+            _ => return Err(NetnsError::NotNetns { path, magic: None }),
         }
         Ok(NetNs { file, path })
     }
@@ -143,6 +237,7 @@ impl NetNs {
                         if errno == nix::errno::Errno::EINVAL {
                             NetnsError::NotNetns {
                                 path: self.path.clone(),
+                                magic: None,
                             }
                         } else {
                             NetnsError::Enter {
@@ -243,6 +338,19 @@ where
     })
 }
 
+/// The kind of namespace `file` is (`CLONE_NEWNET`, `CLONE_NEWUTS`…): `ioctl(NS_GET_NSTYPE)`.
+#[allow(unsafe_code)]
+fn namespace_type(file: &File) -> Result<libc::c_int, nix::errno::Errno> {
+    // SAFETY: the descriptor is open for the whole call (borrowed from `file`); the request
+    // takes no argument and writes no memory of ours.
+    let t = unsafe { libc::ioctl(file.as_raw_fd(), libc::NS_GET_NSTYPE) };
+    if t < 0 {
+        Err(nix::errno::Errno::last())
+    } else {
+        Ok(t)
+    }
+}
+
 impl AsFd for NetNs {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.file.as_fd()
@@ -252,6 +360,7 @@ impl AsFd for NetNs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{CniError, ErrorCode};
     use std::io::Write;
 
     #[test]
@@ -322,9 +431,81 @@ mod tests {
     }
 
     #[test]
-    fn run_refuses_a_namespace_fd_of_another_kind() {
-        let uts = NetNs::open("/proc/thread-self/ns/uts").unwrap();
-        let err = uts.run(|| ()).unwrap_err();
-        assert!(matches!(err, NetnsError::NotNetns { .. }), "{err}");
+    fn open_refuses_what_opens_but_is_no_network_namespace_with_the_references_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let trailing = format!("{}/", file.display());
+        // (path, reference msg)
+        let cases = [
+            (
+                "/proc/self/ns/uts".to_string(),
+                "error switching to ns /proc/self/ns/uts: Error switching to ns \
+                 /proc/self/ns/uts: invalid argument"
+                    .to_string(),
+            ),
+            (
+                "/proc/self/status".to_string(),
+                "error switching to ns /proc/self/status: Error switching to ns \
+                 /proc/self/status: invalid argument"
+                    .to_string(),
+            ),
+            (
+                trailing.clone(),
+                format!("failed to Statfs \"{trailing}\": not a directory"),
+            ),
+            (
+                "/run/netns/cni-test-no-such-ns".to_string(),
+                "failed to Statfs \"/run/netns/cni-test-no-such-ns\": no such file or directory"
+                    .to_string(),
+            ),
+        ];
+        for (path, msg) in cases {
+            let err = NetNs::open(&path).unwrap_err();
+            assert!(err.is_absent(), "{path}: {err}");
+            let cni = CniError::from(err);
+            assert_eq!(cni.code, ErrorCode::InvalidNetns, "{path}");
+            assert_eq!(cni.msg, msg);
+            assert!(cni.details.contains(&path), "{}", cni.details);
+        }
+        // A regular file elsewhere: its filesystem's magic, as Go prints it.
+        let err = NetNs::open(&file).unwrap_err();
+        assert!(
+            matches!(err, NetnsError::NotNetns { magic: Some(_), .. }),
+            "{err}"
+        );
+        assert!(
+            CniError::from(err)
+                .msg
+                .starts_with(&format!("unknown FS magic on \"{}\": ", file.display()))
+        );
+    }
+
+    #[test]
+    fn open_never_blocks_on_a_fifo() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        // Detached: if open blocked, the test fails at the deadline instead of hanging.
+        std::thread::spawn(move || {
+            let _ = tx.send(NetNs::open(&path).map(|_| ()));
+        });
+        let result = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("NetNs::open of a FIFO blocked");
+        let err = result.unwrap_err();
+        assert!(
+            matches!(err, NetnsError::NotNetns { .. }) && err.is_absent(),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_network_namespace_opens_through_any_of_its_paths() {
+        let here = NetNs::open("/proc/self/ns/net").unwrap();
+        assert!(here.is_same(&NetNs::open("/proc/thread-self/ns/net").unwrap()));
+        assert_eq!(here.path(), Path::new("/proc/self/ns/net"));
     }
 }

@@ -259,7 +259,7 @@ pub fn check(
 pub fn del(
     path: Option<&Path>,
     ifname: &str,
-    config: &Config,
+    table: Option<u32>,
     prev_ips: &[std::net::IpAddr],
 ) -> Result<(), SbrError> {
     let Some(path) = path else {
@@ -268,18 +268,16 @@ pub fn del(
     };
     let ns = match NetNs::open(path) {
         Ok(ns) => ns,
-        Err(e @ NetnsError::NotNetns { .. }) => {
-            log::info!("{e}: nothing to remove");
-            return Ok(());
-        }
-        Err(e) if e.is_not_found() => {
+        // Missing, or no network namespace (a file, `/proc/self/status`, another kind of
+        // namespace, a path with a trailing slash): no rule of ours can be in it.
+        Err(e) if e.is_absent() => {
             log::info!("{e}: nothing to remove");
             return Ok(());
         }
         Err(e) => return Err(e.into()),
     };
     let mut c = Container::open(&ns)?;
-    let rules = match config.table {
+    let rules = match table {
         Some(table) => c.rules(&format!("failed to list rules of table {table} to tidy"))?,
         None => c.rules("Failed to list all rules to tidy")?,
     };
@@ -287,7 +285,7 @@ pub fn del(
     let seen = Observed {
         link_index: link,
         rules,
-        routes: if config.table.is_some() {
+        routes: if table.is_some() {
             Vec::new()
         } else {
             c.routes("failed to list routes to tidy")?
@@ -296,7 +294,7 @@ pub fn del(
     };
     let mut failures = Vec::new();
     let mut reference = None;
-    for op in plan::plan_del(config, prev_ips, &seen) {
+    for op in plan::plan_del(table, prev_ips, &seen) {
         if let Err(e) = c.run(&op) {
             if let Op::DelRule(_) = op {
                 // The reference keeps going and returns its last rule failure, so worded.
@@ -411,9 +409,9 @@ mod tests {
             // ADD again repairs it.
             add(&ns, "net1", &config, &ips, &[]).unwrap();
             check(&ns, "net1", &config, &ips, &[]).unwrap();
-            del(Some(ns.path()), "net1", &config, &[]).unwrap();
+            del(Some(ns.path()), "net1", config.table, &[]).unwrap();
             assert_eq!(state(), before);
-            del(Some(ns.path()), "net1", &config, &[]).unwrap();
+            del(Some(ns.path()), "net1", config.table, &[]).unwrap();
             assert_eq!(state(), before);
         });
     }
@@ -523,20 +521,29 @@ mod tests {
 
     #[test]
     fn del_succeeds_without_a_namespace() {
-        let config = Config::default();
-        del(None, "net1", &config, &[]).unwrap();
+        del(None, "net1", None, &[]).unwrap();
         del(
             Some(Path::new("/run/netns/sbr-no-such-ns")),
             "net1",
-            &config,
+            None,
             &[],
         )
         .unwrap();
         assert!(!Path::new("/run/netns/sbr-no-such-ns").exists());
-        // A regular file where the namespace was (the Go plugin leaves one) is no namespace.
+        // A regular file where the namespace was (the Go plugin leaves one) is no namespace,
+        // nor is a path through it, a file of /proc or a namespace of another kind.
         let file = tempfile_path();
         std::fs::write(&file, b"").unwrap();
-        del(Some(&file), "net1", &config, &[]).unwrap();
+        let trailing = format!("{}/", file.display());
+        for path in [
+            file.to_str().unwrap(),
+            &trailing,
+            "/proc/self/status",
+            "/proc/self/ns/uts",
+        ] {
+            del(Some(Path::new(path)), "net1", None, &[]).unwrap();
+            del(Some(Path::new(path)), "net1", Some(254), &[]).unwrap();
+        }
         std::fs::remove_file(&file).unwrap();
     }
 

@@ -22,6 +22,15 @@ pub struct SbrKeys {
     pub add_source_hints: bool,
 }
 
+/// The only key DEL reads (so a config that no longer validates never blocks a DEL):
+/// `table`, any integer, which DEL takes as it is.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct DelKeys {
+    /// `table`.
+    pub table: Option<i64>,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Config {

@@ -29,7 +29,7 @@ use common::error::CniError;
 use common::skel::{Call, Plugin};
 use common::types::CniResult;
 
-use crate::config::{Config, SbrKeys, select_ips};
+use crate::config::{Config, DelKeys, SbrKeys, select_ips};
 use crate::error::SbrError;
 
 /// The versions the reference lists (`version.All`).
@@ -86,8 +86,20 @@ impl Plugin for Sbr {
     }
 
     fn del(&self, call: &Call) -> Result<(), CniError> {
-        let conf: NetConf<SbrKeys> = load_conf(call)?;
-        let config = Config::from_keys(&conf.plugin)?;
+        // Only `table`: `gateways` and `addSourceHints` change nothing DEL does, and a
+        // `table` ADD would refuse (254) is still where the reference's ADD put rules.
+        let conf: NetConf<DelKeys> = load_conf(call)?;
+        let table = match conf.plugin.table.map(u32::try_from) {
+            None => None,
+            Some(Ok(table)) => Some(table),
+            Some(Err(_)) => {
+                log::info!(
+                    "table {:?} names no routing table: nothing to remove",
+                    conf.plugin.table
+                );
+                return Ok(());
+            }
+        };
         // DEL must get through: a prevResult that does not parse only costs its addresses;
         // the interface's own addresses still find the rules.
         let prev_ips = match conf.prev_result() {
@@ -105,7 +117,7 @@ impl Plugin for Sbr {
         Ok(apply::del(
             call.netns.as_deref(),
             &call.ifname,
-            &config,
+            table,
             &prev_ips,
         )?)
     }

@@ -270,23 +270,24 @@ pub fn plan_add(
 
 /// The changes of a DEL: the sbr-shaped rules of this interface's addresses (from prevResult
 /// and from the interface itself, so a DEL without prevResult or after an ADD by the Go plugin
-/// finds them too), restricted to `table` when one is configured. Without `table`, the
-/// routes of each table only these rules used are removed and the interface's routes among
-/// them go back into main where nothing took their place.
-pub fn plan_del(config: &Config, prev_ips: &[IpAddr], seen: &Observed) -> Vec<Op> {
+/// finds them too), restricted to `table` when one is configured (any table: DEL removes what
+/// an ADD with that `table` made, as the reference does). Without `table`, the routes of each
+/// table only these rules used are removed and the interface's routes among them go back into
+/// main where nothing took their place.
+pub fn plan_del(table: Option<u32>, prev_ips: &[IpAddr], seen: &Observed) -> Vec<Op> {
     let mut ips: Vec<IpAddr> = prev_ips.to_vec();
     ips.extend(seen.addresses.iter().map(IpNet::addr));
     let owned: Vec<&Rule> = seen
         .rules
         .iter()
         .filter(|r| ips.iter().any(|ip| is_sbr_rule(r, *ip)))
-        .filter(|r| match config.table {
+        .filter(|r| match table {
             Some(table) => r.table == table,
             None => r.table != 0 && !RESERVED_TABLES.contains(&r.table),
         })
         .collect();
     let mut ops: Vec<Op> = owned.iter().map(|r| Op::DelRule((*r).clone())).collect();
-    if config.table.is_some() {
+    if table.is_some() {
         return ops;
     }
     let tables: BTreeSet<u32> = owned.iter().map(|r| r.table).collect();
@@ -761,7 +762,7 @@ mod tests {
     #[test]
     fn plan_del_removes_the_rule_and_table_and_puts_routes_back_in_main() {
         let seen = after_add();
-        let ops = plan_del(&Config::default(), &[], &seen);
+        let ops = plan_del(None, &[], &seen);
         let Op::DelRule(rule) = &ops[0] else {
             panic!("{ops:?}")
         };
@@ -799,8 +800,8 @@ mod tests {
         let mut seen = after_add();
         seen.addresses.clear();
         seen.link_index = None;
-        assert!(plan_del(&Config::default(), &[], &seen).is_empty());
-        let ops = plan_del(&Config::default(), &["10.1.0.5".parse().unwrap()], &seen);
+        assert!(plan_del(None, &[], &seen).is_empty());
+        let ops = plan_del(None, &["10.1.0.5".parse().unwrap()], &seen);
         assert_eq!(dels(&ops).len(), 2);
         assert!(!ops.iter().any(|op| matches!(op, Op::RestoreRoute(_))));
     }
@@ -809,11 +810,7 @@ mod tests {
     fn plan_del_with_a_fixed_table_removes_only_rules_of_that_table() {
         let mut seen = after_add();
         seen.rules.push(Rule::from_source(net("10.1.0.5/32"), 5000));
-        let config = Config {
-            table: Some(5000),
-            ..Config::default()
-        };
-        let ops = plan_del(&config, &[], &seen);
+        let ops = plan_del(Some(5000), &[], &seen);
         assert_eq!(
             ops,
             [Op::DelRule(Rule::from_source(net("10.1.0.5/32"), 5000))]
@@ -821,10 +818,26 @@ mod tests {
     }
 
     #[test]
+    fn plan_del_with_a_reserved_table_removes_the_rules_an_add_with_it_made() {
+        // The reference's ADD takes `table: 254`; our DEL must still clean up after it.
+        let mut seen = after_add();
+        seen.rules
+            .push(Rule::from_source(net("10.1.0.5/32"), TABLE_MAIN));
+        let ops = plan_del(Some(TABLE_MAIN), &[], &seen);
+        assert_eq!(
+            ops,
+            [Op::DelRule(Rule::from_source(
+                net("10.1.0.5/32"),
+                TABLE_MAIN
+            ))]
+        );
+    }
+
+    #[test]
     fn plan_del_leaves_a_table_another_rule_still_uses() {
         let mut seen = after_add();
         seen.rules.push(Rule::from_source(net("10.77.0.1/32"), 100));
-        let ops = plan_del(&Config::default(), &[], &seen);
+        let ops = plan_del(None, &[], &seen);
         assert_eq!(ops.len(), 1, "{ops:?}");
     }
 

@@ -475,3 +475,62 @@ fn the_same_add_makes_the_same_rules_and_tables_as_go_sbr() -> Result<()> {
     assert_eq!(states[0], states[1]);
     Ok(())
 }
+
+/// Issue 22 item 7: DEL reads `table` alone. After an ADD, a DEL whose `gateways` and
+/// `addSourceHints` ADD would refuse still removes the rule; rules an ADD with `table: 254`
+/// made (the reference's ADD takes it) are removed by a DEL with it; a `table` that names no
+/// routing table removes nothing and succeeds.
+#[test]
+fn del_reads_only_table_and_gets_through_keys_add_refuses() -> Result<()> {
+    let host = TestNetns::new("sbrdelh")?;
+    let ctr = TestNetns::new("sbrdelc")?;
+    ctr.ip(&["link", "add", "eth0", "type", "veth", "peer", "name", "p0"])?;
+    ctr.ip(&["link", "set", "eth0", "up"])?;
+    ctr.ip(&["addr", "add", "10.0.9.2/24", "dev", "eth0"])?;
+    let rt = Runtime::new(&host)?;
+    let netns = ctr.path().to_str().context("path")?.to_owned();
+    let exec = |verb: &str, keys: Value| -> Result<tests::PluginOutput> {
+        let mut conf = keys;
+        conf["cniVersion"] = json!(VERSION);
+        conf["name"] = json!("sbrdel");
+        conf["type"] = json!("sbr");
+        conf["prevResult"] = json!({"cniVersion": VERSION,
+            "ips": [{"address": "10.0.9.2/24", "gateway": "10.0.9.1"}]});
+        rt.exec_plugin(
+            "sbr",
+            Some(verb),
+            &[
+                ("CNI_CONTAINERID", "sbrdel"),
+                ("CNI_NETNS", &netns),
+                ("CNI_IFNAME", "eth0"),
+            ],
+            &serde_json::to_vec(&conf)?,
+        )
+    };
+    let out = exec("ADD", json!({}))?;
+    ensure!(out.status.success(), "ADD: {out:?}");
+    ensure!(rules(&ctr)?.contains("from 10.0.9.2 lookup 100"));
+    for keys in [
+        json!({"gateways": ["x"], "addSourceHints": "yes"}),
+        json!({"gateways": ["10.0.0.1", "10.0.0.2", "10.0.0.3"]}),
+    ] {
+        let out = exec("ADD", keys.clone())?;
+        ensure!(!out.status.success(), "ADD with {keys} worked");
+    }
+    let out = exec("DEL", json!({"gateways": ["x"], "addSourceHints": "yes"}))?;
+    ensure!(out.status.success(), "DEL: {out:?}");
+    ensure!(!rules(&ctr)?.contains("lookup 100"), "{}", rules(&ctr)?);
+
+    ctr.ip(&["rule", "add", "from", "10.0.9.2/32", "table", "254"])?;
+    let out = exec("DEL", json!({"table": -1}))?;
+    ensure!(out.status.success(), "DEL: {out:?}");
+    ensure!(rules(&ctr)?.contains("from 10.0.9.2 lookup main"));
+    let out = exec("DEL", json!({"table": 254}))?;
+    ensure!(out.status.success(), "DEL: {out:?}");
+    ensure!(
+        !rules(&ctr)?.contains("from 10.0.9.2 lookup main"),
+        "{}",
+        rules(&ctr)?
+    );
+    Ok(())
+}

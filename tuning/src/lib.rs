@@ -26,7 +26,7 @@ pub mod plan;
 
 use common::conf::NetConf;
 use common::error::{CniError, ErrorCode};
-use common::netns::{NetNs, NetnsError};
+use common::netns::NetNs;
 use common::skel::{Call, Plugin};
 use common::types::CniResult;
 
@@ -119,8 +119,9 @@ impl Plugin for Tuning {
             None => None,
             Some(path) => match NetNs::open(path) {
                 Ok(ns) => Some(ns),
-                // Gone, or left behind as a plain file: nothing in it to restore.
-                Err(e) if e.is_not_found() || matches!(e, NetnsError::NotNetns { .. }) => None,
+                // Gone, left behind as a plain file, or no network namespace at all
+                // (`/proc/self/status`, a path with a trailing slash): nothing to restore in it.
+                Err(e) if e.is_absent() => None,
                 Err(e) => return Err(e.into()),
             },
         };
