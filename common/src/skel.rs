@@ -205,6 +205,13 @@ pub trait Plugin {
     fn gc(&self, _call: &Call) -> Result<(), CniError> {
         Ok(())
     }
+
+    /// Whether the plugin works inside `CNI_NETNS`. A plugin that never enters it (portmap and
+    /// firewall work in their own namespace) says `false`, and the skel then does not touch the
+    /// path at all, not even for its own-namespace check.
+    fn uses_netns(&self) -> bool {
+        true
+    }
 }
 
 /// Runs `plugin` against the real process environment and stdio.
@@ -260,6 +267,11 @@ pub fn main_entry(name: &'static str, plugin: &dyn Plugin) -> i32 {
 }
 
 /// [`run`], returning the exit status (0 or 1).
+///
+/// The standard streams are passed unlocked: each write takes its stream's lock for that write
+/// only. Holding a lock for the whole call would block every other thread that writes there —
+/// a logger on the thread a STATUS probe or a netns helper runs, which the main thread then
+/// waits for forever.
 fn run_status(plugin: &dyn Plugin) -> u8 {
     use std::io::IsTerminal;
     let env = |key: &str| std::env::var_os(key).map(|v| v.to_string_lossy().into_owned());
@@ -269,14 +281,14 @@ fn run_status(plugin: &dyn Plugin) -> u8 {
     let mut stdin: Box<dyn Read> = if interactive_version {
         Box::new(std::io::empty())
     } else {
-        Box::new(std::io::stdin().lock())
+        Box::new(std::io::stdin())
     };
     run_with(
         plugin,
         &env,
         &mut stdin,
-        &mut std::io::stdout().lock(),
-        &mut std::io::stderr().lock(),
+        &mut std::io::stdout(),
+        &mut std::io::stderr(),
     )
 }
 
@@ -385,6 +397,7 @@ fn dispatch(
         return fail(&reply_version, e);
     }
     if command.is_attachment_verb()
+        && plugin.uses_netns()
         && !is_truthy(&var("CNI_NETNS_OVERRIDE"))
         && let Err(e) = refuse_own_netns(&call)
     {
@@ -572,7 +585,8 @@ fn refuse_own_netns(call: &Call) -> Result<(), CniError> {
     let Some(path) = &call.netns else {
         return Ok(());
     };
-    // A path that does not open is the plugin's business (DEL must survive it).
+    // A path that does not open, or is no network namespace, is the plugin's business (DEL must
+    // survive it). Opening never blocks: a FIFO is refused by its type, not opened.
     let (Ok(target), Ok(own)) = (NetNs::open(path), NetNs::current()) else {
         return Ok(());
     };
@@ -638,6 +652,8 @@ mod tests {
     struct Recorder {
         calls: RefCell<Vec<(Command, String)>>,
         fail_with: Option<CniError>,
+        /// `Some(false)`: a plugin that never enters `CNI_NETNS`.
+        uses_netns: Option<bool>,
     }
 
     impl Plugin for Recorder {
@@ -680,6 +696,9 @@ mod tests {
                 .borrow_mut()
                 .push((call.command, call.cni_version.clone()));
             Ok(())
+        }
+        fn uses_netns(&self) -> bool {
+            self.uses_netns.unwrap_or(true)
         }
     }
 
@@ -1023,6 +1042,41 @@ mod tests {
             run.error(),
             serde_json::json!({"cniVersion": "0.4.0", "code": 11, "msg": "lock held", "details": "x"})
         );
+    }
+
+    #[test]
+    fn a_plugin_that_never_enters_the_netns_is_not_refused_its_own() {
+        let p = Recorder {
+            uses_netns: Some(false),
+            ..Recorder::default()
+        };
+        for cmd in ["ADD", "CHECK", "DEL"] {
+            let run = invoke(&p, &attach_env(cmd, "/proc/thread-self/ns/net"), CONF);
+            assert_eq!(run.status, 0, "{cmd}: {}", run.stdout);
+        }
+        assert_eq!(p.calls.borrow().len(), 3);
+    }
+
+    #[test]
+    fn a_fifo_as_cni_netns_blocks_no_verb() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let fifo = fifo.to_str().unwrap().to_string();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Detached: a blocked open fails the test at the deadline instead of hanging it.
+        std::thread::spawn(move || {
+            let statuses: Vec<u8> = ["ADD", "CHECK", "DEL"]
+                .into_iter()
+                .map(|cmd| invoke(&Recorder::default(), &attach_env(cmd, &fifo), CONF).status)
+                .collect();
+            let _ = tx.send(statuses);
+        });
+        let statuses = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("a verb blocked on the FIFO");
+        // Not the plugin's own namespace: the (recording) plugin runs.
+        assert_eq!(statuses, [0, 0, 0]);
     }
 
     #[test]

@@ -107,6 +107,11 @@ impl Plugin for Firewall {
         SUPPORTED_VERSIONS
     }
 
+    // Works in the plugin's own namespace: `CNI_NETNS` is never opened, not even by the skel.
+    fn uses_netns(&self) -> bool {
+        false
+    }
+
     fn add(&self, call: &Call) -> Result<CniResult, CniError> {
         let p = parse(call)?;
         let result = required_prev_result(&p.conf)?;

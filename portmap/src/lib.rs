@@ -478,6 +478,11 @@ impl Plugin for Portmap {
         common::version::ALL
     }
 
+    // Works in the plugin's own namespace: `CNI_NETNS` is never opened, not even by the skel.
+    fn uses_netns(&self) -> bool {
+        false
+    }
+
     fn add(&self, call: &Call) -> Result<CniResult, CniError> {
         add(call)
     }

@@ -558,3 +558,114 @@ fn del_succeeds_after_the_netns_is_gone() {
         Ok(())
     });
 }
+
+/// `CNI_LOG_LEVEL` values a runtime may pass through (containerd passes its own).
+const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Deadline of one call in the no-hang cases: far above a plugin's milliseconds, far below
+/// the runtime's default.
+const NO_HANG_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Issue 22 item 15: every verb of every plugin finishes at every log level. The skel held the
+/// stdout and stderr locks for the whole call, so a thread logging while the main thread waited
+/// for it (bandwidth's STATUS probe at `debug`) hung the plugin forever.
+#[test]
+fn every_verb_finishes_at_every_log_level() {
+    for_each_subject(|s| {
+        let Topology {
+            host,
+            container,
+            client: _client,
+        } = Topology::new("conflog")?;
+        let bench = Bench::with_host(host)?;
+        let bench = Bench {
+            runtime: bench.runtime.with_timeout(NO_HANG_DEADLINE),
+            ..bench
+        };
+        let rt = RuntimeConf::new("conformance-log", container.path(), "eth0");
+        let main_only = NetworkConfigList::new(
+            "conformance",
+            MAIN_PLUGIN_VERSION,
+            vec![chain(&bench, s, MAIN_PLUGIN_VERSION).plugins[0].clone()],
+        );
+        let prev = bench.runtime.add(&main_only, &rt)?;
+        let mut conf = bench.conf(s, "1.1.0");
+        conf["prevResult"] = prev;
+        conf["cni.dev/valid-attachments"] =
+            json!([{"containerID": "conformance-log", "ifname": "eth0"}]);
+        let stdin = conf.to_string();
+        let netns = container.path().to_str().unwrap_or_default().to_owned();
+        for level in LOG_LEVELS {
+            for verb in ["ADD", "CHECK", "GC", "STATUS", "VERSION", "DEL"] {
+                let env = [
+                    ("CNI_CONTAINERID", "conformance-log"),
+                    ("CNI_NETNS", netns.as_str()),
+                    ("CNI_IFNAME", "eth0"),
+                    ("CNI_LOG_LEVEL", level),
+                ];
+                let out = bench
+                    .exec(s, Some(verb), &env, stdin.as_bytes())
+                    .with_context(|| format!("{verb} at {level}"))?;
+                ensure!(out.status.success(), "{verb} at {level}: {out:?}");
+                if matches!(verb, "ADD" | "VERSION") {
+                    one_document(&out).with_context(|| format!("{verb} at {level}"))?;
+                } else {
+                    ensure!(out.stdout.is_empty(), "{verb} at {level}: {out:?}");
+                }
+            }
+        }
+        bench.runtime.del(&main_only, &rt)?;
+        Ok(())
+    });
+}
+
+/// Issue 22 item 8: a FIFO as `CNI_NETNS` hangs no verb of any plugin (opening one for reading
+/// blocks until a writer comes). ADD and CHECK of a plugin that works inside the namespace
+/// refuse it with code 8; DEL succeeds everywhere (nothing of ours can be in a FIFO).
+#[test]
+fn a_fifo_as_cni_netns_hangs_no_verb() {
+    for_each_subject(|s| {
+        let bench = Bench::new()?;
+        let bench = Bench {
+            runtime: bench.runtime.with_timeout(NO_HANG_DEADLINE),
+            ..bench
+        };
+        let fifo = bench.scratch.path().join("netns-fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
+        let fifo = fifo.to_str().context("fifo path")?.to_owned();
+        let mut conf = bench.conf(s, "1.1.0");
+        conf["prevResult"] = json!({"cniVersion": "1.1.0",
+            "interfaces": [{"name": "eth0", "sandbox": fifo}],
+            "ips": [{"interface": 0, "address": "10.98.0.2/24", "gateway": "10.98.0.1"}]});
+        let stdin = conf.to_string();
+        let env = [
+            ("CNI_CONTAINERID", "conformance-fifo"),
+            ("CNI_NETNS", fifo.as_str()),
+            ("CNI_IFNAME", "eth0"),
+        ];
+        let uses_netns = !matches!(s.name, "portmap" | "firewall" | "passthrough");
+        for verb in ["ADD", "CHECK", "DEL"] {
+            let out = bench
+                .exec(s, Some(verb), &env, stdin.as_bytes())
+                .with_context(|| verb.to_string())?;
+            if verb == "DEL" {
+                ensure!(out.status.success(), "DEL: {out:?}");
+            } else if uses_netns {
+                let err = expect_error(&out, 8).with_context(|| verb.to_string())?;
+                // The reference's words, with the filesystem's magic number.
+                ensure!(
+                    err["msg"].as_str().is_some_and(
+                        |m| m.starts_with(&format!("unknown FS magic on \"{fifo}\": "))
+                    ),
+                    "{verb}: {err}"
+                );
+            } else {
+                ensure!(
+                    out.status.success() || out.error().is_some(),
+                    "{verb}: {out:?}"
+                );
+            }
+        }
+        Ok(())
+    });
+}
