@@ -14,6 +14,7 @@
 //! - [`process`]: child processes spawned inside a namespace and waited for with a deadline.
 //! - [`mounts`]: private mount namespaces for tests that change mounts.
 //! - [`seccomp`]: a kernel without nf_tables, as a plugin sees it (a seccomp filter).
+//! - [`cleanup`]: what a harness binary made, removed on a signal or a panic as well.
 //!
 //! Everything needs root and fails (never skips) without it. Nothing here touches the machine's
 //! own network namespace: namespaces are created on throwaway threads, commands and plugins are
@@ -22,6 +23,7 @@
 
 pub mod bench;
 pub mod bins;
+pub mod cleanup;
 pub mod main_plugin;
 pub mod mounts;
 pub mod netns;

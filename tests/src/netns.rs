@@ -324,7 +324,7 @@ impl Drop for StateDirs {
 /// the node, so nothing removes them there; a test's namespace goes away, and they go with it.
 /// Called while the namespace is still mounted, so that no other namespace can have taken over
 /// its inode number yet.
-fn remove_plugin_state(path: &Path) {
+pub(crate) fn remove_plugin_state(path: &Path) {
     use std::os::unix::fs::MetadataExt as _;
     let Ok(ino) = std::fs::metadata(path).map(|m| m.ino()) else {
         return;

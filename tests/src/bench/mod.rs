@@ -61,8 +61,6 @@ use anyhow::{Context, Result, bail};
 use common::netns::NetNs;
 use serde_json::Value;
 
-use crate::netns::NETNS_RUN_DIR;
-
 /// Timed repetitions of one more ADD and DEL per scale size at most: Go's calls over thousands
 /// of chains take a second or more each.
 pub const SCALE_ITERATIONS: usize = 30;
@@ -325,34 +323,9 @@ pub struct Alongside {
     pub del: Samples,
 }
 
-/// Removes the namespaces a [`TestNetns`] of process `pid` left in `/run/netns` and returns
-/// their names. For the bench's signal and panic paths and for the test that runs the bench,
-/// which must leave nothing behind whatever happens.
-#[must_use]
-pub fn remove_namespaces_of(pid: u32) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(NETNS_RUN_DIR) else {
-        return Vec::new();
-    };
-    let mut removed = Vec::new();
-    for entry in entries.filter_map(Result::ok) {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !is_namespace_of(&name, pid) {
-            continue;
-        }
-        let path = entry.path();
-        let _ = nix::mount::umount2(&path, nix::mount::MntFlags::MNT_DETACH);
-        let _ = std::fs::remove_file(&path);
-        removed.push(name);
-    }
-    removed
-}
-
-/// Whether `name` is that of a [`TestNetns`] made by process `pid`: `<prefix>-<pid>-<n>`.
-fn is_namespace_of(name: &str, pid: u32) -> bool {
-    name.rsplit_once('-').is_some_and(|(head, n)| {
-        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && head.ends_with(&format!("-{pid}"))
-    })
-}
+/// For the bench's signal and panic paths and for the test that runs the bench, which must
+/// leave nothing behind whatever happens.
+pub use crate::cleanup::remove_namespaces_of;
 
 /// Waits until nf_tables has freed what earlier transactions in the calling thread's namespace
 /// deleted, ours or Go's. Until then the next nf_tables socket closed in the namespace, and the
@@ -748,15 +721,5 @@ mod tests {
             "{estimate:?}"
         );
         assert_eq!(fit_line(&points[..1]), None);
-    }
-
-    #[test]
-    fn only_namespaces_of_the_given_pid_match() {
-        assert!(is_namespace_of("benchpm-h-4242-0", 4242));
-        assert!(is_namespace_of("bench-fw-4242-17", 4242));
-        assert!(!is_namespace_of("bench-fw-14242-17", 4242));
-        assert!(!is_namespace_of("bench-fw-4242-", 4242));
-        assert!(!is_namespace_of("bench-fw-4242", 4242));
-        assert!(!is_namespace_of("cni-1234-5678", 4242));
     }
 }

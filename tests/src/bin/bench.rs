@@ -12,42 +12,55 @@
 //! - `--only x,y`: the suites to run (tuning, bandwidth, sbr, firewall, nft, portmap).
 //! - `--out DIR`: also write `DIR/BENCHMARKS.md`, the plot `DIR/bench-scale.png` (with
 //!   `gnuplot`), its data and script, and every sample in `DIR/bench-data.json`.
+//! - `--help`: prints this and exits.
 //!
 //! On SIGINT, SIGTERM or SIGHUP, and on a panic, it removes the namespaces it made before it
 //! dies. `bench --spawner` is internal: the small process that runs the timed execs
 //! (`tests::bench::spawner`).
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result, bail};
-use nix::sys::signal::{SigSet, Signal};
 use tests::bench::report::{self, Run};
 use tests::bench::{Options, Results, SUITES, remove_namespaces_of, spawner, targets};
+use tests::cleanup;
 
-/// Set when a terminating signal arrived: the signal thread is removing the namespaces and
-/// will end the process with the signal; the main thread's errors are then consequences.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// What `--help` prints.
+const USAGE: &str = "\
+usage: bench [--iterations N] [--sizes a,b,c] [--reference-max-size N] [--only x,y] [--out DIR]
+
+Times our plugins against the Go reference binaries (/usr/lib/cni), interleaved in one run, and
+prints markdown: the per-verb table, the scale series and the target verdicts. Needs root and our
+release binaries beside it (scripts/bench.sh builds them).
+
+  --iterations N          timed repetitions per row (default 100)
+  --sizes a,b,c           the scale series' sizes of other attachments (default 0,100,1000,5000)
+  --reference-max-size N  largest size for the series that grow with N (default 1000)
+  --only x,y              the suites to run: tuning, bandwidth, sbr, firewall, nft, portmap
+  --out DIR               also write DIR/BENCHMARKS.md, the plot, its data and every sample
+  --help                  print this
+";
 
 fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some(spawner::SPAWNER_ARG) {
         return spawner::serve();
     }
-    if let Err(e) = clean_up_on_signals() {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        // A reader that went away (`bench --help | head -1`) is not an error.
+        let _ = std::io::stdout().write_all(USAGE.as_bytes());
+        return ExitCode::SUCCESS;
+    }
+    let removed = cleanup::on_interrupt("bench", || {
+        let _ = remove_namespaces_of(std::process::id());
+    });
+    if let Err(e) = removed {
         eprintln!("bench failed: {e:#}");
         return ExitCode::FAILURE;
     }
-    let default_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        // Release builds abort on panic: no destructor would remove the namespaces.
-        let _ = remove_namespaces_of(std::process::id());
-        default_hook(info);
-    }));
     let result = run();
-    while INTERRUPTED.load(Ordering::SeqCst) {
-        std::thread::park();
-    }
+    cleanup::wait_if_interrupted();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -55,37 +68,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Blocks the terminating signals in every thread (threads inherit the mask; spawned programs
-/// get a clean one) and waits for them on a thread of its own, which removes this process's
-/// namespaces and then dies of the signal.
-fn clean_up_on_signals() -> Result<()> {
-    let mut set = SigSet::empty();
-    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(signal);
-    }
-    set.thread_block().context("blocking signals")?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            let Ok(signal) = set.wait() else { return };
-            INTERRUPTED.store(true, Ordering::SeqCst);
-            let removed = remove_namespaces_of(std::process::id());
-            eprintln!(
-                "bench: {signal}: removed {} namespaces, exiting",
-                removed.len()
-            );
-            // Unblocked here and raised: the default action ends the process with the signal.
-            // A shell starts background jobs with SIGINT ignored, though: then exit as a
-            // shell reports a signal.
-            let _ = SigSet::from(signal).thread_unblock();
-            let _ = nix::sys::signal::raise(signal);
-            #[allow(clippy::exit)]
-            std::process::exit(128 + signal as i32);
-        })
-        .context("starting the signal thread")?;
-    Ok(())
 }
 
 fn run() -> Result<()> {
@@ -109,10 +91,7 @@ fn run() -> Result<()> {
             }
             "--only" => only = Some(value()?.split(',').map(str::to_owned).collect()),
             "--out" => out = Some(PathBuf::from(value()?)),
-            other => bail!(
-                "unknown argument {other:?} (--iterations N, --sizes a,b, \
-                 --reference-max-size N, --only x,y, --out DIR)"
-            ),
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
         }
     }
     let unknown = only

@@ -3,17 +3,22 @@
 //! did and which kernel objects it made, checks traffic (HTTP through the mapped port from
 //! outside and from 127.0.0.1, throughput against the configured limits, a flow the firewall's
 //! admin chain blocks, replies that only source routing lets out), and verifies that DEL removed
-//! everything. Everything it creates is removed when it ends, also on failure.
+//! everything. Everything it creates is removed when it ends: also on failure, on SIGINT,
+//! SIGTERM or SIGHUP, when its reader goes away (`demo | head`) and on a panic.
+//!
+//! `demo --help` prints what it does and exits; it takes no other argument.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 use tests::netns::{CLIENT_V4, HOST_UPLINK_V4};
 use tests::traffic::{IPERF3_PORT, TcpServer, UdpServer, http_get, iperf3, udp_request_from};
-use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, Topology, main_plugin};
+use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, Topology, cleanup, main_plugin};
 
 const NETWORK: &str = "demo";
 const CONTAINER_ID: &str = "demo-container-1";
@@ -33,9 +38,62 @@ const SBR_TABLE: &str = "100";
 /// Seconds of each `iperf3` run.
 const IPERF_SECS: u32 = 2;
 
+/// What `--help` prints.
+const USAGE: &str = "\
+usage: demo
+
+Runs the chain bridge -> tuning -> portmap -> bandwidth -> firewall -> sbr (bridge and host-local
+from Debian's containernetworking-plugins, the rest ours, built beside it) in throwaway network
+namespaces named cnidemo-*, on live traffic: HTTP through the mapped port, iperf3 against the
+bandwidth limits, a flow the firewall's admin chain blocks, replies only source routing lets
+out. It prints what each plugin did, runs CHECK and DEL, and verifies DEL removed everything.
+Needs root. Everything it makes is removed when it ends, also when interrupted.
+
+  --help  print this
+";
+
+/// Why the demo stops when stdout is gone: its reader went away (`demo | head`).
+const STDOUT_GONE: &str = "stdout was closed";
+
+/// The scratch directory (IPAM and tuning state), for the clean-up of a signal or a panic.
+static SCRATCH: OnceLock<PathBuf> = OnceLock::new();
+
+/// `println!` that fails instead of panicking when stdout is gone, so the demo stops and
+/// cleans up.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout(), $($arg)*).context(STDOUT_GONE)
+    };
+}
+
 fn main() -> std::process::ExitCode {
-    match run() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        // A reader that went away (`demo --help | head -1`) is not an error.
+        let _ = std::io::stdout().write_all(USAGE.as_bytes());
+        return std::process::ExitCode::SUCCESS;
+    }
+    if let Some(arg) = args.first() {
+        eprintln!("demo: unknown argument {arg:?}\n{USAGE}");
+        return std::process::ExitCode::from(2);
+    }
+    // On a signal or a panic nothing unwinds: remove by name what the destructors would.
+    let installed = cleanup::on_interrupt("demo", || {
+        let pid = std::process::id();
+        cleanup::kill_children_of(pid);
+        let _ = cleanup::remove_namespaces_of(pid);
+        if let Some(dir) = SCRATCH.get() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    });
+    let result = installed.and_then(|()| run());
+    cleanup::wait_if_interrupted();
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if e.chain().any(|c| c.to_string() == STDOUT_GONE) => {
+            eprintln!("demo: {STDOUT_GONE}; stopped, and removed everything it made");
+            std::process::ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("\ndemo failed: {e:#}");
             std::process::ExitCode::FAILURE
@@ -43,20 +101,21 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn section(n: usize, title: &str) {
-    println!("\n[{n}] {title}");
+fn section(n: usize, title: &str) -> Result<()> {
+    say!("\n[{n}] {title}")
 }
 
-fn ok(what: &str) {
-    println!("  ok  {what}");
+fn ok(what: &str) -> Result<()> {
+    say!("  ok  {what}")
 }
 
 /// Prints `lines` under a plugin's name, the name on the first line only.
-fn plugin_lines(plugin: &str, lines: &[String]) {
+fn plugin_lines(plugin: &str, lines: &[String]) -> Result<()> {
     for (i, line) in lines.iter().enumerate() {
         let name = if i == 0 { plugin } else { "" };
-        println!("  {name:<10} {line}");
+        say!("  {name:<10} {line}")?;
     }
+    Ok(())
 }
 
 fn mbit(bits_per_second: f64) -> String {
@@ -66,22 +125,22 @@ fn mbit(bits_per_second: f64) -> String {
 #[allow(clippy::too_many_lines)]
 fn run() -> Result<()> {
     let started = Instant::now();
-    println!("CNI meta plugins: a full chain on live traffic, in throwaway network namespaces");
+    say!("CNI meta plugins: a full chain on live traffic, in throwaway network namespaces")?;
 
-    section(1, "namespaces");
+    section(1, "namespaces")?;
     let topo = Topology::new("cnidemo")?;
-    println!(
+    say!(
         "  host       {:<22} plays the node: the runtime and every plugin run here",
         topo.host.name()
-    );
-    println!(
+    )?;
+    say!(
         "  container  {:<22} the pod's namespace (CNI_NETNS)",
         topo.container.name()
-    );
-    println!(
+    )?;
+    say!(
         "  client     {:<22} an outside machine at {CLIENT_V4}, one hop away (host side {HOST_UPLINK_V4})",
         topo.client.name()
-    );
+    )?;
 
     let scratch = tempfile::tempdir()?;
     let mut bridge = main_plugin::bridge(BRIDGE, &[SUBNET], &scratch.path().join("ipam"));
@@ -121,24 +180,24 @@ fn run() -> Result<()> {
     section(
         2,
         &format!("ADD  network {NETWORK:?}, container {CONTAINER_ID:?}, ifname {IFNAME}"),
-    );
+    )?;
     let types: Vec<&str> = list
         .plugins
         .iter()
         .map(|p| p["type"].as_str().unwrap_or_default())
         .collect();
-    println!(
+    say!(
         "  conflist, cniVersion {}: {}",
         list.cni_version,
         types.join(" → ")
-    );
+    )?;
     for plugin_type in &types {
-        println!(
+        say!(
             "    {plugin_type:<10} {}",
             plugin_origin(&runtime, plugin_type)?
-        );
+        )?;
     }
-    println!();
+    say!()?;
     let t = Instant::now();
     let steps = runtime.add_steps(&list, &rt)?;
     let add_time = t.elapsed();
@@ -153,12 +212,12 @@ fn run() -> Result<()> {
             &topo,
             &container_ip,
         )?);
-        plugin_lines(plugin_type, &lines);
+        plugin_lines(plugin_type, &lines)?;
         prev = step.clone();
     }
-    println!("  the whole chain's ADD took {} ms", add_time.as_millis());
+    say!("  the whole chain's ADD took {} ms", add_time.as_millis())?;
 
-    section(3, "live traffic");
+    section(3, "live traffic")?;
     let _web = TcpServer::http(
         &topo.container,
         SocketAddr::from(([0, 0, 0, 0], 8080)),
@@ -176,7 +235,7 @@ fn run() -> Result<()> {
         "portmap    client -> {mapped} -> container :8080  HTTP {} {:?}",
         reply.status,
         reply.body.trim()
-    ));
+    ))?;
     let local: SocketAddr = format!("127.0.0.1:{HOST_PORT}").parse()?;
     let reply = http_get(&topo.host, local, "/", TIMEOUT)
         .context("HTTP from the host's 127.0.0.1 to the mapped port")?;
@@ -188,7 +247,7 @@ fn run() -> Result<()> {
     ok(&format!(
         "portmap    host -> {local} -> container :8080  HTTP {} (localhost DNAT, masqueraded)",
         reply.status
-    ));
+    ))?;
 
     // iperf3's receiver is its client here (-R), so the figures are what arrived.
     let in_server: SocketAddr = format!("{CLIENT_V4}:{IPERF3_PORT}").parse()?;
@@ -235,7 +294,7 @@ fn run() -> Result<()> {
             "bandwidth  {} {what}; limit {}",
             mbit(report.bits_per_second),
             mbit(limit)
-        ));
+        ))?;
     }
 
     let web: SocketAddr = format!("{container_ip}:8080").parse()?;
@@ -249,7 +308,7 @@ fn run() -> Result<()> {
     http_get(&topo.client, web, "/", TIMEOUT).context("HTTP once the DROP is gone")?;
     ok(&format!(
         "firewall   client -> {web} blocked while CNI-ADMIN drops it (the operator's chain comes first); flows again once removed"
-    ));
+    ))?;
 
     let unrouted = topo.container.exec("ip", &["route", "get", CLIENT_V4])?;
     ensure!(
@@ -271,23 +330,23 @@ fn run() -> Result<()> {
     ensure!(answer == b"ping", "UDP echo answered {answer:?}");
     ok(&format!(
         "sbr        the container's main table has no route to {CLIENT_V4} (`ip route get` fails),"
-    ));
+    ))?;
     ok(&format!(
         "           yet every reply above went out: `from {container_ip}` selects table {SBR_TABLE} ({})",
         squeeze(routed.lines().next().unwrap_or_default())
-    ));
+    ))?;
     ok(&format!(
         "sbr        container {container_ip} -> client {echo_addr} UDP echo answered, seen from {}",
         echo.peers()
             .first()
             .map_or_else(|| "?".into(), ToString::to_string)
-    ));
+    ))?;
 
-    section(4, "CHECK");
+    section(4, "CHECK")?;
     runtime.check(&list, &rt)?;
-    ok("every plugin verified its part of the attachment");
+    ok("every plugin verified its part of the attachment")?;
 
-    section(5, "DEL (plugins in reverse order), then what is left");
+    section(5, "DEL (plugins in reverse order), then what is left")?;
     let ifb = result["interfaces"]
         .as_array()
         .into_iter()
@@ -304,12 +363,12 @@ fn run() -> Result<()> {
     ok(&format!(
         "a second DEL succeeds too (DEL is idempotent); the first took {} ms",
         del_time.as_millis()
-    ));
+    ))?;
 
-    println!(
+    say!(
         "\ndone in {:.1} s; the namespaces are removed now",
         started.elapsed().as_secs_f64()
-    );
+    )?;
     Ok(())
 }
 
@@ -323,7 +382,7 @@ fn verify_cleanup(topo: &Topology, scratch: &Path, container_ip: &str, ifb: &str
     ensure!(ports.trim().is_empty(), "ports left on {BRIDGE}: {ports}");
     ok(&format!(
         "bridge     {IFNAME} and its host veth are gone (the bridge {BRIDGE} stays, as bridge leaves it)"
-    ));
+    ))?;
     ensure!(
         !scratch
             .join("tuning")
@@ -333,10 +392,10 @@ fn verify_cleanup(topo: &Topology, scratch: &Path, container_ip: &str, ifb: &str
     );
     ok(
         "tuning     its backup file is gone (DEL restored the originals from it before bridge deleted eth0)",
-    );
+    )?;
     let left = portmap_elements(&topo.host)?;
     ensure!(left.is_empty(), "portmap left {left:?}");
-    ok("portmap    its map elements are gone (the table stays, a long-lived skeleton)");
+    ok("portmap    its map elements are gone (the table stays, a long-lived skeleton)")?;
     // DEL retires the IFB (renamed `bwdel…`) and a detached reaper deletes it moments later.
     let deadline = Instant::now() + Duration::from_secs(5);
     while topo
@@ -352,17 +411,17 @@ fn verify_cleanup(topo: &Topology, scratch: &Path, container_ip: &str, ifb: &str
     ensure!(qdiscs.is_empty(), "bandwidth left qdiscs: {qdiscs:?}");
     ok(&format!(
         "bandwidth  the IFB {ifb} and every tbf and ingress qdisc are gone (DEL retires the IFB, its reaper deletes it)"
-    ));
+    ))?;
     let rules = firewall_rules(&topo.host, container_ip)?;
     ensure!(rules.is_empty(), "firewall left {rules:?}");
     ok(&format!(
         "firewall   no iptables rule names {container_ip} any more"
-    ));
+    ))?;
     let rules = sbr_rules(&topo.container, container_ip)?;
     ensure!(rules.is_empty(), "sbr left {rules:?}");
     ok(&format!(
         "sbr        no rule `from {container_ip}` is left in the container"
-    ));
+    ))?;
     Ok(())
 }
 
