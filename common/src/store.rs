@@ -251,23 +251,19 @@ impl StateStore {
         }
     }
 
-    /// True when `name` exists, or a temporary file of it that a writer killed before its
-    /// rename left: whether [`StateStore::remove`] has anything to do.
+    /// True when `name` exists, or `.tmp/` does (a writer killed before its rename may have
+    /// left a temporary file of `name` there, or `.tmp/` alone): whether
+    /// [`StateStore::remove`] has anything to do. `.tmp/` exists only while a write is in
+    /// flight or after one was killed, so this costs one `stat` more, whatever the number of
+    /// records.
     pub fn has_any(&self, name: &str) -> bool {
         let Ok(path) = self.path(name) else {
             return false;
         };
-        if std::fs::symlink_metadata(&path).is_ok()
-            || self
-                .temp_path(name)
-                .is_ok_and(|p| std::fs::symlink_metadata(p).is_ok())
-        {
-            return true;
-        }
-        let Ok(dir) = open_dir(&self.dir) else {
-            return false;
-        };
-        temporaries_of(&dir, name).is_ok_and(|(_, found)| !found.is_empty())
+        [path, self.dir.join(TEMP_DIR)]
+            .into_iter()
+            .chain(self.temp_path(name).ok())
+            .any(|p| std::fs::symlink_metadata(p).is_ok())
     }
 
     /// Removes `name`, and the temporary files of it that writers killed before their rename
@@ -716,9 +712,19 @@ mod tests {
         assert!(!store.remove("c1_eth0.json").unwrap());
         assert!(!mine.exists() && theirs.exists());
         assert!(!dir.path().join(".c1_eth0.json.tmp").exists());
-        assert!(!store.has_any("c1_eth0.json"));
+        assert!(
+            store.has_any("c1_eth0.json"),
+            "another name's temporary is in .tmp/"
+        );
         assert!(store.has_any("c1_eth0.json.x"));
         assert!(!store.remove("c1_eth0.json.x").unwrap());
+        assert_eq!(tree(dir.path()), Vec::<String>::new());
+        assert!(!store.has_any("c1_eth0.json"));
+        // A writer killed between making .tmp/ and its file leaves .tmp/ alone: any remove()
+        // tidies it.
+        std::fs::create_dir(&temps).unwrap();
+        assert!(store.has_any("c1_eth0.json"));
+        assert!(!store.remove("c1_eth0.json").unwrap());
         assert_eq!(tree(dir.path()), Vec::<String>::new());
         // A leftover does not stop the next write of its name.
         std::fs::create_dir(&temps).unwrap();

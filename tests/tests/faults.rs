@@ -1662,8 +1662,10 @@ fn a_held_lock_makes_add_and_del_give_up_with_code_11_and_change_nothing() -> Re
 
 /// ADD with `dir` read-only fails naming it and changes nothing; after an ADD with it
 /// writable, DEL with it read-only fails naming it (and keeps its record for the retry), and
-/// the retry with it writable leaves the state of before the ADD.
-fn read_only_state_dir(stage: &Stage, dir: &Path) -> Result<()> {
+/// the retry with it writable leaves the state of before the ADD. `del_restores`: the
+/// plugin's DEL puts back what it can identify before failing on the record (tuning's
+/// attributes and sysctls, from the readable backup).
+fn read_only_state_dir(stage: &Stage, dir: &Path, del_restores: bool) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let before = stage.warmed_up()?;
     let said = |err: &CniErrorObject| {
@@ -1703,19 +1705,91 @@ fn read_only_state_dir(stage: &Stage, dir: &Path) -> Result<()> {
                 dir.display()
             );
         }
+        if del_restores {
+            ensure!(
+                now.attributes == before.attributes,
+                "{} DEL into a read-only {} did not restore what it could: {:#?}",
+                stage.plugin,
+                dir.display(),
+                before.diff(&now)
+            );
+        }
     }
     stage.ok("DEL", true, &[])?;
     wait_idle(&stage.namespaces())?;
     stage.settles_to(&before, "DEL retried on a writable state directory")
 }
 
-/// tuning's `dataDir`: ADD cannot save the originals, so it changes nothing; DEL cannot
-/// lock or remove the backup, so it keeps it and the attributes stay until the retry.
+/// tuning's `dataDir`: ADD cannot save the originals, so it changes nothing; DEL reads the
+/// backup (locking the existing lock file read-only), restores every attribute and sysctl,
+/// and fails only on removing the backup, which the retry removes.
 #[test]
 fn read_only_data_dir_tuning() -> Result<()> {
     isolated(|| {
         let stage = tuning_stage("frotun")?;
-        read_only_state_dir(&stage, &stage.data_dir())
+        read_only_state_dir(&stage, &stage.data_dir(), true)
+    })
+}
+
+/// tuning's `dataDir` full (a small tmpfs, filled up) and without a lock file (as after the Go
+/// plugin's ADD, which takes none): DEL cannot create the lock, and still restores everything
+/// and removes the backup (removing needs no space).
+#[test]
+fn full_data_dir_tuning_del_restores_and_removes_the_backup() -> Result<()> {
+    isolated(|| {
+        let stage = tuning_stage("ffultun")?;
+        let dir = stage.data_dir();
+        std::fs::create_dir_all(&dir)?;
+        mount(
+            Some("tmpfs"),
+            &dir,
+            Some("tmpfs"),
+            MsFlags::empty(),
+            // Four inodes: the directory, the lock, `.tmp/` and the temporary file of ADD's write.
+            Some("size=256k,nr_inodes=4,mode=0755"),
+        )
+        .context("a small tmpfs on the data dir")?;
+        let result = (|| {
+            let before = stage.warmed_up()?;
+            stage.ok("ADD", true, &[])?;
+            std::fs::remove_file(dir.join(".lock"))?;
+            // Fill it: a file as large as the space left, then files until no inode is left.
+            let mut filler = std::fs::File::create(dir.join("filler"))?;
+            let chunk = vec![0_u8; 4096];
+            let full = loop {
+                match std::io::Write::write_all(&mut filler, &chunk) {
+                    Ok(()) => {}
+                    Err(e) => break e,
+                }
+            };
+            ensure!(full.raw_os_error() == Some(libc::ENOSPC), "{full}");
+            drop(filler);
+            let mut fillers = vec!["filler".to_string()];
+            let full = loop {
+                let name = format!("filler-{}", fillers.len());
+                match std::fs::File::create(dir.join(&name)) {
+                    Ok(_) => fillers.push(name),
+                    Err(e) => break e,
+                }
+            };
+            ensure!(full.raw_os_error() == Some(libc::ENOSPC), "{full}");
+            stage.ok("DEL", true, &[])?;
+            let now = stage.state()?;
+            ensure!(
+                now.attributes == before.attributes,
+                "DEL into a full data dir did not restore: {:#?}",
+                before.diff(&now)
+            );
+            let mut left: Vec<String> = std::fs::read_dir(&dir)?
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            left.sort();
+            ensure!(left == fillers, "left in the data dir: {left:?}");
+            Ok(())
+        })();
+        let _ = umount2(&dir, MntFlags::MNT_DETACH);
+        result
     })
 }
 
@@ -1724,7 +1798,7 @@ fn read_only_state_dir_portmap_both_backends() -> Result<()> {
     isolated(|| {
         for backend in ["nftables", "iptables"] {
             let stage = Stage::new("fropm", "portmap", portmap_keys(backend))?;
-            read_only_state_dir(&stage, Path::new(PORTMAP_RUN))
+            read_only_state_dir(&stage, Path::new(PORTMAP_RUN), false)
                 .with_context(|| format!("backend {backend}"))?;
         }
         Ok(())
@@ -1737,7 +1811,7 @@ fn read_only_state_dir_firewall_both_backends() -> Result<()> {
     isolated(|| {
         for backend in ["nftables", "iptables"] {
             let stage = Stage::new("frofw", "firewall", firewall_keys(backend))?;
-            read_only_state_dir(&stage, Path::new(FIREWALL_RUN))
+            read_only_state_dir(&stage, Path::new(FIREWALL_RUN), false)
                 .with_context(|| format!("backend {backend}"))?;
         }
         Ok(())

@@ -269,6 +269,17 @@ impl Alone {
 
     /// As [`Alone::exec`], with the configuration's text as given (duplicate keys and all).
     fn exec_text(&self, command: &str, container_id: &str, conf: &str) -> Result<PluginOutput> {
+        self.exec_binary("tuning", command, container_id, conf)
+    }
+
+    /// As [`Alone::exec_text`], with `binary` (a name in the runtime's path, or a path).
+    fn exec_binary(
+        &self,
+        binary: &str,
+        command: &str,
+        container_id: &str,
+        conf: &str,
+    ) -> Result<PluginOutput> {
         let netns = self
             .container
             .path()
@@ -276,12 +287,14 @@ impl Alone {
             .unwrap_or_default()
             .to_owned();
         self.runtime.exec_plugin(
-            "tuning",
+            binary,
             Some(command),
             &[
                 ("CNI_CONTAINERID", container_id),
                 ("CNI_NETNS", &netns),
                 ("CNI_IFNAME", IFNAME),
+                // Required by the Go skel.
+                ("CNI_PATH", "/usr/lib/cni"),
             ],
             conf.as_bytes(),
         )
@@ -554,5 +567,71 @@ fn duplicate_sysctl_keys_fail_add_and_check_before_any_change() -> Result<()> {
     );
     let out = stage.exec_text("DEL", "dup-1", &dup)?;
     ensure!(out.status.success(), "DEL: {out:?}");
+    Ok(())
+}
+
+/// Whether a Go `tuning` binary knows `txQLen` (v1.4.0 and later): its ADD, on an interface
+/// of a namespace of its own, changes the queue length or not. (Debian's binary prints no
+/// version of its own.)
+fn go_knows_txqlen(go: &str) -> Result<bool> {
+    let stage = Alone::new("tunegoprobe")?;
+    let conf = stage.conf("1.0.0", json!({"txQLen": 7}));
+    let out = stage.exec_binary(go, "ADD", "probe-1", &conf.to_string())?;
+    ensure!(out.status.success(), "Go ADD with txQLen: {out:?}");
+    Ok(link(&stage.container, IFNAME)?["txqlen"] == 7)
+}
+
+/// Issue 22 item 13: what the Go DEL restores from our backup file (the README's claim). Go
+/// reads the keys it knows: HEAD restores every link attribute ours sets, Debian's 1.1.1
+/// predates `txQLen` (v1.4.0) and leaves the queue length changed; no Go version restores
+/// sysctls. Either way it removes the file.
+#[test]
+fn the_go_del_restores_from_our_file_the_link_attributes_it_knows() -> Result<()> {
+    let stage = Alone::new("tunegodel")?;
+    let go = tests::bins::reference_binary("tuning")?;
+    let go = go.to_str().context("path")?;
+    let knows_txqlen = go_knows_txqlen(go)?;
+    let before = link(&stage.container, IFNAME)?;
+    let conf = stage.conf(
+        "1.0.0",
+        json!({"mac": "02:aa:bb:cc:dd:01", "mtu": 1400, "promisc": true, "allmulti": true,
+               "txQLen": 500, "sysctl": {"net.ipv4.conf.IFNAME.arp_ignore": "1"}}),
+    );
+    let out = stage.exec("ADD", "godel-1", &conf)?;
+    ensure!(out.status.success(), "our ADD: {out:?}");
+    let changed = link(&stage.container, IFNAME)?;
+    ensure!(
+        changed["txqlen"] == 500 && changed["mtu"] == 1400,
+        "{changed}"
+    );
+    let out = stage.exec_binary(go, "DEL", "godel-1", &conf.to_string())?;
+    ensure!(out.status.success(), "Go DEL: {out:?}");
+    let after = link(&stage.container, IFNAME)?;
+    for key in ["address", "mtu"] {
+        ensure!(after[key] == before[key], "{key}: {after} vs {before}");
+    }
+    for f in ["PROMISC", "ALLMULTI"] {
+        ensure!(
+            flag(&after, f) == flag(&before, f),
+            "{f}: {after} vs {before}"
+        );
+    }
+    let want_txqlen = if knows_txqlen {
+        &before["txqlen"]
+    } else {
+        &json!(500)
+    };
+    ensure!(
+        after["txqlen"] == *want_txqlen,
+        "txqlen {} (Go knows txQLen: {knows_txqlen})",
+        after["txqlen"]
+    );
+    ensure!(stage.container.sysctl("net.ipv4.conf.eth0.arp_ignore")? == "1");
+    ensure!(
+        !stage
+            .data_dir()
+            .join(format!("godel-1_{IFNAME}.json"))
+            .exists()
+    );
     Ok(())
 }

@@ -269,33 +269,34 @@ pub enum Restored {
 
 /// DEL: restores the backup file of the attachment inside `ns` (`None` when the netns is gone)
 /// and removes the file once everything is back. Missing file, netns or interface all count as
-/// done.
+/// done. A data dir that cannot be written (read-only, full) does not stop the restore: DEL
+/// then fails only on removing the file, which a retry removes.
 ///
 /// # Errors
 /// [`TuningError::Restore`] listing what could not be put back (the file is kept for a retry),
-/// and lock or file failures.
+/// [`TuningError::Backup`] when the file cannot be read or removed, and lock failures.
 pub fn del(
     ns: Option<&NetNs>,
     who: Attachment<'_>,
     store: &BackupStore,
 ) -> Result<Restored, TuningError> {
-    let path = store.name(who.container_id, who.ifname);
-    if !store.has_any(&path) {
+    let name = store.name(who.container_id, who.ifname);
+    if !store.has_any(&name) {
         return Ok(Restored::NothingSaved);
     }
-    let _lock = store.lock()?;
-    let backup = match store.read(&path) {
+    let _lock = store.lock_for_del()?;
+    let backup = match store.read(&name) {
         Ok(Some(b)) => b,
         Ok(None) => {
             // Only the temporary file of an ADD killed before its rename: that ADD had
             // changed nothing yet.
-            store.remove(&path)?;
+            store.remove(&name)?;
             return Ok(Restored::NothingSaved);
         }
         Err(e @ TuningError::BackupCorrupt { .. }) => {
             // Nothing in it can be restored; keeping it would only leak it.
             log::warn!("removing {e}");
-            store.remove(&path)?;
+            store.remove(&name)?;
             return Ok(Restored::Done);
         }
         Err(e) => return Err(e),
@@ -312,7 +313,7 @@ pub fn del(
             errors: failures,
         });
     }
-    store.remove(&path)?;
+    store.remove(&name)?;
     Ok(Restored::Done)
 }
 

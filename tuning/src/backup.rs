@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use common::lock::{DEFAULT_WAIT, FileLock};
+use common::lock::{DEFAULT_WAIT, FileLock, LockError};
 use common::store::{StateStore, StoreError};
 use serde::{Deserialize, Serialize};
 
@@ -148,6 +148,36 @@ impl BackupStore {
     /// [`TuningError::Lock`] when it cannot be created or stays contended.
     pub fn lock(&self) -> Result<FileLock, TuningError> {
         Ok(FileLock::acquire(self.dir().join(LOCK_FILE), DEFAULT_WAIT)?)
+    }
+
+    /// The lock for a DEL: as [`BackupStore::lock`], but a data dir nothing can be written to
+    /// (read-only, full) does not stop it. The existing lock file is then locked through a
+    /// read-only descriptor (`flock` needs no write access); without one, no writer can change a
+    /// backup there either, and DEL goes on unlocked. DEL restores from what it can read and
+    /// fails only on removing the file.
+    ///
+    /// # Errors
+    /// [`TuningError::Lock`] when it stays contended or fails otherwise.
+    pub fn lock_for_del(&self) -> Result<Option<FileLock>, TuningError> {
+        let path = self.dir().join(LOCK_FILE);
+        match FileLock::acquire(&path, DEFAULT_WAIT) {
+            Ok(lock) => Ok(Some(lock)),
+            Err(LockError::Open { source, .. })
+                if matches!(
+                    source.raw_os_error(),
+                    Some(libc::EROFS | libc::ENOSPC | libc::EDQUOT)
+                ) =>
+            {
+                match std::fs::File::open(&path) {
+                    Ok(file) => Ok(Some(FileLock::acquire_file(file, path, DEFAULT_WAIT)?)),
+                    Err(e) => {
+                        log::info!("DEL without the data dir's lock {}: {e}", path.display());
+                        Ok(None)
+                    }
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Reads a backup file; `Ok(None)` when it does not exist.
