@@ -146,6 +146,26 @@ impl Serialize for ErrorObject<'_> {
     }
 }
 
+impl CniError {
+    /// This error — `msg` our account, `details` its causes — worded as the reference words
+    /// the same condition: `msg` becomes `reference`, and ours moves to `details`. `None`, a
+    /// condition only we refuse, leaves it as it is.
+    #[must_use]
+    pub fn reworded_as(self, reference: Option<String>) -> CniError {
+        match reference {
+            Some(msg) if msg != self.msg => {
+                let details = if self.details.is_empty() {
+                    self.msg
+                } else {
+                    format!("{}: {}", self.msg, self.details)
+                };
+                CniError::new(self.code, msg).with_details(details)
+            }
+            _ => self,
+        }
+    }
+}
+
 /// The lead of the shared configuration decoder's messages (code 6).
 pub const DECODE_LEAD: &str = "failed to decode network configuration";
 
@@ -307,6 +327,20 @@ mod tests {
         }
         assert_eq!(go_errno(&std::io::Error::other("custom")), "custom");
         assert_eq!(go_quote("a \"b\"\\c\n"), r#""a \"b\"\\c\n""#);
+    }
+
+    #[test]
+    fn a_reference_wording_takes_msg_and_ours_moves_to_details() {
+        let ours = CniError::internal("ours").with_details("cause");
+        let e = ours.clone().reworded_as(Some("theirs".into()));
+        assert_eq!(
+            (e.code, e.msg.as_str(), e.details.as_str()),
+            (ErrorCode::Internal, "theirs", "ours: cause")
+        );
+        let e = CniError::internal("ours").reworded_as(Some("theirs".into()));
+        assert_eq!(e.details, "ours");
+        assert_eq!(ours.clone().reworded_as(None), ours);
+        assert_eq!(ours.clone().reworded_as(Some("ours".into())), ours);
     }
 
     #[test]

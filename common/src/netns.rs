@@ -123,18 +123,7 @@ impl From<NetnsError> for CniError {
             NetnsError::Thread { .. } | NetnsError::Create { .. } => ErrorCode::Internal,
             _ => ErrorCode::InvalidNetns,
         };
-        let ours = CniError::from_error(code, &err);
-        match err.reference_msg() {
-            Some(msg) => {
-                let details = if ours.details.is_empty() {
-                    ours.msg
-                } else {
-                    format!("{}: {}", ours.msg, ours.details)
-                };
-                CniError::new(code, msg).with_details(details)
-            }
-            None => ours,
-        }
+        CniError::from_error(code, &err).reworded_as(err.reference_msg())
     }
 }
 

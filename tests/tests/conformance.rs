@@ -100,6 +100,14 @@ impl Bench {
         })
     }
 
+    /// The same bench, each plugin run bounded by `timeout`.
+    fn with_timeout(self, timeout: std::time::Duration) -> Bench {
+        Bench {
+            runtime: self.runtime.with_timeout(timeout),
+            ..self
+        }
+    }
+
     /// A minimal config of `subject` in `version`.
     fn conf(&self, subject: &Subject, version: &str) -> Value {
         let mut conf = (subject.keys)(self.scratch.path());
@@ -577,11 +585,7 @@ fn every_verb_finishes_at_every_log_level() {
             container,
             client: _client,
         } = Topology::new("conflog")?;
-        let bench = Bench::with_host(host)?;
-        let bench = Bench {
-            runtime: bench.runtime.with_timeout(NO_HANG_DEADLINE),
-            ..bench
-        };
+        let bench = Bench::with_host(host)?.with_timeout(NO_HANG_DEADLINE);
         let rt = RuntimeConf::new("conformance-log", container.path(), "eth0");
         let main_only = NetworkConfigList::new(
             "conformance",
@@ -625,11 +629,7 @@ fn every_verb_finishes_at_every_log_level() {
 #[test]
 fn a_fifo_as_cni_netns_hangs_no_verb() {
     for_each_subject(|s| {
-        let bench = Bench::new()?;
-        let bench = Bench {
-            runtime: bench.runtime.with_timeout(NO_HANG_DEADLINE),
-            ..bench
-        };
+        let bench = Bench::new()?.with_timeout(NO_HANG_DEADLINE);
         let fifo = bench.scratch.path().join("netns-fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
         let fifo = fifo.to_str().context("fifo path")?.to_owned();

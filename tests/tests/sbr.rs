@@ -351,6 +351,20 @@ fn source_hints_keep_the_subnet_route_in_main() -> Result<()> {
 fn bad_keys_are_code_7_with_the_references_message() -> Result<()> {
     let host = TestNetns::new("sbrbad")?;
     let rt = Runtime::new(&host)?;
+    let add = |conf: &Value| -> Result<tests::CniErrorObject> {
+        let out = rt.exec_plugin(
+            "sbr",
+            Some("ADD"),
+            &[
+                ("CNI_CONTAINERID", "bad"),
+                ("CNI_NETNS", host.path().to_str().context("path")?),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_NETNS_OVERRIDE", "1"),
+            ],
+            &serde_json::to_vec(conf)?,
+        )?;
+        out.error().context("ADD should fail")
+    };
     for (keys, want) in [
         (json!({ "table": 254 }), "table: invalid routing table 254"),
         (
@@ -371,18 +385,7 @@ fn bad_keys_are_code_7_with_the_references_message() -> Result<()> {
         conf["name"] = json!("bad");
         conf["type"] = json!("sbr");
         conf["prevResult"] = json!({"cniVersion": VERSION, "ips": [{"address": "10.0.0.2/24"}]});
-        let out = rt.exec_plugin(
-            "sbr",
-            Some("ADD"),
-            &[
-                ("CNI_CONTAINERID", "bad"),
-                ("CNI_NETNS", host.path().to_str().context("path")?),
-                ("CNI_IFNAME", "eth0"),
-                ("CNI_NETNS_OVERRIDE", "1"),
-            ],
-            &serde_json::to_vec(&conf)?,
-        )?;
-        let error = out.error().context("ADD should fail")?;
+        let error = add(&conf)?;
         assert_eq!(error.code, 7, "{error:?}");
         assert!(error.msg.starts_with(want), "{error:?}");
     }
@@ -398,18 +401,7 @@ fn bad_keys_are_code_7_with_the_references_message() -> Result<()> {
         if let Some(prev) = prev {
             conf["prevResult"] = prev;
         }
-        let out = rt.exec_plugin(
-            "sbr",
-            Some("ADD"),
-            &[
-                ("CNI_CONTAINERID", "bad"),
-                ("CNI_NETNS", host.path().to_str().context("path")?),
-                ("CNI_IFNAME", "eth0"),
-                ("CNI_NETNS_OVERRIDE", "1"),
-            ],
-            &serde_json::to_vec(&conf)?,
-        )?;
-        let error = out.error().context("ADD should fail")?;
+        let error = add(&conf)?;
         assert_eq!((error.code, error.msg.as_str()), (7, want), "{error:?}");
     }
     Ok(())

@@ -351,18 +351,7 @@ impl From<TuningError> for CniError {
             | TuningError::Restore { .. }
             | TuningError::RollbackFailed { .. } => ErrorCode::Internal,
         };
-        let ours = CniError::from_error(code, &err);
-        match err.reference_msg() {
-            Some(msg) if msg != ours.msg => {
-                let details = if ours.details.is_empty() {
-                    ours.msg
-                } else {
-                    format!("{}: {}", ours.msg, ours.details)
-                };
-                CniError::new(code, msg).with_details(details)
-            }
-            _ => ours,
-        }
+        CniError::from_error(code, &err).reworded_as(err.reference_msg())
     }
 }
 
