@@ -234,138 +234,168 @@ impl Config {
 /// The first key the top-level `sysctl` object names twice, as the reference refuses them
 /// before anything else on ADD and CHECK (`duplicated sysctl keys are not allowed`). Keys compare
 /// byte for byte after JSON unescaping, as Go's do; only the top-level object counts (every
-/// top-level key that folds to `sysctl`, into one set, as Go decodes them all into one map),
-/// never `args.cni.sysctl`.
+/// top-level key naming the field, matched as Go matches it, into one set, as Go decodes them
+/// all into one map), never `args.cni.sysctl`.
 ///
 /// `raw` is the configuration's text: a decoded configuration has merged duplicates already
-/// (the later one wins, Go's rule for every other key). It is scanned with serde's visitors,
-/// which look at the top level's keys and skip every value but `sysctl`'s without building it,
-/// so the cost is one pass over the text and a set of that one object's keys. Anything this
-/// scan cannot read (not JSON, nesting deeper than serde_json's 128 levels before the `sysctl`
-/// key, a `sysctl` that is not an object) is left to the configuration's decoder to report.
+/// (the later one wins, Go's rule for every other key). The scan reads the top level's keys
+/// and skips every other value without building it and without recursion (nesting has no
+/// limit here), so it costs one pass over the text and a set of that one object's keys. Text
+/// that is not a JSON object (which the skel has refused already) finds nothing.
 pub fn duplicate_sysctl_key(raw: &[u8]) -> Option<String> {
-    use serde::Deserializer as _;
-    let mut found = None;
-    let mut de = serde_json::Deserializer::from_slice(raw);
-    // The visitor stops at the first duplicate with an error of its own; `found` tells it
-    // apart from a failure to read.
-    let _ = de.deserialize_map(TopLevel { found: &mut found });
-    found
+    let mut scan = Scan { text: raw, at: 0 };
+    scan.expect(b'{')?;
+    let mut seen = std::collections::HashSet::new();
+    loop {
+        match scan.next_token()? {
+            b'}' => return None,
+            b',' => scan.at += 1,
+            b'"' => {
+                let key = scan.string()?;
+                scan.expect(b':')?;
+                if names_sysctl(key) && scan.next_token()? == b'{' {
+                    if let Some(dup) = scan.object_keys(&mut seen)? {
+                        return Some(dup);
+                    }
+                } else {
+                    scan.skip_value()?;
+                }
+            }
+            _ => return None,
+        }
+    }
 }
 
-/// The top-level object: every key folding to `sysctl` goes to [`SysctlKeys`], the rest is
-/// skipped.
-struct TopLevel<'a> {
-    found: &'a mut Option<String>,
+/// A cursor over JSON text the skel has checked already; every step returns `None` at the
+/// end of the text.
+struct Scan<'a> {
+    text: &'a [u8],
+    at: usize,
 }
 
-impl<'de> serde::de::Visitor<'de> for TopLevel<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a network configuration object")
+impl<'a> Scan<'a> {
+    /// The next byte that is not whitespace, not consumed.
+    fn next_token(&mut self) -> Option<u8> {
+        while let Some(&b) = self.text.get(self.at) {
+            if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+                return Some(b);
+            }
+            self.at += 1;
+        }
+        None
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut seen = std::collections::HashSet::new();
-        while let Some(is_sysctl) = map.next_key_seed(IsSysctl)? {
-            if is_sysctl {
-                map.next_value_seed(SysctlKeys {
-                    seen: &mut seen,
-                    found: &mut *self.found,
-                })?;
-            } else {
-                map.next_value::<serde::de::IgnoredAny>()?;
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        (self.next_token()? == byte).then(|| self.at += 1)
+    }
+
+    /// The string at the cursor (which is on its opening quote), quotes included, consumed.
+    fn string(&mut self) -> Option<&'a [u8]> {
+        let start = self.at;
+        self.at += 1;
+        loop {
+            match *self.text.get(self.at)? {
+                b'"' => {
+                    self.at += 1;
+                    return self.text.get(start..self.at);
+                }
+                b'\\' => self.at += 2,
+                _ => self.at += 1,
             }
         }
-        Ok(())
-    }
-}
-
-/// A top-level key: whether it names the `sysctl` field (ASCII case folded, as Go matches).
-struct IsSysctl;
-
-impl<'de> serde::de::DeserializeSeed<'de> for IsSysctl {
-    type Value = bool;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<bool, D::Error> {
-        de.deserialize_str(self)
-    }
-}
-
-impl serde::de::Visitor<'_> for IsSysctl {
-    type Value = bool;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a key")
     }
 
-    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<bool, E> {
-        Ok(key.eq_ignore_ascii_case("sysctl"))
-    }
-}
-
-/// The keys of a `sysctl` object, into `seen`; the first one already there stops the scan.
-struct SysctlKeys<'a> {
-    seen: &'a mut std::collections::HashSet<String>,
-    found: &'a mut Option<String>,
-}
-
-impl<'de> serde::de::DeserializeSeed<'de> for SysctlKeys<'_> {
-    type Value = ();
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
-        de.deserialize_any(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for SysctlKeys<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the sysctl object")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<String>()? {
-            map.next_value::<serde::de::IgnoredAny>()?;
-            if let Some(key) = self.seen.replace(key) {
-                *self.found = Some(key);
-                return Err(serde::de::Error::custom("duplicated sysctl key"));
+    /// Skips the value at the cursor, counting brackets instead of recursing.
+    fn skip_value(&mut self) -> Option<()> {
+        match self.next_token()? {
+            b'"' => self.string().map(drop),
+            b'{' | b'[' => {
+                let mut depth = 0_usize;
+                loop {
+                    match *self.text.get(self.at)? {
+                        b'"' => {
+                            self.string()?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                self.at += 1;
+                                return Some(());
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.at += 1;
+                }
+            }
+            _ => {
+                while !matches!(
+                    *self.text.get(self.at)?,
+                    b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'
+                ) {
+                    self.at += 1;
+                }
+                Some(())
             }
         }
-        Ok(())
     }
 
-    // `null` and values of the wrong type: not this check's business.
-    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
-        Ok(())
+    /// The keys of the object at the cursor into `seen`; the first one already there.
+    fn object_keys(
+        &mut self,
+        seen: &mut std::collections::HashSet<String>,
+    ) -> Option<Option<String>> {
+        self.expect(b'{')?;
+        loop {
+            match self.next_token()? {
+                b'}' => {
+                    self.at += 1;
+                    return Some(None);
+                }
+                b',' => self.at += 1,
+                b'"' => {
+                    let key = unescape(self.string()?);
+                    self.expect(b':')?;
+                    self.skip_value()?;
+                    if let Some(dup) = seen.replace(key) {
+                        return Some(Some(dup));
+                    }
+                }
+                _ => return None,
+            }
+        }
     }
+}
 
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
-        Ok(())
+/// A JSON string (quotes included) as text; what does not decode (a lone surrogate) is taken
+/// as its bytes, lossily.
+fn unescape(quoted: &[u8]) -> String {
+    if !quoted.contains(&b'\\') {
+        let inner = quoted
+            .get(1..quoted.len().saturating_sub(1))
+            .unwrap_or_default();
+        return String::from_utf8_lossy(inner).into_owned();
     }
+    serde_json::from_slice(quoted).unwrap_or_else(|_| String::from_utf8_lossy(quoted).into_owned())
+}
 
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
-        Ok(())
+/// Whether a top-level key names the `sysctl` field, as Go matches keys to fields: ASCII case
+/// folded, `ſ` (U+017F) for `s` and `K` (U+212A) for `k`.
+fn names_sysctl(quoted: &[u8]) -> bool {
+    let inner = quoted
+        .get(1..quoted.len().saturating_sub(1))
+        .unwrap_or_default();
+    if !quoted.contains(&b'\\') && inner.is_ascii() {
+        return inner.eq_ignore_ascii_case(b"sysctl");
     }
-
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-        Ok(())
-    }
+    let fold = |c: char| match c {
+        '\u{17f}' => 's',
+        '\u{212a}' => 'k',
+        c => c.to_ascii_lowercase(),
+    };
+    unescape(quoted).chars().map(fold).eq("sysctl".chars())
 }
 
 /// The `args.cni` value when there is one, else the config's, with the key it came from.
@@ -645,6 +675,44 @@ mod tests {
             (r#"{"sysctl": {"a": 1, "a": {"deep": [1]}}"#, Some("a")),
             ("not json", None),
         ];
+        let more: [(&str, Option<&str>); 6] = [
+            // Values of every kind are skipped, brackets and quotes inside strings too.
+            (
+                r#" { "x" : "}{\"[" , "n": -1.5e3, "t": true, "sysctl" : { "a" : "]" , "a":"2" } } "#,
+                Some("a"),
+            ),
+            // Go's folding of field names: the long s and the Kelvin sign.
+            (
+                "{\"\u{17f}ysctl\": {\"a\": \"1\", \"a\": \"2\"}}",
+                Some("a"),
+            ),
+            (r#"{"sy\u0073ctl": {"a": "1", "a": "2"}}"#, Some("a")),
+            (r#"{"sysctls": {"a": "1", "a": "2"}}"#, None),
+            // Escaped keys compare unescaped; a key that does not decode, lossily.
+            (
+                r#"{"sysctl": {"\ud800": "1", "\ud800": "2"}}"#,
+                Some("\"\\ud800\""),
+            ),
+            (
+                "{\"sysctl\": {\"\u{e9}\": \"1\", \"e\u{301}\": \"2\"}}",
+                None,
+            ),
+        ];
+        for (text, want) in cases.into_iter().chain(more) {
+            assert_eq!(
+                duplicate_sysctl_key(text.as_bytes()).as_deref(),
+                want,
+                "{text}"
+            );
+        }
+        // Nesting as deep as Go accepts (10 000 levels) before the key is skipped, not
+        // recursed into.
+        let deep = format!(
+            r#"{{"x": {}1{}, "sysctl": {{"k": "1", "k": "2"}}}}"#,
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
+        assert_eq!(duplicate_sysctl_key(deep.as_bytes()).as_deref(), Some("k"));
         for (text, want) in cases {
             assert_eq!(
                 duplicate_sysctl_key(text.as_bytes()).as_deref(),
