@@ -669,3 +669,61 @@ fn a_fifo_as_cni_netns_hangs_no_verb() {
         Ok(())
     });
 }
+
+/// Issue 22 item 9: after an ADD, a DEL whose `CNI_NETNS` opens but names no network namespace
+/// (a file of `/proc`, another kind of namespace, a path through a regular file) succeeds —
+/// there is nothing of the attachment in it — where sbr's failed with code 8.
+#[test]
+fn del_succeeds_when_cni_netns_names_no_network_namespace() {
+    for_each_subject(|s| {
+        let Topology {
+            host,
+            container,
+            client: _client,
+        } = Topology::new("confnotns")?;
+        let bench = Bench::with_host(host)?;
+        let rt = RuntimeConf::new("conformance-notns", container.path(), "eth0");
+        let main_only = NetworkConfigList::new(
+            "conformance",
+            MAIN_PLUGIN_VERSION,
+            vec![chain(&bench, s, MAIN_PLUGIN_VERSION).plugins[0].clone()],
+        );
+        let prev = bench.runtime.add(&main_only, &rt)?;
+        let mut conf = bench.conf(s, "1.1.0");
+        conf["prevResult"] = prev;
+        let stdin = conf.to_string();
+        let netns = container.path().to_str().unwrap_or_default().to_owned();
+        let env = |netns: &str| {
+            [
+                ("CNI_CONTAINERID", "conformance-notns".to_owned()),
+                ("CNI_NETNS", netns.to_owned()),
+                ("CNI_IFNAME", "eth0".to_owned()),
+            ]
+        };
+        let run = |verb: &str, netns: &str| {
+            let env = env(netns);
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            bench.exec(s, Some(verb), &env, stdin.as_bytes())
+        };
+        let out = run("ADD", &netns)?;
+        ensure!(out.status.success(), "ADD: {out:?}");
+        let file = bench.scratch.path().join("a-file");
+        std::fs::write(&file, "")?;
+        let through_file = format!("{}/", file.display());
+        for path in [
+            "/proc/self/status",
+            "/proc/self/ns/uts",
+            through_file.as_str(),
+        ] {
+            let out = run("DEL", path)?;
+            ensure!(
+                out.status.success() && out.stdout.is_empty(),
+                "DEL with CNI_NETNS={path}: {out:?}"
+            );
+        }
+        let out = run("DEL", &netns)?;
+        ensure!(out.status.success(), "DEL: {out:?}");
+        bench.runtime.del(&main_only, &rt)?;
+        Ok(())
+    });
+}
