@@ -574,19 +574,26 @@ const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"]
 /// the runtime's default.
 const NO_HANG_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// Issue 22 item 15: every verb of every plugin finishes at every log level. The skel held the
-/// stdout and stderr locks for the whole call, so a thread logging while the main thread waited
-/// for it (bandwidth's STATUS probe at `debug`) hung the plugin forever.
-#[test]
-fn every_verb_finishes_at_every_log_level() {
-    for_each_subject(|s| {
+/// A subject alone on a container Debian's Go `bridge` attached, with the bridge's result as
+/// its prevResult, in 1.1.0 (`cni.dev/valid-attachments` lists the attachment, for GC).
+struct Attached {
+    bench: Bench,
+    container: TestNetns,
+    _client: TestNetns,
+    rt: RuntimeConf,
+    main_only: NetworkConfigList,
+    stdin: String,
+}
+
+impl Attached {
+    fn new(s: &Subject, prefix: &str) -> Result<Attached> {
         let Topology {
             host,
             container,
-            client: _client,
-        } = Topology::new("conflog")?;
+            client,
+        } = Topology::new(prefix)?;
         let bench = Bench::with_host(host)?.with_timeout(NO_HANG_DEADLINE);
-        let rt = RuntimeConf::new("conformance-log", container.path(), "eth0");
+        let rt = RuntimeConf::new(ATTACHED_ID, container.path(), "eth0");
         let main_only = NetworkConfigList::new(
             "conformance",
             MAIN_PLUGIN_VERSION,
@@ -595,21 +602,65 @@ fn every_verb_finishes_at_every_log_level() {
         let prev = bench.runtime.add(&main_only, &rt)?;
         let mut conf = bench.conf(s, "1.1.0");
         conf["prevResult"] = prev;
-        conf["cni.dev/valid-attachments"] =
-            json!([{"containerID": "conformance-log", "ifname": "eth0"}]);
-        let stdin = conf.to_string();
-        let netns = container.path().to_str().unwrap_or_default().to_owned();
+        conf["cni.dev/valid-attachments"] = json!([{"containerID": ATTACHED_ID, "ifname": "eth0"}]);
+        Ok(Attached {
+            bench,
+            container,
+            _client: client,
+            rt,
+            main_only,
+            stdin: conf.to_string(),
+        })
+    }
+
+    fn netns(&self) -> String {
+        self.container
+            .path()
+            .to_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Runs `verb` of `s` with `CNI_NETNS` = `netns` and `extra` environment.
+    fn exec(
+        &self,
+        s: &Subject,
+        verb: &str,
+        netns: &str,
+        extra: &[(&str, &str)],
+    ) -> Result<PluginOutput> {
+        let mut env = vec![
+            ("CNI_CONTAINERID", ATTACHED_ID),
+            ("CNI_NETNS", netns),
+            ("CNI_IFNAME", "eth0"),
+        ];
+        env.extend_from_slice(extra);
+        self.bench
+            .exec(s, Some(verb), &env, self.stdin.as_bytes())
+            .with_context(|| format!("{verb} with CNI_NETNS={netns} {extra:?}"))
+    }
+
+    /// Detaches the bridge.
+    fn detach(self) -> Result<()> {
+        self.bench.runtime.del(&self.main_only, &self.rt)?;
+        Ok(())
+    }
+}
+
+/// The container ID of an [`Attached`].
+const ATTACHED_ID: &str = "conformance-att";
+
+/// Issue 22 item 15: every verb of every plugin finishes at every log level. The skel held the
+/// stdout and stderr locks for the whole call, so a thread logging while the main thread waited
+/// for it (bandwidth's STATUS probe at `debug`) hung the plugin forever.
+#[test]
+fn every_verb_finishes_at_every_log_level() {
+    for_each_subject(|s| {
+        let att = Attached::new(s, "conflog")?;
+        let netns = att.netns();
         for level in LOG_LEVELS {
             for verb in ["ADD", "CHECK", "GC", "STATUS", "VERSION", "DEL"] {
-                let env = [
-                    ("CNI_CONTAINERID", "conformance-log"),
-                    ("CNI_NETNS", netns.as_str()),
-                    ("CNI_IFNAME", "eth0"),
-                    ("CNI_LOG_LEVEL", level),
-                ];
-                let out = bench
-                    .exec(s, Some(verb), &env, stdin.as_bytes())
-                    .with_context(|| format!("{verb} at {level}"))?;
+                let out = att.exec(s, verb, &netns, &[("CNI_LOG_LEVEL", level)])?;
                 ensure!(out.status.success(), "{verb} at {level}: {out:?}");
                 if matches!(verb, "ADD" | "VERSION") {
                     one_document(&out).with_context(|| format!("{verb} at {level}"))?;
@@ -618,8 +669,7 @@ fn every_verb_finishes_at_every_log_level() {
                 }
             }
         }
-        bench.runtime.del(&main_only, &rt)?;
-        Ok(())
+        att.detach()
     });
 }
 
@@ -676,38 +726,11 @@ fn a_fifo_as_cni_netns_hangs_no_verb() {
 #[test]
 fn del_succeeds_when_cni_netns_names_no_network_namespace() {
     for_each_subject(|s| {
-        let Topology {
-            host,
-            container,
-            client: _client,
-        } = Topology::new("confnotns")?;
-        let bench = Bench::with_host(host)?;
-        let rt = RuntimeConf::new("conformance-notns", container.path(), "eth0");
-        let main_only = NetworkConfigList::new(
-            "conformance",
-            MAIN_PLUGIN_VERSION,
-            vec![chain(&bench, s, MAIN_PLUGIN_VERSION).plugins[0].clone()],
-        );
-        let prev = bench.runtime.add(&main_only, &rt)?;
-        let mut conf = bench.conf(s, "1.1.0");
-        conf["prevResult"] = prev;
-        let stdin = conf.to_string();
-        let netns = container.path().to_str().unwrap_or_default().to_owned();
-        let env = |netns: &str| {
-            [
-                ("CNI_CONTAINERID", "conformance-notns".to_owned()),
-                ("CNI_NETNS", netns.to_owned()),
-                ("CNI_IFNAME", "eth0".to_owned()),
-            ]
-        };
-        let run = |verb: &str, netns: &str| {
-            let env = env(netns);
-            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            bench.exec(s, Some(verb), &env, stdin.as_bytes())
-        };
-        let out = run("ADD", &netns)?;
+        let att = Attached::new(s, "confnotns")?;
+        let netns = att.netns();
+        let out = att.exec(s, "ADD", &netns, &[])?;
         ensure!(out.status.success(), "ADD: {out:?}");
-        let file = bench.scratch.path().join("a-file");
+        let file = att.bench.scratch.path().join("a-file");
         std::fs::write(&file, "")?;
         let through_file = format!("{}/", file.display());
         for path in [
@@ -715,15 +738,14 @@ fn del_succeeds_when_cni_netns_names_no_network_namespace() {
             "/proc/self/ns/uts",
             through_file.as_str(),
         ] {
-            let out = run("DEL", path)?;
+            let out = att.exec(s, "DEL", path, &[])?;
             ensure!(
                 out.status.success() && out.stdout.is_empty(),
                 "DEL with CNI_NETNS={path}: {out:?}"
             );
         }
-        let out = run("DEL", &netns)?;
+        let out = att.exec(s, "DEL", &netns, &[])?;
         ensure!(out.status.success(), "DEL: {out:?}");
-        bench.runtime.del(&main_only, &rt)?;
-        Ok(())
+        att.detach()
     });
 }
