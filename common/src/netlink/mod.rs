@@ -14,12 +14,13 @@ pub mod tc;
 
 use std::fmt;
 use std::io;
-use std::os::fd::AsFd as _;
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
 
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{
     InfoKind, LinkAttribute, LinkExtentMask, LinkFlags, LinkInfo, LinkMessage,
 };
+use netlink_packet_route::nsid::{NsidAttribute, NsidMessage};
 
 pub use ifb::LinkAlias;
 pub use route::{Address, Route, Rule, TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN};
@@ -62,6 +63,42 @@ impl NetlinkError {
     /// True when the object already exists (EEXIST).
     pub fn is_exists(&self) -> bool {
         self.errno() == Some(libc::EEXIST)
+    }
+
+    /// The cause as Go's `syscall.Errno` spells it (`file exists`, `no such device`), which
+    /// the reference plugins' messages carry after their own prefix. Go's table is glibc's
+    /// `strerror` with a lower-case first letter; musl words some differently, so the usual
+    /// netlink errnos are spelled out here.
+    pub fn go_text(&self) -> String {
+        let known = match self.errno() {
+            Some(libc::EPERM) => "operation not permitted",
+            Some(libc::ENOENT) => "no such file or directory",
+            Some(libc::ESRCH) => "no such process",
+            Some(libc::E2BIG) => "argument list too long",
+            Some(libc::ENOMEM) => "cannot allocate memory",
+            Some(libc::EACCES) => "permission denied",
+            Some(libc::EBUSY) => "device or resource busy",
+            Some(libc::EEXIST) => "file exists",
+            Some(libc::ENODEV) => "no such device",
+            Some(libc::EINVAL) => "invalid argument",
+            Some(libc::ENOSPC) => "no space left on device",
+            Some(libc::ERANGE) => "numerical result out of range",
+            Some(libc::EMSGSIZE) => "message too long",
+            Some(libc::EPROTONOSUPPORT) => "protocol not supported",
+            Some(libc::EOPNOTSUPP) => "operation not supported",
+            Some(libc::EAFNOSUPPORT) => "address family not supported by protocol",
+            Some(libc::ENOBUFS) => "no buffer space available",
+            _ => "",
+        };
+        if !known.is_empty() {
+            return known.to_owned();
+        }
+        let text = self.source.to_string();
+        let text = text.split(" (os error").next().unwrap_or_default();
+        let mut chars = text.chars();
+        chars.next().map_or_else(String::new, |first| {
+            first.to_lowercase().chain(chars).collect()
+        })
     }
 }
 
@@ -389,6 +426,32 @@ impl Netlink {
             }
         }
     }
+
+    /// The id this handle's namespace gives the namespace `ns` (`RTM_GETNSID` with
+    /// `NETNSA_FD`), the number a link whose peer lives in `ns` carries as
+    /// `IFLA_LINK_NETNSID`; `None` when it has given it none (then no link here has its peer
+    /// there). Ids are per namespace: the same namespace has different ids, or none, as seen
+    /// from different ones.
+    ///
+    /// # Errors
+    /// The kernel's errno (EINVAL when `ns` is not a network namespace).
+    pub fn nsid_of(&mut self, ns: BorrowedFd<'_>) -> Result<Option<i32>, NetlinkError> {
+        let op = "get the id of a network namespace";
+        let fd = u32::try_from(ns.as_raw_fd())
+            .map_err(|_| NetlinkError::new(op, io::Error::from_raw_os_error(libc::EBADF)))?;
+        let mut msg = NsidMessage::default();
+        msg.attributes.push(NsidAttribute::Fd(fd));
+        let replies = self.request(op, RouteNetlinkMessage::GetNsId(msg), 0)?;
+        let id = replies.into_iter().find_map(|r| match r {
+            RouteNetlinkMessage::NewNsId(m) => m.attributes.into_iter().find_map(|a| match a {
+                NsidAttribute::Id(id) => Some(id),
+                _ => None,
+            }),
+            _ => None,
+        });
+        // NETNSA_NSID_NOT_ASSIGNED.
+        Ok(id.filter(|&id| id >= 0))
+    }
 }
 
 /// Parses a MAC address `aa:bb:cc:dd:ee:ff` (also `-` separated, any case) into 6 bytes.
@@ -443,6 +506,22 @@ mod tests {
             .unwrap();
         assert!(out.status.success(), "ip -j {args}");
         serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    #[test]
+    fn errnos_read_as_go_spells_them() {
+        let err = |errno| NetlinkError::new("op", io::Error::from_raw_os_error(errno));
+        assert_eq!(err(libc::EEXIST).go_text(), "file exists");
+        assert_eq!(err(libc::EBUSY).go_text(), "device or resource busy");
+        assert_eq!(err(libc::ENOMEM).go_text(), "cannot allocate memory");
+        // Others: the C library's text, lower-cased, without Rust's "(os error N)".
+        let other = err(libc::ETIMEDOUT).go_text();
+        assert!(
+            other.starts_with(char::is_lowercase) && !other.contains("os error"),
+            "{other}"
+        );
+        let io = NetlinkError::new("op", io::Error::other("Truncated reply"));
+        assert_eq!(io.go_text(), "truncated reply");
     }
 
     #[test]
@@ -584,6 +663,33 @@ mod tests {
                 .unwrap_err()
                 .is_not_found()
         );
+    }
+
+    #[test]
+    fn a_namespace_id_names_where_a_veth_peer_lives_and_only_there() {
+        let peer_ns = in_fresh_netns(|| NetNs::current().unwrap());
+        let unrelated = in_fresh_netns(|| NetNs::current().unwrap());
+        // iproute2 takes a path with a slash as the namespace file: this process's descriptor.
+        let path = format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            peer_ns.as_fd().as_raw_fd()
+        );
+        in_fresh_netns(|| {
+            ip(&format!(
+                "link add here0 type veth peer name there0 netns {path}"
+            ));
+            let mut nl = Netlink::new().unwrap();
+            let here = nl.link_by_name("here0").unwrap();
+            let id = here
+                .link_netnsid
+                .expect("a peer elsewhere has a namespace id");
+            assert_eq!(nl.nsid_of(peer_ns.as_fd()).unwrap(), Some(id));
+            assert_eq!(nl.nsid_of(unrelated.as_fd()).unwrap(), None);
+            // Not a network namespace.
+            let file = std::fs::File::open("/proc/self/status").unwrap();
+            assert!(nl.nsid_of(file.as_fd()).is_err());
+        });
     }
 
     #[test]
