@@ -1,6 +1,8 @@
 //! The only code that touches the kernel: finding the device, programming a [`Plan`] (with
 //! rollback), verifying it, removing it, garbage-collecting IFBs and probing for STATUS.
 
+use std::os::fd::AsFd as _;
+
 use common::netlink::tc::{INGRESS, INGRESS_HANDLE, PROTOCOL_ALL, Psched, ROOT, Tbf};
 use common::netlink::{Link, LinkAlias, Netlink, NetlinkError};
 use common::netns::NetNs;
@@ -33,11 +35,7 @@ fn device_of(link: &Link) -> Device {
 }
 
 /// Finds the device to shape: the host-side peer of the container's veth when it lives in the
-/// plugin's namespace, else the container's interface itself.
-///
-/// A host link counts as the peer when it is a veth whose own peer is the container interface
-/// and which has its peer in another namespace: index numbers alone could name an unrelated
-/// host link when the container veth's peer is in a third namespace.
+/// plugin's namespace ([`host_peer`]), else the container's interface itself.
 ///
 /// # Errors
 /// When the container namespace cannot be entered or `ifname` is not in it.
@@ -50,30 +48,15 @@ pub fn locate(container: &NetNs, ifname: &str) -> Result<Located, BandwidthError
                 ifname: ifname.to_string(),
                 source,
             })?;
-    if ctr.kind.as_deref() == Some("veth")
-        && ctr.link_netnsid.is_some()
-        && let Some(peer_index) = ctr.link
-    {
-        let mut host = Netlink::new()?;
-        match host.link_by_index(peer_index) {
-            Ok(peer)
-                if peer.kind.as_deref() == Some("veth")
-                    && peer.link == Some(ctr.index)
-                    && peer.link_netnsid.is_some() =>
-            {
-                return Ok(Located {
-                    side: Side::Host,
-                    device: device_of(&peer),
-                    netlink: host,
-                });
-            }
-            Ok(_) => {}
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e.into()),
-        }
+    if let Some((peer, host)) = host_peer(&mut inside, container, &ctr)? {
+        return Ok(Located {
+            side: Side::Host,
+            device: device_of(&peer),
+            netlink: host,
+        });
     }
     log::info!(
-        "{ifname} has no veth peer in the plugin's namespace ({:?}): shaping inside the container",
+        "{ifname} ({:?}) has no veth peer in the plugin's namespace: shaping inside the container",
         ctr.kind
     );
     Ok(Located {
@@ -81,6 +64,40 @@ pub fn locate(container: &NetNs, ifname: &str) -> Result<Located, BandwidthError
         device: device_of(&ctr),
         netlink: inside,
     })
+}
+
+/// The host-side peer of the container's veth `ctr` (seen through `inside`, a handle in the
+/// `container` namespace), with a handle in the plugin's namespace; `None` when its peer lives
+/// elsewhere. Proven by namespace, not by interface indexes (which repeat across namespaces):
+/// the namespace `ctr`'s peer is in (`IFLA_LINK_NETNSID`, an id of the container's) is the
+/// plugin's, and the host link at the peer index is a veth whose peer is `ctr`, in the
+/// container's namespace.
+fn host_peer(
+    inside: &mut Netlink,
+    container: &NetNs,
+    ctr: &Link,
+) -> Result<Option<(Link, Netlink)>, BandwidthError> {
+    let (Some("veth"), Some(peer_nsid), Some(peer_index)) =
+        (ctr.kind.as_deref(), ctr.link_netnsid, ctr.link)
+    else {
+        return Ok(None);
+    };
+    let home = NetNs::current()?;
+    // The kernel gave the peer's namespace an id in the container's when it reported `ctr`.
+    if inside.nsid_of(home.as_fd())? != Some(peer_nsid) {
+        return Ok(None);
+    }
+    let mut host = Netlink::new()?;
+    let peer = match host.link_by_index(peer_index) {
+        Ok(peer) => peer,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if peer.kind.as_deref() != Some("veth") || peer.link != Some(ctr.index) {
+        return Ok(None);
+    }
+    let back = host.nsid_of(container.as_fd())?;
+    Ok((back.is_some() && peer.link_netnsid == back).then_some((peer, host)))
 }
 
 /// A step of ADD to undo when a later one fails.

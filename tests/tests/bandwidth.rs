@@ -1,7 +1,8 @@
 //! `bandwidth` end to end: Debian's Go `bridge` + `host-local`, then our `bandwidth`, with
 //! `iperf3` between the container and a client namespace in both directions; CHECK against
 //! hand-made drift; DEL, GC and STATUS; shaping inside the container when there is no host
-//! veth; and differential runs against Debian's Go `bandwidth` (same result, Go ADD + our DEL).
+//! veth (also when the container's veth has its peer in a third namespace, at an index a host
+//! link shares); and differential runs against Debian's Go `bandwidth` (same result, Go ADD + our DEL).
 //!
 //! DEL retires the IFB (renames it to a `bwdel…` tombstone) and leaves its deletion to a
 //! detached reaper; tests that DEL wait (with a generous deadline) until the tombstones are gone,
@@ -715,5 +716,127 @@ fn add_without_prev_result_is_a_config_error_not_a_panic() -> Result<()> {
             bail!("{conf}: {err:?}");
         }
     }
+    Ok(())
+}
+
+/// The IFB links (`bwp…`) in `ns`.
+fn ifbs(ns: &TestNetns) -> Result<Vec<String>> {
+    Ok(links(ns)?
+        .into_iter()
+        .filter(|l| l.starts_with("bwp"))
+        .collect())
+}
+
+/// `tc -j qdisc show dev <dev>` of `ns`, as (kind, rate in bytes/s) pairs.
+fn qdisc_rates(ns: &TestNetns, dev: &str) -> Result<Vec<(String, Option<u64>)>> {
+    Ok(tc_json(ns, &["qdisc", "show", "dev", dev])?
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|q| {
+            (
+                q["kind"].as_str().unwrap_or_default().to_owned(),
+                q["options"]["rate"].as_u64(),
+            )
+        })
+        .collect())
+}
+
+/// Issue 22 #1: interface indexes repeat across namespaces. The container's `eth0` (index 5)
+/// is a veth whose peer (index 77) lives in a third namespace; the host's index 77 is another
+/// pod's veth, whose own peer has index 5. Matching indexes alone would take the victim's veth
+/// for the container's peer.
+#[test]
+fn a_veth_whose_peer_is_in_a_third_namespace_never_shapes_the_host_link_at_that_index() -> Result<()>
+{
+    let host = TestNetns::new("bwvic-h")?;
+    let victim = TestNetns::new("bwvic-v")?;
+    let container = TestNetns::new("bwvic-c")?;
+    let third = TestNetns::new("bwvic-x")?;
+    host.ip(&[
+        "link",
+        "add",
+        "vich",
+        "index",
+        "77",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "vicv",
+        "index",
+        "5",
+        "netns",
+        victim.name(),
+    ])?;
+    host.ip(&["link", "set", "vich", "up"])?;
+    host.exec_ok(
+        "tc",
+        &[
+            "qdisc", "add", "dev", "vich", "root", "tbf", "rate", "1mbit", "burst", "10kb",
+            "latency", "25ms",
+        ],
+    )?;
+    container.ip(&[
+        "link",
+        "add",
+        "eth0",
+        "index",
+        "5",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "p0",
+        "index",
+        "77",
+        "netns",
+        third.name(),
+    ])?;
+    container.ip(&["link", "set", "eth0", "up"])?;
+    let victim_before = qdisc_rates(&host, "vich")?;
+    ensure!(
+        victim_before == [("tbf".to_owned(), Some(125_000))],
+        "{victim_before:?}"
+    );
+
+    let runtime = Runtime::new(&host)?;
+    let rt = RuntimeConf::new("bw-victim", container.path(), "eth0");
+    let mut conf = json!({
+        "ingressRate": 50_000_000, "ingressBurst": 500_000,
+        "egressRate": 50_000_000, "egressBurst": 500_000,
+    });
+    // Listing the victim's veth too, as the Go plugin would want it.
+    conf["prevResult"] = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "vich"}, {"name": "eth0", "sandbox": container.path()}],
+    });
+    ok(
+        &exec_ours(&runtime, "ADD", &rt, conf.clone(), "1.0.0")?,
+        "ADD",
+    )?;
+    // Shaped inside the container, as for any interface without a host-side veth.
+    ensure!(qdisc_kinds(&container, "eth0")?.contains(&"tbf".to_owned()));
+    ensure!(ifbs(&container)?.len() == 1, "{:?}", ifbs(&container)?);
+    ensure!(ifbs(&host)?.is_empty(), "{:?}", ifbs(&host)?);
+    ensure!(
+        qdisc_rates(&host, "vich")? == victim_before,
+        "the victim's veth was shaped"
+    );
+    ok(
+        &exec_ours(&runtime, "CHECK", &rt, conf.clone(), "1.0.0")?,
+        "CHECK",
+    )?;
+    ok(&exec_ours(&runtime, "DEL", &rt, conf, "1.0.0")?, "DEL")?;
+    ensure!(
+        qdisc_rates(&host, "vich")? == victim_before,
+        "DEL touched the victim's veth"
+    );
+    ensure!(ifbs(&container)?.is_empty(), "{:?}", ifbs(&container)?);
+    let kinds = qdisc_kinds(&container, "eth0")?;
+    ensure!(
+        !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
+        "{kinds:?}"
+    );
     Ok(())
 }
