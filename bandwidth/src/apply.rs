@@ -497,22 +497,26 @@ pub fn gc(nl: &mut Netlink, network: &str, valid: &[(String, String)]) -> Vec<Ba
 /// STATUS: creates an IFB device with a root `tbf` in a throwaway network namespace, which
 /// loads the `ifb` and `sch_tbf` modules if needed, and lets the namespace go.
 ///
+/// The namespace's thread only opens a netlink socket there (it keeps the namespace alive)
+/// and ends; the probe runs on the caller's thread. So nothing on another thread logs, and a
+/// logger's stream held by the caller cannot block the probe while the caller waits for it.
+///
 /// # Errors
 /// [`BandwidthError::Unavailable`] naming what could not be created.
 pub fn probe(psched: &Psched) -> Result<(), BandwidthError> {
     let tbf = Tbf::compute(125_000, 1514, 25_000, psched)
         .map_err(|e| BandwidthError::Unavailable(e.to_string()))?;
-    // The probe's namespace, and the IFB in it, die with the probe's thread.
-    let outcome = common::netns::in_new_netns(|| -> Result<(), String> {
-        let mut nl = Netlink::new().map_err(|e| e.to_string())?;
-        let ifb = nl
-            .add_ifb(STATUS_IFB, 1500, None, "cni-bandwidth:status")
-            .map_err(|e| e.to_string())?;
-        nl.add_root_tbf(ifb.index, TBF_HANDLE, &tbf, false)
-            .map_err(|e| e.to_string())
-    })
-    .map_err(|e| format!("cannot create a network namespace to probe in: {e}"));
-    outcome
-        .and_then(|probe| probe)
-        .map_err(BandwidthError::Unavailable)
+    let unavailable = |e: &dyn std::fmt::Display| BandwidthError::Unavailable(e.to_string());
+    let mut nl = common::netns::in_new_netns(Netlink::new)
+        .map_err(|e| {
+            BandwidthError::Unavailable(format!(
+                "cannot create a network namespace to probe in: {e}"
+            ))
+        })?
+        .map_err(|e| unavailable(&e))?;
+    let ifb = nl
+        .add_ifb(STATUS_IFB, 1500, None, "cni-bandwidth:status")
+        .map_err(|e| unavailable(&e))?;
+    nl.add_root_tbf(ifb.index, TBF_HANDLE, &tbf, false)
+        .map_err(|e| unavailable(&e))
 }

@@ -38,8 +38,8 @@ pub mod plan;
 
 use common::conf::NetConf;
 use common::error::CniError;
-use common::netlink::Netlink;
 use common::netlink::tc::Psched;
+use common::netlink::{Netlink, OpenError};
 use common::skel::{Call, Plugin};
 use common::types::{CniResult, Interface};
 
@@ -170,6 +170,12 @@ impl Plugin for Bandwidth {
                     }
                 }
                 Err(BandwidthError::NoContainerInterface { .. }) => {}
+                // Opened but not entered: not a network namespace (`/proc/self/status`,
+                // another kind of namespace). Nothing to do in there; the plugin's namespace is
+                // cleaned up all the same.
+                Err(e @ (BandwidthError::Netns(_) | BandwidthError::Open(OpenError::Netns(_)))) => {
+                    log::info!("DEL without the container namespace: {e}")
+                }
                 Err(e) => errors.push(e),
             },
             // Gone with its namespace: the veth pair and anything inside went with it.

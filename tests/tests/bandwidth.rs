@@ -840,3 +840,110 @@ fn a_veth_whose_peer_is_in_a_third_namespace_never_shapes_the_host_link_at_that_
     );
     Ok(())
 }
+
+/// A host and a container namespace joined by veth pairs, without a main plugin, for runs of
+/// our plugin on interfaces made by hand.
+struct Pod {
+    host: TestNetns,
+    container: TestNetns,
+    ours: Runtime,
+}
+
+impl Pod {
+    /// `pairs`: (host end, container end) of each veth pair.
+    fn new(prefix: &str, pairs: &[(&str, &str)]) -> Result<Pod> {
+        let host = TestNetns::new(&format!("{prefix}-h"))?;
+        let container = TestNetns::new(&format!("{prefix}-c"))?;
+        for (i, (host_if, ctr_if)) in pairs.iter().enumerate() {
+            let addr = format!("10.96.{i}.2/24");
+            tests::veth_pair(&host, host_if, &[], &container, ctr_if, &[&addr])?;
+        }
+        let ours = Runtime::new(&host)?;
+        Ok(Pod {
+            host,
+            container,
+            ours,
+        })
+    }
+
+    /// Runs `command` for container `id`'s `ctr_if` (its veth peer `host_if`), with both
+    /// directions shaped and a prevResult listing both ends, as a main plugin prints it; it
+    /// must succeed.
+    fn ok(&self, command: &str, id: &str, (host_if, ctr_if): (&str, &str)) -> Result<()> {
+        let mut conf = static_limits();
+        conf["prevResult"] = json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [
+                {"name": host_if},
+                {"name": ctr_if, "sandbox": self.container.path()},
+            ],
+        });
+        let rt = RuntimeConf::new(id, self.container.path(), ctr_if);
+        let out = exec_ours(&self.ours, command, &rt, conf, "1.0.0")?;
+        ok(&out, &format!("{command} of {id}/{ctr_if}"))
+    }
+
+    /// The host's IFBs, sorted.
+    fn ifbs(&self) -> Result<Vec<String>> {
+        let mut names = ifbs(&self.host)?;
+        names.sort();
+        Ok(names)
+    }
+}
+
+const ETH0: (&str, &str) = ("veth-a", "eth0");
+
+/// Issue 22 #9: a `CNI_NETNS` that opens but is no network namespace (procfs files, another
+/// kind of namespace, a trailing slash) leaves DEL nothing to do inside; it cleans the host
+/// side and succeeds.
+#[test]
+fn del_succeeds_for_netns_paths_that_are_no_network_namespace() -> Result<()> {
+    let pod = Pod::new("bwnotns", &[ETH0])?;
+    let id = "bw-not-netns";
+    let trailing = format!("{}/", pod.container.path().display());
+    for netns in ["/proc/self/status", "/proc/self/ns/uts", trailing.as_str()] {
+        pod.ok("ADD", id, ETH0)?;
+        ensure!(!pod.ifbs()?.is_empty());
+        let out = pod.ours.exec_plugin(
+            "bandwidth",
+            Some("DEL"),
+            &[
+                ("CNI_CONTAINERID", id),
+                ("CNI_NETNS", netns),
+                ("CNI_IFNAME", ETH0.1),
+                ("CNI_PATH", "/usr/lib/cni"),
+            ],
+            json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "bandwidth"})
+                .to_string()
+                .as_bytes(),
+        )?;
+        ok(&out, &format!("DEL with CNI_NETNS={netns}"))?;
+        ensure!(pod.ifbs()?.is_empty(), "{netns}: {:?}", pod.ifbs()?);
+        // What only the container side could find (the veth's qdiscs) goes with a real DEL.
+        pod.ok("DEL", id, ETH0)?;
+    }
+    Ok(())
+}
+
+/// Issue 22 #15: STATUS's probe must not wait on a thread that logs while the caller holds
+/// the log's stream. With debug logging on, it returns (the runtime's deadline catches a hang).
+#[test]
+fn status_returns_with_debug_logging() -> Result<()> {
+    let host = TestNetns::new("bwstdbg")?;
+    let runtime = Runtime::new(&host)?.with_timeout(Duration::from_secs(20));
+    let conf = json!({"cniVersion": "1.1.0", "name": NETWORK, "type": "bandwidth"});
+    let out = runtime.exec_plugin(
+        "bandwidth",
+        Some("STATUS"),
+        &[("CNI_LOG_LEVEL", "debug")],
+        conf.to_string().as_bytes(),
+    )?;
+    ensure!(out.status.success(), "STATUS: {out:?}");
+    // The probe's requests were logged, on the caller's thread.
+    ensure!(
+        String::from_utf8_lossy(&out.stderr).contains("bwpstatus0"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
