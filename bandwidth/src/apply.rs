@@ -9,11 +9,10 @@ use common::netns::NetNs;
 use netlink_packet_route::tc::TcMirrorActionType;
 
 use crate::error::BandwidthError;
-use crate::names::{
-    FILTER_CLASSID, FILTER_PRIORITY, Owner, STATUS_IFB, TBF_HANDLE, Tombstone, tombstone_alias,
-    tombstone_name,
+use crate::names::{FILTER_CLASSID, FILTER_PRIORITY, Owner, STATUS_IFB, TBF_HANDLE};
+use crate::plan::{
+    Device, Evidence, IfbChoice, IfbIdentity, Plan, Side, choose_ifb, owned, to_delete,
 };
-use crate::plan::{Device, Plan, Side};
 
 /// A netlink handle bound to the namespace of the shaped device.
 #[derive(Debug)]
@@ -109,28 +108,16 @@ enum Undo {
     Link(u32),
 }
 
-/// What [`add`] did.
-#[derive(Debug)]
-pub struct Added {
-    /// The IFB device the plan uses, if any.
-    pub ifb: Option<Link>,
-    /// Left-over tombstones seen, by interface index (the caller reaps them).
-    pub stale: Vec<u32>,
-}
-
 /// Programs `plan` and returns the IFB device it uses, if any. Re-running it converges: the
-/// root `tbf`s are replaced, our IFB and an existing `ingress` qdisc are reused, and the
-/// redirect filter at [`FILTER_PRIORITY`] is replaced. When a step fails, what this call
-/// created is removed again. One dump of the namespace's IFBs finds ours and left-over
-/// tombstones alike.
+/// root `tbf`s are replaced, the attachment's IFB and an existing `ingress` qdisc are reused,
+/// and the redirect filter at [`FILTER_PRIORITY`] is replaced. When a step fails, what this
+/// call created is removed again.
 ///
 /// # Errors
 /// The first failing step.
-pub fn add(nl: &mut Netlink, plan: &Plan) -> Result<Added, BandwidthError> {
-    let ifbs = nl.ifbs_with_aliases()?;
-    let stale = stale_tombstones(&ifbs);
+pub fn add(nl: &mut Netlink, plan: &Plan) -> Result<Option<Link>, BandwidthError> {
     let mut undo = Vec::new();
-    let outcome = add_steps(nl, plan, &ifbs, &mut undo);
+    let outcome = add_steps(nl, plan, &mut undo);
     if outcome.is_err() {
         for step in undo.iter().rev() {
             let result = match *step {
@@ -146,13 +133,12 @@ pub fn add(nl: &mut Netlink, plan: &Plan) -> Result<Added, BandwidthError> {
             }
         }
     }
-    outcome.map(|ifb| Added { ifb, stale })
+    outcome
 }
 
 fn add_steps(
     nl: &mut Netlink,
     plan: &Plan,
-    ifbs: &[LinkAlias],
     undo: &mut Vec<Undo>,
 ) -> Result<Option<Link>, BandwidthError> {
     let dev = &plan.device;
@@ -163,16 +149,15 @@ fn add_steps(
     let Some(redirect) = &plan.redirect else {
         return Ok(None);
     };
-    let taken = |other: LinkAlias| BandwidthError::IfbNameTaken {
-        name: redirect.ifb.clone(),
-        what: format!(
-            "kind {}, alias {:?}",
-            other.link.kind.unwrap_or_default(),
-            other.alias.unwrap_or_default()
-        ),
+    let found = ifbs_named(nl, &redirect.ifb)?;
+    // Only a Go-made IFB (no alias) needs the filter to tell whose it is.
+    let target = if found.iter().any(|l| redirect.ifb.is_go_made(l)) {
+        redirect_target(nl, dev.index)?
+    } else {
+        None
     };
-    let ifb = match ifbs.iter().find(|l| l.link.name == redirect.ifb) {
-        Some(existing) if existing.alias.as_deref() == Some(redirect.alias.as_str()) => {
+    let ifb = match choose_ifb(&found, &redirect.ifb, target) {
+        IfbChoice::Reuse(existing) => {
             nl.set_link(
                 existing.link.index,
                 &common::netlink::LinkChange {
@@ -181,20 +166,35 @@ fn add_steps(
                     ..Default::default()
                 },
             )?;
+            if existing.alias.is_none() {
+                // The Go plugin's: from now on it names its owner, for GC and for the
+                // attachment's other interfaces.
+                nl.set_alias(existing.link.index, &redirect.ifb.alias)?;
+            }
             existing.link.clone()
         }
-        Some(other) => return Err(taken(other.clone())),
-        None => match nl.add_ifb(&redirect.ifb, redirect.mtu, None, &redirect.alias) {
-            Ok(link) => {
-                undo.push(Undo::Link(link.index));
-                link
-            }
-            // Not an IFB (the dump lists only those): say what it is.
-            Err(e) if e.is_exists() => {
-                return Err(taken(nl.link_alias_by_name(&redirect.ifb)?));
-            }
-            Err(e) => return Err(e.into()),
-        },
+        IfbChoice::Create(name) => {
+            let link = nl.add_ifb(name, redirect.mtu, None, &redirect.ifb.alias)?;
+            undo.push(Undo::Link(link.index));
+            link
+        }
+        IfbChoice::Taken => {
+            return Err(BandwidthError::IfbNamesTaken {
+                names: redirect.ifb.names.join(" and "),
+                what: found
+                    .iter()
+                    .map(|l| {
+                        format!(
+                            "{}: kind {}, alias {:?}",
+                            l.link.name,
+                            l.link.kind.as_deref().unwrap_or("none"),
+                            l.alias.as_deref().unwrap_or_default()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            });
+        }
     };
     let fresh_ingress = match nl.add_ingress_qdisc(dev.index) {
         Ok(()) => {
@@ -235,6 +235,56 @@ fn add_steps(
     Ok(Some(ifb))
 }
 
+/// The links named as the attachment's IFB may be (two lookups by name: the cost does not
+/// grow with other attachments' IFBs).
+fn ifbs_named(nl: &mut Netlink, ifb: &IfbIdentity) -> Result<Vec<LinkAlias>, NetlinkError> {
+    let mut found = Vec::new();
+    for name in &ifb.names {
+        match nl.link_alias_by_name(name) {
+            Ok(link) => found.push(link),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(found)
+}
+
+/// True for the redirect filter this plugin (and the reference) puts on a device.
+fn is_redirect(f: &common::netlink::tc::Filter) -> bool {
+    f.priority == FILTER_PRIORITY
+        && f.mirred
+            .iter()
+            .any(|(kind, _)| *kind == TcMirrorActionType::EgressRedir)
+}
+
+/// The interface the redirect filter in `filters` sends to, if there is one.
+fn target_of(filters: &[common::netlink::tc::Filter]) -> Option<u32> {
+    filters.iter().filter(|f| is_redirect(f)).find_map(|f| {
+        f.mirred
+            .iter()
+            .find(|(kind, _)| *kind == TcMirrorActionType::EgressRedir)
+            .map(|&(_, target)| target)
+    })
+}
+
+/// Lists the filters of device `index`'s `ingress` qdisc; `None` when it has none.
+fn ingress_filters(
+    nl: &mut Netlink,
+    index: u32,
+) -> Result<Option<Vec<common::netlink::tc::Filter>>, NetlinkError> {
+    match nl.filters(index, INGRESS_HANDLE) {
+        Ok(filters) => Ok(Some(filters)),
+        // No ingress qdisc at all.
+        Err(e) if e.is_not_found() || e.errno() == Some(libc::EINVAL) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The interface device `index`'s redirect filter sends to, if it has one.
+fn redirect_target(nl: &mut Netlink, index: u32) -> Result<Option<u32>, NetlinkError> {
+    Ok(ingress_filters(nl, index)?.and_then(|f| target_of(&f)))
+}
+
 /// Verifies that the kernel holds exactly what `plan` describes.
 ///
 /// # Errors
@@ -247,20 +297,21 @@ pub fn check(nl: &mut Netlink, plan: &Plan) -> Result<(), BandwidthError> {
     let Some(redirect) = &plan.redirect else {
         return Ok(());
     };
-    let mut ifb = None;
-    for name in std::iter::once(&redirect.ifb).chain(&redirect.reference_ifb) {
-        match nl.link_by_name(name) {
-            Ok(link) if link.kind.as_deref() == Some("ifb") => {
-                ifb = Some(link);
-                break;
-            }
-            Ok(_) => {}
-            Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let ifb =
-        ifb.ok_or_else(|| BandwidthError::Drift(format!("ifb device {} not found", redirect.ifb)))?;
+    let found = ifbs_named(nl, &redirect.ifb)?;
+    let target = redirect_target(nl, dev.index)?;
+    let mine = owned(&found, &redirect.ifb, Evidence::Device(target));
+    // A Go-made IFB the filter no longer points at may still be this attachment's: then the
+    // filter is what is missing.
+    let Some(named) = mine
+        .first()
+        .copied()
+        .or_else(|| found.iter().find(|l| redirect.ifb.is_go_made(l)))
+    else {
+        return Err(BandwidthError::Drift(format!(
+            "ifb device {} not found (nor {} with the alias {:?})",
+            redirect.ifb.names[0], redirect.ifb.names[1], redirect.ifb.alias
+        )));
+    };
     if nl
         .qdisc(dev.index, INGRESS)?
         .is_none_or(|q| q.kind != "ingress")
@@ -270,23 +321,16 @@ pub fn check(nl: &mut Netlink, plan: &Plan) -> Result<(), BandwidthError> {
             dev.name
         )));
     }
-    let filters = nl.filters(dev.index, INGRESS_HANDLE)?;
-    let redirected = filters.iter().any(|f| {
-        f.priority == FILTER_PRIORITY
-            && f.protocol == PROTOCOL_ALL
-            && f.mirred
-                .contains(&(TcMirrorActionType::EgressRedir, ifb.index))
-    });
-    if !redirected {
+    let Some(ifb) = mine.iter().find(|l| Some(l.link.index) == target) else {
         return Err(BandwidthError::Drift(format!(
-            "{} has no filter of priority {FILTER_PRIORITY} redirecting to {}",
-            dev.name, ifb.name
+            "{} has no filter of priority {FILTER_PRIORITY} redirecting to {} (its redirect goes to interface index {target:?})",
+            dev.name, named.link.name
         )));
-    }
+    };
     check_root_tbf(
         nl,
-        ifb.index,
-        &ifb.name,
+        ifb.link.index,
+        &ifb.link.name,
         &redirect.tbf,
         redirect.reference_buffer,
     )
@@ -343,25 +387,30 @@ fn collect(errors: &mut Vec<BandwidthError>, result: Result<(), NetlinkError>) {
     }
 }
 
+/// What [`remove_shaping`] saw and did.
+#[derive(Debug, Default)]
+pub struct Unshaped {
+    /// The interface the device's redirect filter sent to, before its removal.
+    pub target: Option<u32>,
+    /// What failed.
+    pub errors: Vec<BandwidthError>,
+}
+
 /// Removes the shaping on the device of `located`: our redirect filter (with the `ingress`
 /// qdisc when nothing else is attached to it) and the root `tbf` with our handle. Traffic is
-/// unshaped when this returns; the IFB is left to [`retire_ifbs`].
-pub fn remove_shaping(located: &mut Located) -> Vec<BandwidthError> {
-    let mut errors = Vec::new();
+/// unshaped when this returns; the IFB is left to [`delete_ifbs`], told where the filter
+/// pointed.
+pub fn remove_shaping(located: &mut Located) -> Unshaped {
+    let mut out = Unshaped::default();
     let nl = &mut located.netlink;
     let index = located.device.index;
-    match nl.filters(index, INGRESS_HANDLE) {
-        Ok(filters) => {
-            let ours = |f: &common::netlink::tc::Filter| {
-                f.priority == FILTER_PRIORITY
-                    && f.mirred
-                        .iter()
-                        .any(|(kind, _)| *kind == TcMirrorActionType::EgressRedir)
-            };
+    match ingress_filters(nl, index) {
+        Ok(Some(filters)) => {
+            out.target = target_of(&filters);
             // An ingress qdisc without any filter is what an ADD killed between creating it
             // and adding the redirect leaves: nothing else is attached to it either.
             let empty = filters.is_empty();
-            if empty || filters.iter().any(ours) {
+            if empty || out.target.is_some() {
                 // Deleting the ingress qdisc takes its filters along: one request when every
                 // filter is at our priority (the usual case; the priority's header and hash
                 // table entries are listed too), else only our priority goes.
@@ -369,117 +418,52 @@ pub fn remove_shaping(located: &mut Located) -> Vec<BandwidthError> {
                     .qdisc(index, INGRESS)
                     .is_ok_and(|q| q.is_some_and(|q| q.kind == "ingress"));
                 if ingress && filters.iter().all(|f| f.priority == FILTER_PRIORITY) {
-                    collect(&mut errors, nl.del_qdisc(index, INGRESS, 0));
+                    collect(&mut out.errors, nl.del_qdisc(index, INGRESS, 0));
                 } else if !empty {
                     collect(
-                        &mut errors,
+                        &mut out.errors,
                         nl.del_filters(index, INGRESS_HANDLE, FILTER_PRIORITY, PROTOCOL_ALL),
                     );
                 }
             }
         }
-        // No ingress qdisc at all.
-        Err(e) if e.is_not_found() || e.errno() == Some(libc::EINVAL) => {}
-        Err(e) => errors.push(e.into()),
+        Ok(None) => {}
+        Err(e) => out.errors.push(e.into()),
     }
     match nl.qdisc(index, ROOT) {
         Ok(Some(q)) if q.kind == "tbf" && q.handle == TBF_HANDLE => {
-            collect(&mut errors, nl.del_qdisc(index, ROOT, 0));
+            collect(&mut out.errors, nl.del_qdisc(index, ROOT, 0));
         }
         Ok(_) => {}
         Err(e) if e.is_not_found() => {}
-        Err(e) => errors.push(e.into()),
-    }
-    errors
-}
-
-/// Seconds since the Unix epoch (0 if the clock is before it).
-pub fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// Takes the IFB `link` out of service in one cheap request (down, renamed to a tombstone,
-/// alias marking it as such and keeping its owner), for the reaper to delete. When the
-/// tombstone name is taken by a foreign link, the IFB is deleted here instead (slowly).
-fn retire(nl: &mut Netlink, ifb: &LinkAlias, now: u64) -> Result<(), NetlinkError> {
-    let was = ifb.alias.as_deref().unwrap_or(&ifb.link.name);
-    let name = tombstone_name(ifb.link.index);
-    let alias = tombstone_alias(now, was);
-    log::info!("retiring {} as {name} for the reaper", ifb.link.name);
-    match nl.retire_link(ifb.link.index, &name, &alias) {
-        Err(e) if e.is_exists() => {
-            log::warn!("{name} is taken: deleting {} right away", ifb.link.name);
-            nl.del_link(ifb.link.index)
-        }
-        other => other,
-    }
-}
-
-/// What [`retire_ifbs`] found.
-#[derive(Debug, Default)]
-pub struct Retired {
-    /// Interface indexes of the tombstones to reap: the IFBs retired now and left-over ones.
-    pub tombstones: Vec<u32>,
-    /// What failed.
-    pub errors: Vec<BandwidthError>,
-}
-
-/// DEL's IFB step in one namespace: retires the IFBs named `names` (ours and the reference's)
-/// and notes left-over tombstones, all from one dump of the IFBs.
-pub fn retire_ifbs(nl: &mut Netlink, names: &[String]) -> Retired {
-    let mut out = Retired::default();
-    let ifbs = match nl.ifbs_with_aliases() {
-        Ok(ifbs) => ifbs,
-        Err(e) => {
-            out.errors.push(e.into());
-            return out;
-        }
-    };
-    let now = now();
-    for ifb in &ifbs {
-        if names.contains(&ifb.link.name) {
-            match retire(nl, ifb, now) {
-                Ok(()) => out.tombstones.push(ifb.link.index),
-                Err(e) if e.is_not_found() => {}
-                Err(e) => out.errors.push(e.into()),
-            }
-        } else if tombstone(ifb).is_some_and(|t| t.is_stale(now)) {
-            out.tombstones.push(ifb.link.index);
-        }
+        Err(e) => out.errors.push(e.into()),
     }
     out
 }
 
-fn tombstone(ifb: &LinkAlias) -> Option<Tombstone> {
-    Tombstone::parse(&ifb.link.name, ifb.alias.as_deref())
+/// DEL's IFB step in `nl`'s namespace: deletes the IFBs of the attachment of `ifb` there
+/// ([`to_delete`], judged by `evidence`), and waits for the kernel to have done so.
+pub fn delete_ifbs(nl: &mut Netlink, ifb: &IfbIdentity, evidence: Evidence) -> Vec<BandwidthError> {
+    let mut errors = Vec::new();
+    let found = match ifbs_named(nl, ifb) {
+        Ok(found) => found,
+        Err(e) => return vec![e.into()],
+    };
+    for link in to_delete(&found, ifb, evidence) {
+        log::info!("deleting ifb {}", link.link.name);
+        collect(&mut errors, nl.del_link(link.link.index));
+    }
+    errors
 }
 
-/// Interface indexes of the left-over tombstones in `ifbs` (ADD's sweep: it then reaps them).
-pub fn stale_tombstones(ifbs: &[LinkAlias]) -> Vec<u32> {
-    let now = now();
-    ifbs.iter()
-        .filter(|ifb| tombstone(ifb).is_some_and(|t| t.is_stale(now)))
-        .map(|ifb| ifb.link.index)
-        .collect()
-}
-
-/// Deletes the IFB devices of `network` whose owner (from the alias) is not in `valid`, and
-/// left-over tombstones of any owner.
+/// Deletes the IFB devices of `network` whose owner (from the alias) is not in `valid`.
 pub fn gc(nl: &mut Netlink, network: &str, valid: &[(String, String)]) -> Vec<BandwidthError> {
     let links = match nl.ifbs_with_aliases() {
         Ok(links) => links,
         Err(e) => return vec![e.into()],
     };
-    let now = now();
     let mut errors = Vec::new();
     for link in links {
-        if tombstone(&link).is_some_and(|t| t.is_stale(now)) {
-            log::info!("gc: deleting the left-over {}", link.link.name);
-            collect(&mut errors, nl.del_link(link.link.index));
-            continue;
-        }
         let Some(owner) = link.alias.as_deref().and_then(Owner::parse_alias) else {
             continue;
         };

@@ -34,12 +34,12 @@ pub enum BandwidthError {
     /// The scheduler clock could not be read.
     #[error("failed to read {path}: {0}", path = common::netlink::tc::PSCHED_PATH)]
     Psched(#[source] std::io::Error),
-    /// The name of our IFB device is taken by another device.
-    #[error("cannot create ifb {name}: a link of that name exists that is not ours ({what})")]
-    IfbNameTaken {
-        /// The IFB name.
-        name: String,
-        /// What is there instead.
+    /// Both names an IFB of this attachment may have are held by other links.
+    #[error("cannot create an ifb device: {names} are held by links of other attachments ({what})")]
+    IfbNamesTaken {
+        /// The names.
+        names: String,
+        /// What holds them.
         what: String,
     },
     /// The interface already has an ingress-side qdisc we cannot share.
@@ -73,7 +73,7 @@ impl From<BandwidthError> for CniError {
             | BandwidthError::Open(OpenError::Netlink(_))
             | BandwidthError::Netlink(_)
             | BandwidthError::Psched(_)
-            | BandwidthError::IfbNameTaken { .. }
+            | BandwidthError::IfbNamesTaken { .. }
             | BandwidthError::ForeignIngressQdisc { .. }
             | BandwidthError::Drift(_)
             | BandwidthError::Several(_) => ErrorCode::Internal,

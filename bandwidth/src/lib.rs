@@ -12,23 +12,20 @@
 //!   when one is used. A failing ADD leaves nothing behind.
 //! - **CHECK** verifies the qdisc kinds and parameters, the redirect filter and the IFB.
 //! - **DEL** removes all of it, also what the Go plugin created; idempotent, needs neither the
-//!   netns nor `prevResult`. The shaping goes at once; the IFB is retired (down, renamed
-//!   `bwdel<index>`) and deleted by a detached child ([`reap`]), because the kernel takes
-//!   20–30 ms to delete a device.
-//! - **GC** deletes this network's IFBs whose owner (in the alias) is not a valid attachment,
-//!   and left-over tombstones (as does every ADD and DEL, through [`reap`]).
+//!   netns nor `prevResult`, and returns when the kernel has deleted the IFB.
+//! - **GC** deletes this network's IFBs whose owner (in the alias) is not a valid attachment.
 //! - **STATUS** creates an IFB with a `tbf` in a throwaway namespace.
 //!
 //! Kernel objects (host side), with their CLI equivalents:
 //! - `tc qdisc replace dev <veth> root handle 1: tbf rate … burst … latency …` (ingress);
 //! - `ip link add bwp<hash> mtu <veth mtu> type ifb; ip link set bwp<hash> up alias
-//!   cni-bandwidth:<network>:<container id>:<ifname>`;
+//!   cni-bandwidth:<network>:<container id>:<ifname>`, named as the reference names it
+//!   ([`names::reference_ifb_name`]) unless another interface of the container holds that name;
 //! - `tc qdisc add dev <veth> ingress`;
 //! - `tc filter add dev <veth> parent ffff: protocol all prio 1 u32 match u32 0 0 classid 1:1
 //!   action mirred egress redirect dev bwp<hash>`;
 //! - `tc qdisc replace dev bwp<hash> root handle 1: tbf rate … burst … latency …` (egress);
-//! - DEL: `ip link set dev bwp<hash> down name bwdel<ifindex> alias
-//!   cni-bandwidth-deleted:<unix time>:<former alias>`, then (reaper) `ip link del bwdel<ifindex>`.
+//! - DEL: `tc qdisc del dev <veth> ingress; tc qdisc del dev <veth> root; ip link del bwp<hash>`.
 
 pub mod apply;
 pub mod config;
@@ -46,8 +43,8 @@ use common::types::{CniResult, Interface};
 use crate::apply::Located;
 use crate::config::{BandwidthKeys, Config};
 use crate::error::BandwidthError;
-use crate::names::{Owner, ifb_name, reference_ifb_name};
-use crate::plan::{Plan, Side};
+use crate::names::Owner;
+use crate::plan::{Evidence, IfbIdentity, Plan, Side};
 
 /// The versions the reference advertises (`VersionsStartingFrom("0.3.0")`).
 pub const SUPPORTED_VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -56,7 +53,7 @@ pub const SUPPORTED_VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Bandwidth;
 
-fn owner(call: &Call, conf: &NetConf<BandwidthKeys>) -> Owner {
+fn owner<T>(call: &Call, conf: &NetConf<T>) -> Owner {
     Owner {
         network: conf.name.clone(),
         container_id: call.container_id.clone(),
@@ -64,12 +61,27 @@ fn owner(call: &Call, conf: &NetConf<BandwidthKeys>) -> Owner {
     }
 }
 
-/// Deletes the tombstones `indexes` in `nl`'s namespace (the plugin's own or a container's)
-/// from a detached child, the *reaper* ([`Netlink::del_links_detached`]): the kernel takes
-/// 20–30 ms per device, which DEL does not wait for.
-fn reap(nl: &mut Netlink, indexes: &[u32]) {
-    if let Err(e) = nl.del_links_detached(indexes) {
-        log::warn!("{e}");
+/// The device of this attachment, for DEL: `None` when there is none to clean up, because the
+/// container namespace is gone (the veth pair and anything inside went with it), `CNI_NETNS`
+/// names something that is no network namespace, or the interface is gone.
+fn locate_for_del(call: &Call) -> Result<Option<Located>, BandwidthError> {
+    let ns = match call.open_netns() {
+        Ok(ns) => ns,
+        Err(e) => {
+            log::info!("DEL without the container namespace: {e}");
+            return Ok(None);
+        }
+    };
+    match apply::locate(&ns, &call.ifname) {
+        Ok(located) => Ok(Some(located)),
+        Err(BandwidthError::NoContainerInterface { .. }) => Ok(None),
+        // Opened but not entered: not a network namespace (`/proc/self/status`, another kind
+        // of namespace).
+        Err(e @ (BandwidthError::Netns(_) | BandwidthError::Open(OpenError::Netns(_)))) => {
+            log::info!("DEL without the container namespace: {e}");
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -111,9 +123,7 @@ impl Plugin for Bandwidth {
             return Ok(result);
         }
         let (mut located, plan) = locate_and_plan(call, &conf, &config)?;
-        let added = apply::add(&mut located.netlink, &plan)?;
-        reap(&mut located.netlink, &added.stale);
-        if let Some(ifb) = added.ifb {
+        if let Some(ifb) = apply::add(&mut located.netlink, &plan)? {
             result.interfaces.push(Interface {
                 name: ifb.name.clone(),
                 mac: ifb.mac_string(),
@@ -143,52 +153,38 @@ impl Plugin for Bandwidth {
     }
 
     fn del(&self, call: &Call) -> Result<(), CniError> {
-        // The limits are not needed (nor validated): DEL removes whatever exists by name.
+        // The limits are not needed (nor validated): DEL removes whatever exists.
         let conf = call.conf::<serde::de::IgnoredAny>()?;
-        let owner = Owner {
-            network: conf.name.clone(),
-            container_id: call.container_id.clone(),
-            ifname: call.ifname.clone(),
-        };
-        let ifbs = [
-            ifb_name(&owner),
-            reference_ifb_name(&owner.network, &owner.container_id),
-        ];
+        let ifb = IfbIdentity::of(&owner(call, &conf));
         let mut errors = Vec::new();
         let mut host = None;
-        match call.open_netns() {
-            Ok(ns) => match apply::locate(&ns, &call.ifname) {
-                Ok(mut located) => {
-                    errors.extend(apply::remove_shaping(&mut located));
-                    match located.side {
-                        Side::Host => host = Some(located.netlink),
-                        Side::Container => {
-                            let retired = apply::retire_ifbs(&mut located.netlink, &ifbs);
-                            errors.extend(retired.errors);
-                            reap(&mut located.netlink, &retired.tombstones);
-                        }
+        // In the plugin's namespace, a Go-made IFB is this attachment's when the host veth's
+        // filter points at it; with no container (interface) to ask, when no IFB carries this
+        // attachment's alias.
+        let mut host_evidence = Evidence::Gone;
+        match locate_for_del(call) {
+            Ok(Some(mut located)) => {
+                let unshaped = apply::remove_shaping(&mut located);
+                errors.extend(unshaped.errors);
+                let evidence = Evidence::Device(unshaped.target);
+                match located.side {
+                    Side::Host => {
+                        host_evidence = evidence;
+                        host = Some(located.netlink);
+                    }
+                    Side::Container => {
+                        errors.extend(apply::delete_ifbs(&mut located.netlink, &ifb, evidence));
+                        // No host veth: a Go-made IFB in the plugin's namespace is another
+                        // interface's.
+                        host_evidence = Evidence::Device(None);
                     }
                 }
-                Err(BandwidthError::NoContainerInterface { .. }) => {}
-                // Opened but not entered: not a network namespace (`/proc/self/status`,
-                // another kind of namespace). Nothing to do in there; the plugin's namespace is
-                // cleaned up all the same.
-                Err(e @ (BandwidthError::Netns(_) | BandwidthError::Open(OpenError::Netns(_)))) => {
-                    log::info!("DEL without the container namespace: {e}")
-                }
-                Err(e) => errors.push(e),
-            },
-            // Gone with its namespace: the veth pair and anything inside went with it.
-            Err(e) => log::debug!("DEL without the container namespace: {e}"),
-        }
-        // The IFBs in the plugin's namespace (also after a container-side ADD: one named ours
-        // or the reference's way may be left from a host-side one).
-        match host.map_or_else(Netlink::new, Ok) {
-            Ok(mut host) => {
-                let retired = apply::retire_ifbs(&mut host, &ifbs);
-                errors.extend(retired.errors);
-                reap(&mut host, &retired.tombstones);
             }
+            Ok(None) => {}
+            Err(e) => errors.push(e),
+        }
+        match host.map_or_else(Netlink::new, Ok) {
+            Ok(mut host) => errors.extend(apply::delete_ifbs(&mut host, &ifb, host_evidence)),
             Err(e) => errors.push(e.into()),
         }
         match errors.len() {

@@ -10,11 +10,12 @@
 //! | host-side veth peer ([`Side::Host`], as the reference) | traffic into the container | traffic out of it |
 //! | the container's own interface ([`Side::Container`], when there is no host-side veth) | traffic out of the container | traffic into it |
 
+use common::netlink::LinkAlias;
 use common::netlink::tc::{Psched, Tbf, TbfError};
 
 use crate::config::{Config, Limit};
 use crate::error::BandwidthError;
-use crate::names::{ETHERNET_HEADER, Owner, ifb_name, reference_ifb_name};
+use crate::names::{ETHERNET_HEADER, Owner};
 
 /// Milliseconds of traffic at the configured rate a derived burst holds.
 pub const DERIVED_BURST_MS: u64 = 10;
@@ -39,15 +40,143 @@ pub struct Device {
     pub mtu: u32,
 }
 
+/// How an attachment's IFB is named and recognised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfbIdentity {
+    /// The names it may have: the reference's first, then the fallback ([`Owner::ifb_names`]).
+    pub names: [String; 2],
+    /// The alias recording the owner, which every IFB this plugin makes carries.
+    pub alias: String,
+}
+
+impl IfbIdentity {
+    /// The identity of `owner`'s IFB.
+    pub fn of(owner: &Owner) -> IfbIdentity {
+        IfbIdentity {
+            names: owner.ifb_names(),
+            alias: owner.alias(),
+        }
+    }
+
+    /// True when `link` is an IFB the Go plugin made for this attachment's network and
+    /// container: the reference name, kind `ifb`, no alias, up (it creates its IFBs up).
+    /// Which interface of the container it serves only the redirect filter pointing at it can
+    /// tell ([`Evidence`]).
+    pub fn is_go_made(&self, link: &LinkAlias) -> bool {
+        is_ifb(link) && link.alias.is_none() && link.link.up && link.link.name == self.names[0]
+    }
+
+    /// True when `link` is an IFB an ADD of ours was killed in the middle of making: one of
+    /// the names, kind `ifb`, down and without an alias ([`Netlink::add_ifb`] sets the alias
+    /// and `up` in one request). No filter points at it yet, so it shapes nothing; DEL
+    /// deletes it, ADD leaves it to a DEL (a concurrent ADD may still be making it).
+    ///
+    /// [`Netlink::add_ifb`]: common::netlink::Netlink::add_ifb
+    pub fn is_half_made(&self, link: &LinkAlias) -> bool {
+        is_ifb(link)
+            && link.alias.is_none()
+            && !link.link.up
+            && self.names.contains(&link.link.name)
+    }
+
+    /// True when `link` is an IFB whose alias names this attachment.
+    pub fn is_aliased(&self, link: &LinkAlias) -> bool {
+        is_ifb(link) && link.alias.as_deref() == Some(self.alias.as_str())
+    }
+}
+
+fn is_ifb(link: &LinkAlias) -> bool {
+    link.link.kind.as_deref() == Some("ifb")
+}
+
+/// What tells which attachment a Go-made IFB (one without our alias) belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evidence {
+    /// The shaped device is known; its redirect filter points at this interface index, or it
+    /// has none.
+    Device(Option<u32>),
+    /// The container namespace or its interface is gone (or cannot be entered), so no filter
+    /// can tell.
+    Gone,
+}
+
+/// The IFBs among `found` (the links under the attachment's names) that belong to the
+/// attachment of `ifb`: those whose alias names it, and a Go-made one
+/// ([`IfbIdentity::is_go_made`]) when the device's redirect filter points at it or, with the
+/// device gone, when no IFB carries the attachment's alias. An attachment has one IFB at most
+/// (ADD adopts a Go-made one by giving it the alias), so a Go-made IFB next to an aliased one
+/// belongs to another interface of the container. With the device known but not pointing at
+/// it, a Go-made IFB is never taken: it may shape another interface of the container.
+pub fn owned<'a>(
+    found: &'a [LinkAlias],
+    ifb: &IfbIdentity,
+    evidence: Evidence,
+) -> Vec<&'a LinkAlias> {
+    let aliased: Vec<&LinkAlias> = found.iter().filter(|l| ifb.is_aliased(l)).collect();
+    let go_made = found
+        .iter()
+        .filter(|l| ifb.is_go_made(l))
+        .filter(|l| match evidence {
+            Evidence::Device(target) => target == Some(l.link.index),
+            Evidence::Gone => aliased.is_empty(),
+        });
+    let mut owned = aliased.clone();
+    owned.extend(go_made);
+    owned
+}
+
+/// What DEL deletes of `found` (the links under the attachment's names): the attachment's
+/// IFBs ([`owned`]) and those an ADD of the container's interfaces on the network left half-made
+/// ([`IfbIdentity::is_half_made`]).
+pub fn to_delete<'a>(
+    found: &'a [LinkAlias],
+    ifb: &IfbIdentity,
+    evidence: Evidence,
+) -> Vec<&'a LinkAlias> {
+    let mut doomed = owned(found, ifb, evidence);
+    doomed.extend(found.iter().filter(|l| ifb.is_half_made(l)));
+    doomed
+}
+
+/// Which IFB an ADD uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfbChoice<'a> {
+    /// The attachment's existing IFB (from an earlier ADD, ours or the Go plugin's).
+    Reuse(&'a LinkAlias),
+    /// A new IFB with this name: the reference's, or the fallback when another link holds it.
+    Create(&'a str),
+    /// Both names are held by links that are not this attachment's.
+    Taken,
+}
+
+/// Picks the IFB of an ADD from `found` (the links under the attachment's names) and the
+/// device's redirect target (`redirect`, read when a Go-made IFB is among them): the
+/// attachment's own IFB if it has one (the one the filter points at first), else the first
+/// free name.
+pub fn choose_ifb<'a>(
+    found: &'a [LinkAlias],
+    ifb: &'a IfbIdentity,
+    redirect: Option<u32>,
+) -> IfbChoice<'a> {
+    let mine = owned(found, ifb, Evidence::Device(redirect));
+    if let Some(existing) = mine
+        .iter()
+        .find(|l| Some(l.link.index) == redirect)
+        .or_else(|| mine.first())
+    {
+        return IfbChoice::Reuse(existing);
+    }
+    ifb.names
+        .iter()
+        .find(|name| !found.iter().any(|l| l.link.name == **name))
+        .map_or(IfbChoice::Taken, |name| IfbChoice::Create(name))
+}
+
 /// The IFB half: an `ingress` qdisc and redirect filter on the device, an IFB with a `tbf`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Redirect {
-    /// Our IFB name.
-    pub ifb: String,
-    /// The name the Go plugin would have used, looked for by CHECK and DEL (host side only).
-    pub reference_ifb: Option<String>,
-    /// The alias recording the owner.
-    pub alias: String,
+    /// The IFB's names and alias.
+    pub ifb: IfbIdentity,
     /// The IFB's MTU (the device's).
     pub mtu: u32,
     /// The IFB's root `tbf`.
@@ -132,10 +261,7 @@ pub fn plan(
         Some(l) => {
             let (tbf, reference_buffer) = tbf(l, device.mtu, config, psched)?;
             Some(Redirect {
-                ifb: ifb_name(owner),
-                reference_ifb: (side == Side::Host)
-                    .then(|| reference_ifb_name(&owner.network, &owner.container_id)),
-                alias: owner.alias(),
+                ifb: IfbIdentity::of(owner),
                 mtu: device.mtu,
                 tbf,
                 reference_buffer,
@@ -219,23 +345,19 @@ mod tests {
         assert_eq!((direct.rate, direct.limit), (1000, 35));
         let r = p.redirect.unwrap();
         assert_eq!((r.tbf.rate, r.tbf.limit), (2, 1));
-        assert_eq!(r.ifb, ifb_name(&owner()));
-        assert_eq!(
-            r.reference_ifb.as_deref(),
-            Some(reference_ifb_name("net", "c1").as_str())
-        );
-        assert_eq!(r.alias, "cni-bandwidth:net:c1:eth0");
+        assert_eq!(r.ifb.names, owner().ifb_names());
+        assert_eq!(r.ifb.alias, "cni-bandwidth:net:c1:eth0");
         assert_eq!(r.mtu, 1500);
     }
 
     #[test]
-    fn container_side_swaps_the_mechanisms_and_has_no_reference_ifb() {
+    fn container_side_swaps_the_mechanisms() {
         let c = config(Some(limit(8000, 80, false)), None);
         let p = plan(&c, Side::Container, device(), &owner(), &psched()).unwrap();
         assert!(p.direct.is_none());
         let r = p.redirect.unwrap();
         assert_eq!(r.tbf.rate, 1000);
-        assert_eq!(r.reference_ifb, None);
+        assert_eq!(r.ifb, IfbIdentity::of(&owner()));
         let c = config(None, Some(limit(8000, 80, false)));
         let p = plan(&c, Side::Container, device(), &owner(), &psched()).unwrap();
         assert!(p.redirect.is_none());
@@ -257,5 +379,142 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.starts_with("ingressBurst"), "{msg}");
         assert!(msg.contains("2^32"), "{msg}");
+    }
+
+    fn link(index: u32, name: &str, kind: &str, alias: Option<&str>) -> LinkAlias {
+        LinkAlias {
+            link: common::netlink::Link {
+                index,
+                name: name.into(),
+                mac: None,
+                mtu: 1500,
+                txqlen: 0,
+                up: true,
+                promisc: false,
+                allmulti: false,
+                link: None,
+                link_netnsid: None,
+                kind: Some(kind.into()),
+                master: None,
+            },
+            alias: alias.map(str::to_owned),
+        }
+    }
+
+    fn other_ifname() -> Owner {
+        Owner {
+            ifname: "net1".into(),
+            ..owner()
+        }
+    }
+
+    #[test]
+    fn an_add_takes_the_reference_name_and_the_fallback_only_when_another_attachment_holds_it() {
+        let me = IfbIdentity::of(&owner());
+        let [reference, fallback] = me.names.clone();
+        // Nothing there: the reference's name.
+        assert_eq!(choose_ifb(&[], &me, None), IfbChoice::Create(&reference));
+        // Ours already (a repeated ADD): reused, under either name.
+        let found = [link(5, &reference, "ifb", Some(&me.alias))];
+        assert_eq!(choose_ifb(&found, &me, None), IfbChoice::Reuse(&found[0]));
+        let found = [link(6, &fallback, "ifb", Some(&me.alias))];
+        assert_eq!(choose_ifb(&found, &me, None), IfbChoice::Reuse(&found[0]));
+        // Another interface of the container holds the reference name, by alias or as the Go
+        // plugin made it (no alias, our device's filter not pointing at it): the fallback.
+        let theirs = IfbIdentity::of(&other_ifname());
+        for found in [
+            [link(5, &reference, "ifb", Some(&theirs.alias))],
+            [link(5, &reference, "ifb", None)],
+            [link(5, &reference, "dummy", Some(&me.alias))],
+        ] {
+            assert_eq!(choose_ifb(&found, &me, None), IfbChoice::Create(&fallback));
+            assert_eq!(
+                choose_ifb(&found, &me, Some(9)),
+                IfbChoice::Create(&fallback)
+            );
+        }
+        // A Go-made IFB our device's filter points at is ours (an upgrade's re-ADD).
+        let found = [link(5, &reference, "ifb", None)];
+        assert_eq!(
+            choose_ifb(&found, &me, Some(5)),
+            IfbChoice::Reuse(&found[0])
+        );
+        // Both names held by others.
+        let found = [
+            link(5, &reference, "ifb", None),
+            link(6, &fallback, "ifb", Some("cni-bandwidth:x:y:z")),
+        ];
+        assert_eq!(choose_ifb(&found, &me, None), IfbChoice::Taken);
+    }
+
+    #[test]
+    fn an_ifb_left_half_made_by_a_killed_add_is_deleted_by_del_and_left_alone_by_add() {
+        let me = IfbIdentity::of(&owner());
+        let [reference, fallback] = me.names.clone();
+        let mut half = link(5, &reference, "ifb", None);
+        half.link.up = false;
+        let found = [half.clone()];
+        // Not Go's (down), not ours by alias: an ADD takes the other name.
+        assert!(!me.is_go_made(&half));
+        assert_eq!(
+            choose_ifb(&found, &me, Some(5)),
+            IfbChoice::Create(&fallback)
+        );
+        for evidence in [
+            Evidence::Gone,
+            Evidence::Device(None),
+            Evidence::Device(Some(7)),
+        ] {
+            assert!(owned(&found, &me, evidence).is_empty(), "{evidence:?}");
+            let doomed: Vec<u32> = to_delete(&found, &me, evidence)
+                .iter()
+                .map(|l| l.link.index)
+                .collect();
+            assert_eq!(doomed, [5], "{evidence:?}");
+        }
+        // Only under the attachment's names.
+        let mut elsewhere = link(6, "bwp000000000000", "ifb", None);
+        elsewhere.link.up = false;
+        assert!(to_delete(&[elsewhere], &me, Evidence::Gone).is_empty());
+        // With the aliased IFB next to it, both go.
+        let found = [half, link(6, &fallback, "ifb", Some(&me.alias))];
+        assert_eq!(to_delete(&found, &me, Evidence::Device(Some(6))).len(), 2);
+    }
+
+    #[test]
+    fn a_go_made_ifb_is_the_attachments_when_its_filter_points_there_or_nothing_can_tell() {
+        let me = IfbIdentity::of(&owner());
+        let [reference, fallback] = me.names.clone();
+        let go = link(5, &reference, "ifb", None);
+        let aliased = link(6, &fallback, "ifb", Some(&me.alias));
+        let names = |v: Vec<&LinkAlias>| v.iter().map(|l| l.link.index).collect::<Vec<_>>();
+        let found = [go.clone()];
+        assert_eq!(names(owned(&found, &me, Evidence::Device(Some(5)))), [5]);
+        assert!(owned(&found, &me, Evidence::Device(Some(7))).is_empty());
+        assert!(owned(&found, &me, Evidence::Device(None)).is_empty());
+        // Container gone: the Go plugin's DEL would delete that name; so do we.
+        assert_eq!(names(owned(&found, &me, Evidence::Gone)), [5]);
+        // But not when the attachment has its own (aliased) IFB: the Go-made one is then
+        // another interface's.
+        let found = [go.clone(), aliased.clone()];
+        assert_eq!(names(owned(&found, &me, Evidence::Gone)), [6]);
+        assert_eq!(names(owned(&found, &me, Evidence::Device(Some(6)))), [6]);
+        // Another attachment's, by alias, is never ours; nor is a non-IFB.
+        let found = [
+            link(
+                5,
+                &reference,
+                "ifb",
+                Some(&IfbIdentity::of(&other_ifname()).alias),
+            ),
+            link(6, &fallback, "veth", Some(&me.alias)),
+        ];
+        for evidence in [
+            Evidence::Gone,
+            Evidence::Device(Some(5)),
+            Evidence::Device(None),
+        ] {
+            assert!(owned(&found, &me, evidence).is_empty(), "{evidence:?}");
+        }
     }
 }

@@ -1,16 +1,11 @@
 //! Slow kernel work that a plugin leaves to a detached child, so that its own exit does not wait
 //! for it.
 //!
-//! Two kinds of work are slow and need no answer:
-//! - The last `close(2)` of an nf_tables socket whose batch deleted rules, chains or set
-//!   elements waits for the kernel to free them: an RCU grace period, 3–12 ms here, more than
-//!   all of a DEL's own work. The objects were already deleted when the batch was acknowledged.
-//!   [`hand_off`] lets a child hold the socket until the plugin has exited.
-//! - Deleting a network device (`RTM_DELLINK`) waits inside the kernel for RCU grace periods and
-//!   for the device's last references: 20–30 ms for an IFB. [`send_detached`] lets a child send
-//!   prepared requests on the plugin's netlink socket.
-//!
-//! A runtime waits for the plugin to exit, so DEL would otherwise pay for both.
+//! The last `close(2)` of an nf_tables socket whose batch deleted rules, chains or set elements
+//! waits for the kernel to free them: an RCU grace period, 3–12 ms here, more than all of a
+//! DEL's own work. The objects were already deleted when the batch was acknowledged.
+//! [`hand_off`] lets a child hold the socket until the plugin has exited. A runtime waits for
+//! the plugin to exit, so DEL would otherwise pay for it.
 //!
 //! The child is a `fork(2)` of the plugin, not a new exec of its binary: no exec, no second
 //! start-up. That costs a tenth of a millisecond against about half a millisecond. It is
@@ -62,24 +57,6 @@ pub fn hand_off(fd: impl AsFd) -> std::io::Result<()> {
     // Never written to, and never closed before exit: that EOF releases the child.
     std::mem::forget(tx);
     log::debug!("descriptor handed to pid {child}");
-    Ok(())
-}
-
-/// Sends each of `datagrams`, complete netlink requests, on `socket` from a detached child, and
-/// returns without waiting for the kernel to process them. The requests should not ask for an
-/// ACK and should use a sequence number the caller does not use: the socket's queue is shared
-/// with the caller, and error replies land there.
-///
-/// # Errors
-/// When the child cannot be made; the caller then sends them itself.
-pub fn send_detached(socket: BorrowedFd<'_>, datagrams: &[Vec<u8>]) -> std::io::Result<()> {
-    let child = detach(&[socket], || {
-        for datagram in datagrams {
-            // Nobody is left to tell: the caller's next call sweeps what failed.
-            let _ = nix::unistd::write(socket, datagram);
-        }
-    })?;
-    log::debug!("{} netlink request(s) left to pid {child}", datagrams.len());
     Ok(())
 }
 
@@ -145,19 +122,6 @@ fn close_range(first: u32, last: u32) {
 mod tests {
     use super::*;
     use std::io::Read;
-    use std::os::unix::net::UnixDatagram;
-
-    #[test]
-    fn send_detached_sends_every_datagram_from_another_process() {
-        let (ours, theirs) = UnixDatagram::pair().unwrap();
-        let datagrams = vec![b"one".to_vec(), b"two".to_vec()];
-        send_detached(theirs.as_fd(), &datagrams).unwrap();
-        let mut buf = [0u8; 8];
-        let n = ours.recv(&mut buf).unwrap();
-        assert_eq!(&buf[..n], b"one");
-        let n = ours.recv(&mut buf).unwrap();
-        assert_eq!(&buf[..n], b"two");
-    }
 
     #[test]
     fn hand_off_keeps_the_descriptor_open_in_the_child() {

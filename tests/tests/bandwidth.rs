@@ -2,11 +2,9 @@
 //! `iperf3` between the container and a client namespace in both directions; CHECK against
 //! hand-made drift; DEL, GC and STATUS; shaping inside the container when there is no host
 //! veth (also when the container's veth has its peer in a third namespace, at an index a host
-//! link shares); and differential runs against Debian's Go `bandwidth` (same result, Go ADD + our DEL).
-//!
-//! DEL retires the IFB (renames it to a `bwdel…` tombstone) and leaves its deletion to a
-//! detached reaper; tests that DEL wait (with a generous deadline) until the tombstones are gone,
-//! so no reaper outlives its test.
+//! link shares); and differential runs against Debian's Go `bandwidth` (same result, Go ADD +
+//! our CHECK and DEL, our ADD + Go DEL, and the IFB names when two interfaces of one container
+//! are on the same network).
 //!
 //! Rates are modest (10–15 Mbit/s) and runs short (2 s), so the whole file stays fast. The
 //! receiver of each `iperf3` run is its client (`-R` where needed), so intervals count bytes
@@ -20,9 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use bandwidth::names::{
-    Owner, TOMBSTONE_GRACE_SECS, TOMBSTONE_PREFIX, ifb_name, reference_ifb_name, tombstone_alias,
-};
+use bandwidth::names::{Owner, fallback_ifb_name, reference_ifb_name};
 use serde_json::{Value, json};
 use tests::netns::CLIENT_V4;
 use tests::result::{address, host_veth};
@@ -101,10 +97,12 @@ fn links(ns: &TestNetns) -> Result<Vec<String>> {
     ns.link_names()
 }
 
-/// Waits until no tombstone (`bwdel…`) is left in `ns`: the reaper started by DEL (or ADD's
-/// sweep) has deleted them. The deadline is generous; this is not a timing assertion.
-fn wait_reaped(ns: &TestNetns) -> Result<()> {
-    wait_reaped_except(ns, "")
+/// The IFB links (`bwp…`) in `ns`.
+fn ifbs(ns: &TestNetns) -> Result<Vec<String>> {
+    Ok(links(ns)?
+        .into_iter()
+        .filter(|l| l.starts_with("bwp"))
+        .collect())
 }
 
 fn tc_json(ns: &TestNetns, args: &[&str]) -> Result<Value> {
@@ -169,12 +167,9 @@ fn shaping_holds_both_directions_near_the_rate_and_del_lifts_it() -> Result<()> 
     let ip = address(&result, false)?;
     let veth = host_veth(&result)?;
 
-    // The IFB is appended to the result, on the host, with its MAC.
-    let ifb = ifb_name(&Owner {
-        network: NETWORK.into(),
-        container_id: "bw-e2e".into(),
-        ifname: "eth0".into(),
-    });
+    // The IFB is appended to the result, on the host, with its MAC, and has the reference's
+    // name.
+    let ifb = reference_ifb_name(NETWORK, "bw-e2e");
     let last = result["interfaces"]
         .as_array()
         .and_then(|a| a.last())
@@ -201,15 +196,12 @@ fn shaping_holds_both_directions_near_the_rate_and_del_lifts_it() -> Result<()> 
         &exec_ours(&runtime, "DEL", &rt, conf.clone(), "1.0.0")?,
         "DEL",
     )?;
-    // The shaping is gone the moment DEL returns, and the IFB is out of service (renamed);
-    // the reaper deletes it soon after.
+    // The shaping and the IFB are gone the moment DEL returns.
     let kinds = qdisc_kinds(&topo.host, &veth)?;
     ensure!(
         !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
         "qdiscs left on {veth}: {kinds:?}"
     );
-    ensure!(!links(&topo.host)?.contains(&ifb), "IFB still in service");
-    wait_reaped(&topo.host)?;
     ensure!(
         !links(&topo.host)?.iter().any(|l| l.starts_with("bw")),
         "IFB left behind: {:?}",
@@ -233,7 +225,6 @@ fn shaping_holds_both_directions_near_the_rate_and_del_lifts_it() -> Result<()> 
         "second DEL",
     )?;
     runtime.del(&list, &rt)?;
-    wait_reaped(&topo.host)?;
     Ok(())
 }
 
@@ -283,7 +274,6 @@ fn capitalised_runtime_config_with_a_sentinel_burst_keeps_the_first_second_near_
         allowed / 1e6
     );
     runtime.del(&list, &rt)?;
-    wait_reaped(&topo.host)?;
     Ok(())
 }
 
@@ -353,7 +343,6 @@ fn check_fails_on_hand_made_drift_that_the_reference_misses() -> Result<()> {
     other.plugins[1]["egressRate"] = json!(EGRESS_RATE * 2);
     ensure!(runtime.check(&other, &rt).is_err());
     runtime.del(&list, &rt)?;
-    wait_reaped(&topo.host)?;
     Ok(())
 }
 
@@ -368,7 +357,7 @@ fn del_after_the_netns_is_gone_removes_the_ifb() -> Result<()> {
     ensure!(links(&topo.host)?.iter().any(|l| l.starts_with("bwp")));
     topo.container.delete()?;
     runtime.del(&list, &rt)?;
-    wait_reaped(&topo.host)?;
+    ensure!(ifbs(&topo.host)?.is_empty(), "{:?}", ifbs(&topo.host)?);
     // The kernel tears a deleted namespace down asynchronously (a workqueue, after RCU grace
     // periods): the host end of its veth goes with it, a moment later.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -389,23 +378,33 @@ fn del_after_the_netns_is_gone_removes_the_ifb() -> Result<()> {
 fn gc_removes_only_this_networks_ifbs_of_attachments_no_longer_valid() -> Result<()> {
     let host = TestNetns::new("bwgc")?;
     let runtime = Runtime::new(&host)?;
-    // IFBs as ADD leaves them: ours for two attachments of this network, one of another
-    // network, and one without an owner (as the Go plugin makes them).
-    let owners = [
-        (NETWORK, "c-alive", "eth0"),
-        (NETWORK, "c-dead", "eth0"),
-        ("othernet", "c-dead", "eth0"),
+    // IFBs as ADD leaves them: ours for two attachments of this network (one under the
+    // fallback name), one of another network, and one without an owner (as the Go plugin
+    // makes them).
+    let owner = |network: &str, id: &str| Owner {
+        network: network.into(),
+        container_id: id.into(),
+        ifname: "eth0".into(),
+    };
+    let ours = [
+        (
+            reference_ifb_name(NETWORK, "c-alive"),
+            owner(NETWORK, "c-alive"),
+        ),
+        (
+            fallback_ifb_name(&owner(NETWORK, "c-dead")),
+            owner(NETWORK, "c-dead"),
+        ),
+        (
+            reference_ifb_name("othernet", "c-dead"),
+            owner("othernet", "c-dead"),
+        ),
     ];
-    for (network, id, ifname) in owners {
-        let owner = Owner {
-            network: network.into(),
-            container_id: id.into(),
-            ifname: ifname.into(),
-        };
-        host.ip(&["link", "add", &ifb_name(&owner), "type", "ifb"])?;
-        host.ip(&["link", "set", &ifb_name(&owner), "alias", &owner.alias()])?;
+    for (name, owner) in &ours {
+        host.ip(&["link", "add", name, "type", "ifb"])?;
+        host.ip(&["link", "set", name, "alias", &owner.alias()])?;
     }
-    let go_made = reference_ifb_name(NETWORK, "c-dead");
+    let go_made = reference_ifb_name(NETWORK, "c-go");
     host.ip(&["link", "add", &go_made, "type", "ifb"])?;
 
     let conf = json!({
@@ -415,84 +414,11 @@ fn gc_removes_only_this_networks_ifbs_of_attachments_no_longer_valid() -> Result
     let out = runtime.exec_plugin("bandwidth", Some("GC"), &[], conf.to_string().as_bytes())?;
     ensure!(out.status.success() && out.stdout.is_empty(), "GC: {out:?}");
     let left = links(&host)?;
-    let name = |network: &str, id: &str| {
-        ifb_name(&Owner {
-            network: network.into(),
-            container_id: id.into(),
-            ifname: "eth0".into(),
-        })
-    };
-    ensure!(left.contains(&name(NETWORK, "c-alive")), "{left:?}");
-    ensure!(!left.contains(&name(NETWORK, "c-dead")), "{left:?}");
-    ensure!(left.contains(&name("othernet", "c-dead")), "{left:?}");
+    ensure!(left.contains(&ours[0].0), "{left:?}");
+    ensure!(!left.contains(&ours[1].0), "{left:?}");
+    ensure!(left.contains(&ours[2].0), "{left:?}");
     ensure!(left.contains(&go_made), "{left:?}");
     Ok(())
-}
-
-/// A tombstone as a killed reaper leaves it: an `ifb` named `bwdel<n>` with a tombstone alias.
-fn hand_made_tombstone(ns: &TestNetns, name: &str, retired_at: u64) -> Result<()> {
-    ns.ip(&["link", "add", name, "type", "ifb"])?;
-    let alias = tombstone_alias(retired_at, "cni-bandwidth:bwnet:c-gone:eth0");
-    ns.ip(&["link", "set", name, "alias", &alias])?;
-    Ok(())
-}
-
-#[test]
-fn left_over_tombstones_are_swept_by_the_next_add_and_by_gc() -> Result<()> {
-    let topo = Topology::new("bwtomb")?;
-    let scratch = tempfile::tempdir()?;
-    let runtime = Runtime::new(&topo.host)?;
-    let now = bandwidth::apply::now();
-    let old = now - TOMBSTONE_GRACE_SECS - 60;
-    // Left over: swept. A foreign ifb that merely looks like one (no tombstone alias): kept.
-    hand_made_tombstone(&topo.host, "bwdel90001", old)?;
-    topo.host
-        .ip(&["link", "add", "bwdel90003", "type", "ifb"])?;
-
-    // ADD (ingress only: no IFB of its own) starts a reaper for the left-over one.
-    let list = chain(
-        scratch.path(),
-        "10.95.8.0/24",
-        json!({"ingressRate": INGRESS_RATE, "ingressBurst": burst_for(INGRESS_RATE)}),
-    );
-    let rt = RuntimeConf::new("bw-tomb", topo.container.path(), "eth0");
-    runtime.add(&list, &rt)?;
-    wait_reaped_except(&topo.host, "bwdel90003")?;
-    ensure!(links(&topo.host)?.contains(&"bwdel90003".to_owned()));
-
-    // GC deletes a left-over one itself, and leaves a fresh one (its reaper is at work) alone.
-    hand_made_tombstone(&topo.host, "bwdel90004", old)?;
-    hand_made_tombstone(&topo.host, "bwdel90005", now)?;
-    let conf = json!({
-        "cniVersion": "1.1.0", "name": NETWORK, "type": "bandwidth",
-        "cni.dev/valid-attachments": [{"containerID": "bw-tomb", "ifname": "eth0"}],
-    });
-    let out = runtime.exec_plugin("bandwidth", Some("GC"), &[], conf.to_string().as_bytes())?;
-    ensure!(out.status.success(), "GC: {out:?}");
-    let left = links(&topo.host)?;
-    ensure!(!left.contains(&"bwdel90004".to_owned()), "{left:?}");
-    ensure!(left.contains(&"bwdel90005".to_owned()), "{left:?}");
-    ensure!(left.contains(&"bwdel90003".to_owned()), "{left:?}");
-    topo.host.ip(&["link", "del", "bwdel90005"])?;
-    runtime.del(&list, &rt)?;
-    wait_reaped_except(&topo.host, "bwdel90003")?;
-    Ok(())
-}
-
-/// [`wait_reaped`], ignoring a foreign `bwdel…` link (which is never reaped).
-fn wait_reaped_except(ns: &TestNetns, foreign: &str) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let left: Vec<String> = links(ns)?
-            .into_iter()
-            .filter(|l| l.starts_with(TOMBSTONE_PREFIX) && l != foreign)
-            .collect();
-        if left.is_empty() {
-            return Ok(());
-        }
-        ensure!(Instant::now() < deadline, "never reaped: {left:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
@@ -552,11 +478,7 @@ fn without_a_host_veth_shaping_happens_inside_the_container() -> Result<()> {
     let out = exec_ours(&runtime, "ADD", &rt, conf.clone(), "1.0.0")?;
     ok(&out, "ADD")?;
     let result = out.json()?;
-    let ifb = ifb_name(&Owner {
-        network: NETWORK.into(),
-        container_id: "bw-macvlan".into(),
-        ifname: "eth0".into(),
-    });
+    let ifb = reference_ifb_name(NETWORK, "bw-macvlan");
     let last = result["interfaces"]
         .as_array()
         .and_then(|a| a.last())
@@ -582,9 +504,6 @@ fn without_a_host_veth_shaping_happens_inside_the_container() -> Result<()> {
     ensure_near("out of the container", up.bits_per_second, EGRESS_RATE)?;
 
     ok(&exec_ours(&runtime, "DEL", &rt, conf, "1.0.0")?, "DEL")?;
-    ensure!(!links(&topo.container)?.contains(&ifb));
-    // The reaper deleted the tombstone inside the container namespace, on DEL's socket there.
-    wait_reaped(&topo.container)?;
     ensure!(
         !links(&topo.container)?.iter().any(|l| l.starts_with("bw")),
         "{:?}",
@@ -662,7 +581,6 @@ fn differential_results_equal_the_go_plugins_in_every_shared_version() -> Result
         }
     }
     ours.del(&main, &rt)?;
-    wait_reaped(&topo.host)?;
     Ok(())
 }
 
@@ -691,16 +609,14 @@ fn differential_a_go_add_passes_our_check_and_our_del_cleans_it_up() -> Result<(
     )?;
     ensure!(
         !links(&topo.host)?.contains(&go_ifb),
-        "{go_ifb} still in service"
+        "{go_ifb} left behind"
     );
-    wait_reaped(&topo.host)?;
     let kinds = qdisc_kinds(&topo.host, &veth)?;
     ensure!(
         !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
         "qdiscs left on {veth}: {kinds:?}"
     );
     go.del(&list, &rt)?;
-    wait_reaped(&topo.host)?;
     Ok(())
 }
 
@@ -719,12 +635,198 @@ fn add_without_prev_result_is_a_config_error_not_a_panic() -> Result<()> {
     Ok(())
 }
 
-/// The IFB links (`bwp…`) in `ns`.
-fn ifbs(ns: &TestNetns) -> Result<Vec<String>> {
-    Ok(links(ns)?
-        .into_iter()
-        .filter(|l| l.starts_with("bwp"))
-        .collect())
+/// A host and a container namespace joined by veth pairs, without a main plugin: for runs of
+/// our plugin and of the Go one on interfaces made by hand.
+struct Pod {
+    host: TestNetns,
+    container: TestNetns,
+    ours: Runtime,
+    go: Runtime,
+}
+
+/// Which implementation runs a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Impl {
+    Ours,
+    Go,
+}
+
+impl Pod {
+    /// `pairs`: (host end, container end) of each veth pair.
+    fn new(prefix: &str, pairs: &[(&str, &str)]) -> Result<Pod> {
+        let host = TestNetns::new(&format!("{prefix}-h"))?;
+        let container = TestNetns::new(&format!("{prefix}-c"))?;
+        for (i, (host_if, ctr_if)) in pairs.iter().enumerate() {
+            let addr = format!("10.96.{i}.2/24");
+            tests::veth_pair(&host, host_if, &[], &container, ctr_if, &[&addr])?;
+        }
+        let ours = Runtime::new(&host)?;
+        let go = Runtime::new(&host)?.use_reference("bandwidth");
+        Ok(Pod {
+            host,
+            container,
+            ours,
+            go,
+        })
+    }
+
+    /// Runs `command` of `by` for container `id`'s `ctr_if` (its veth peer `host_if`), with
+    /// both directions shaped and a prevResult listing both ends, as a main plugin prints it.
+    fn exec(
+        &self,
+        by: Impl,
+        command: &str,
+        id: &str,
+        (host_if, ctr_if): (&str, &str),
+    ) -> Result<PluginOutput> {
+        let mut conf = static_limits();
+        conf["prevResult"] = json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [
+                {"name": host_if},
+                {"name": ctr_if, "sandbox": self.container.path()},
+            ],
+        });
+        let runtime = match by {
+            Impl::Ours => &self.ours,
+            Impl::Go => &self.go,
+        };
+        let rt = RuntimeConf::new(id, self.container.path(), ctr_if);
+        exec_ours(runtime, command, &rt, conf, "1.0.0")
+    }
+
+    /// [`Pod::exec`] that must succeed.
+    fn ok(&self, by: Impl, command: &str, id: &str, pair: (&str, &str)) -> Result<PluginOutput> {
+        let out = self.exec(by, command, id, pair)?;
+        ok(&out, &format!("{by:?} {command} of {id}/{}", pair.1))?;
+        Ok(out)
+    }
+
+    /// The host's IFBs, sorted.
+    fn ifbs(&self) -> Result<Vec<String>> {
+        let mut names = ifbs(&self.host)?;
+        names.sort();
+        Ok(names)
+    }
+}
+
+fn sorted<const N: usize>(mut names: [String; N]) -> Vec<String> {
+    names.sort();
+    names.to_vec()
+}
+
+/// The IFB name the fallback gives interface `ifname` of container `id` on [`NETWORK`].
+fn fallback(id: &str, ifname: &str) -> String {
+    fallback_ifb_name(&Owner {
+        network: NETWORK.into(),
+        container_id: id.into(),
+        ifname: ifname.into(),
+    })
+}
+
+const ETH0: (&str, &str) = ("veth-a", "eth0");
+const NET1: (&str, &str) = ("veth-b", "net1");
+
+#[test]
+fn two_interfaces_of_one_container_on_one_network_get_the_reference_name_and_the_fallback()
+-> Result<()> {
+    let pod = Pod::new("bwtwo", &[ETH0, NET1])?;
+    let id = "bw-two";
+    let reference = reference_ifb_name(NETWORK, id);
+    let fallback = fallback(id, "net1");
+    let first = pod.ok(Impl::Ours, "ADD", id, ETH0)?.json()?;
+    let second = pod.ok(Impl::Ours, "ADD", id, NET1)?.json()?;
+    ensure!(
+        first["interfaces"][2]["name"] == reference.as_str(),
+        "{first}"
+    );
+    ensure!(
+        second["interfaces"][2]["name"] == fallback.as_str(),
+        "{second}"
+    );
+    ensure!(pod.ifbs()? == sorted([reference.clone(), fallback.clone()]));
+    // Each veth redirects to its own IFB, and a repeated ADD keeps it.
+    for pair in [ETH0, NET1] {
+        pod.ok(Impl::Ours, "CHECK", id, pair)?;
+        pod.ok(Impl::Ours, "ADD", id, pair)?;
+    }
+    ensure!(pod.ifbs()? == sorted([reference.clone(), fallback]));
+    pod.ok(Impl::Ours, "DEL", id, NET1)?;
+    ensure!(pod.ifbs()? == [reference.clone()], "{:?}", pod.ifbs()?);
+    pod.ok(Impl::Ours, "CHECK", id, ETH0)?;
+    pod.ok(Impl::Ours, "DEL", id, ETH0)?;
+    ensure!(pod.ifbs()?.is_empty(), "{:?}", pod.ifbs()?);
+    for (veth, _) in [ETH0, NET1] {
+        let kinds = qdisc_kinds(&pod.host, veth)?;
+        ensure!(
+            !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
+            "{veth}: {kinds:?}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn differential_a_go_made_ifb_next_to_ours_in_one_container_is_left_to_its_own_del() -> Result<()> {
+    let pod = Pod::new("bwmix", &[ETH0, NET1])?;
+    let id = "bw-mix";
+    let reference = reference_ifb_name(NETWORK, id);
+    let fallback = fallback(id, "net1");
+    // Before an upgrade, the Go plugin shaped eth0; after it, ours shapes net1.
+    pod.ok(Impl::Go, "ADD", id, ETH0)?;
+    pod.ok(Impl::Ours, "ADD", id, NET1)?;
+    ensure!(pod.ifbs()? == sorted([reference.clone(), fallback.clone()]));
+    // Our CHECK knows the Go-made IFB as eth0's by the filter that redirects to it.
+    pod.ok(Impl::Ours, "CHECK", id, ETH0)?;
+    pod.ok(Impl::Ours, "CHECK", id, NET1)?;
+    pod.ok(Impl::Ours, "DEL", id, NET1)?;
+    ensure!(pod.ifbs()? == [reference.clone()], "{:?}", pod.ifbs()?);
+    pod.ok(Impl::Ours, "CHECK", id, ETH0)?;
+    pod.ok(Impl::Ours, "DEL", id, ETH0)?;
+    ensure!(pod.ifbs()?.is_empty(), "{:?}", pod.ifbs()?);
+    let kinds = qdisc_kinds(&pod.host, ETH0.0)?;
+    ensure!(
+        !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
+        "{kinds:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn differential_with_the_container_gone_each_del_takes_its_own_ifb() -> Result<()> {
+    let mut pod = Pod::new("bwmixg", &[ETH0, NET1])?;
+    let id = "bw-mix-gone";
+    let reference = reference_ifb_name(NETWORK, id);
+    pod.ok(Impl::Go, "ADD", id, ETH0)?;
+    pod.ok(Impl::Ours, "ADD", id, NET1)?;
+    pod.container.delete()?;
+    // No filter can tell whose the Go-made IFB is, but net1 has its own (by alias): that one
+    // goes, the Go-made one is left to eth0's DEL.
+    pod.ok(Impl::Ours, "DEL", id, NET1)?;
+    ensure!(pod.ifbs()? == [reference], "{:?}", pod.ifbs()?);
+    pod.ok(Impl::Ours, "DEL", id, ETH0)?;
+    ensure!(pod.ifbs()?.is_empty(), "{:?}", pod.ifbs()?);
+    Ok(())
+}
+
+#[test]
+fn differential_our_add_is_checked_and_deleted_by_the_go_plugin() -> Result<()> {
+    let pod = Pod::new("bwgodel", &[ETH0])?;
+    let id = "bw-go-del";
+    let reference = reference_ifb_name(NETWORK, id);
+    pod.ok(Impl::Ours, "ADD", id, ETH0)?;
+    ensure!(pod.ifbs()? == [reference.clone()], "{:?}", pod.ifbs()?);
+    pod.ok(Impl::Go, "CHECK", id, ETH0)?;
+    pod.ok(Impl::Go, "DEL", id, ETH0)?;
+    ensure!(pod.ifbs()?.is_empty(), "{:?}", pod.ifbs()?);
+    // The Go DEL leaves the host veth's qdiscs (to go with the veth); ours removes them.
+    pod.ok(Impl::Ours, "DEL", id, ETH0)?;
+    let kinds = qdisc_kinds(&pod.host, ETH0.0)?;
+    ensure!(
+        !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
+        "{kinds:?}"
+    );
+    Ok(())
 }
 
 /// `tc -j qdisc show dev <dev>` of `ns`, as (kind, rate in bytes/s) pairs.
@@ -817,7 +919,7 @@ fn a_veth_whose_peer_is_in_a_third_namespace_never_shapes_the_host_link_at_that_
     )?;
     // Shaped inside the container, as for any interface without a host-side veth.
     ensure!(qdisc_kinds(&container, "eth0")?.contains(&"tbf".to_owned()));
-    ensure!(ifbs(&container)?.len() == 1, "{:?}", ifbs(&container)?);
+    ensure!(ifbs(&container)? == [reference_ifb_name(NETWORK, "bw-victim")]);
     ensure!(ifbs(&host)?.is_empty(), "{:?}", ifbs(&host)?);
     ensure!(
         qdisc_rates(&host, "vich")? == victim_before,
@@ -841,58 +943,6 @@ fn a_veth_whose_peer_is_in_a_third_namespace_never_shapes_the_host_link_at_that_
     Ok(())
 }
 
-/// A host and a container namespace joined by veth pairs, without a main plugin, for runs of
-/// our plugin on interfaces made by hand.
-struct Pod {
-    host: TestNetns,
-    container: TestNetns,
-    ours: Runtime,
-}
-
-impl Pod {
-    /// `pairs`: (host end, container end) of each veth pair.
-    fn new(prefix: &str, pairs: &[(&str, &str)]) -> Result<Pod> {
-        let host = TestNetns::new(&format!("{prefix}-h"))?;
-        let container = TestNetns::new(&format!("{prefix}-c"))?;
-        for (i, (host_if, ctr_if)) in pairs.iter().enumerate() {
-            let addr = format!("10.96.{i}.2/24");
-            tests::veth_pair(&host, host_if, &[], &container, ctr_if, &[&addr])?;
-        }
-        let ours = Runtime::new(&host)?;
-        Ok(Pod {
-            host,
-            container,
-            ours,
-        })
-    }
-
-    /// Runs `command` for container `id`'s `ctr_if` (its veth peer `host_if`), with both
-    /// directions shaped and a prevResult listing both ends, as a main plugin prints it; it
-    /// must succeed.
-    fn ok(&self, command: &str, id: &str, (host_if, ctr_if): (&str, &str)) -> Result<()> {
-        let mut conf = static_limits();
-        conf["prevResult"] = json!({
-            "cniVersion": "1.0.0",
-            "interfaces": [
-                {"name": host_if},
-                {"name": ctr_if, "sandbox": self.container.path()},
-            ],
-        });
-        let rt = RuntimeConf::new(id, self.container.path(), ctr_if);
-        let out = exec_ours(&self.ours, command, &rt, conf, "1.0.0")?;
-        ok(&out, &format!("{command} of {id}/{ctr_if}"))
-    }
-
-    /// The host's IFBs, sorted.
-    fn ifbs(&self) -> Result<Vec<String>> {
-        let mut names = ifbs(&self.host)?;
-        names.sort();
-        Ok(names)
-    }
-}
-
-const ETH0: (&str, &str) = ("veth-a", "eth0");
-
 /// Issue 22 #9: a `CNI_NETNS` that opens but is no network namespace (procfs files, another
 /// kind of namespace, a trailing slash) leaves DEL nothing to do inside; it cleans the host
 /// side and succeeds.
@@ -902,7 +952,7 @@ fn del_succeeds_for_netns_paths_that_are_no_network_namespace() -> Result<()> {
     let id = "bw-not-netns";
     let trailing = format!("{}/", pod.container.path().display());
     for netns in ["/proc/self/status", "/proc/self/ns/uts", trailing.as_str()] {
-        pod.ok("ADD", id, ETH0)?;
+        pod.ok(Impl::Ours, "ADD", id, ETH0)?;
         ensure!(!pod.ifbs()?.is_empty());
         let out = pod.ours.exec_plugin(
             "bandwidth",
@@ -920,7 +970,7 @@ fn del_succeeds_for_netns_paths_that_are_no_network_namespace() -> Result<()> {
         ok(&out, &format!("DEL with CNI_NETNS={netns}"))?;
         ensure!(pod.ifbs()?.is_empty(), "{netns}: {:?}", pod.ifbs()?);
         // What only the container side could find (the veth's qdiscs) goes with a real DEL.
-        pod.ok("DEL", id, ETH0)?;
+        pod.ok(Impl::Ours, "DEL", id, ETH0)?;
     }
     Ok(())
 }

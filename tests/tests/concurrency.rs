@@ -16,8 +16,8 @@
 //!   that went through one sequential ADD and DEL of the same chain: what the first ADD
 //!   creates for good (the bridge, portmap's nftables table, firewall's chains, lock files)
 //!   exists exactly once although 50 first ADDs raced to create it, and nothing of any
-//!   attachment is left, and no process a plugin started (bandwidth's reaper, a lingering
-//!   socket closer) still runs there. Both nodes start from equal snapshots.
+//!   attachment is left, and no process a plugin started (a lingering socket closer) still
+//!   runs there. Both nodes start from equal snapshots.
 //! - Each container namespace is, after DEL, exactly as it was before ADD (sbr's rules and
 //!   tables, tuning's changes, bandwidth's objects gone).
 //!
@@ -46,7 +46,7 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use bandwidth::names::{Owner, ifb_name};
+use bandwidth::names::{Owner, reference_ifb_name};
 use serde_json::{Value, json};
 use tests::result::{address, host_veth};
 use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, main_plugin};
@@ -69,7 +69,7 @@ const SBR_TABLE: u32 = 100;
 /// Deadline of one plugin execution: generous, since 100 chains (two tests) run at once on
 /// two cores; a lock wait inside a plugin is bounded by the plugin itself (code 11).
 const PLUGIN_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long bandwidth's reapers may take to delete the retired IFBs after DEL returns.
+/// How long processes a plugin left (a lingering socket closer) may take to exit after DEL.
 const REAPER_WAIT: Duration = Duration::from_secs(30);
 
 /// One node: a host namespace where the plugins run, its runtime, and its state directories.
@@ -294,7 +294,6 @@ fn run(name: &str, parts: &[Part]) -> Result<()> {
         let rt = runtime_conf(0, &ctr);
         let result = driver.add(&rt).context("reference ADD")?;
         driver.del(&rt, Some(&result)).context("reference DEL")?;
-        snapshot::wait_for_reapers(&reference.host, REAPER_WAIT)?;
         snapshot::wait_for_no_processes(&reference.host, REAPER_WAIT)?;
     }
     let settled_reference = reference.scope().take()?;
@@ -367,7 +366,6 @@ fn run(name: &str, parts: &[Part]) -> Result<()> {
     verified?;
     deleted?;
 
-    snapshot::wait_for_reapers(&node.host, REAPER_WAIT)?;
     snapshot::wait_for_no_processes(&node.host, REAPER_WAIT)?;
     settled_reference.ensure_same(
         &node.scope().take()?,
@@ -644,7 +642,7 @@ fn verify_bandwidth(node: &Node, all: &[Attached<'_>]) -> Result<()> {
             container_id: a.cid().into(),
             ifname: IFNAME.into(),
         };
-        let ifb = ifb_name(&owner);
+        let ifb = reference_ifb_name(NETWORK, a.cid());
         ensure_same_lines(
             &format!("qdiscs on {ifb} ({})", a.cid()),
             on(&ifb),

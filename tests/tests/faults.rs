@@ -78,7 +78,7 @@ const CONTAINER_ID: &str = "fault-ctr";
 const IFNAME: &str = "eth0";
 /// Deadline of one plugin run (a contended lock makes it wait 10 s).
 const PLUGIN_DEADLINE: Duration = Duration::from_secs(30);
-/// How long asynchronous clean-up (bandwidth's reaper, a socket holder) may take.
+/// How long asynchronous clean-up (a socket holder) may take.
 const SETTLE: Duration = Duration::from_secs(20);
 const PORTMAP_RUN: &str = "/run/cni/portmap";
 const FIREWALL_RUN: &str = "/run/cni-firewall";
@@ -500,7 +500,6 @@ impl Stage {
         self.ok("ADD", true, &[])?;
         self.ok("DEL", true, &[])?;
         wait_idle(&self.namespaces())?;
-        snapshot::wait_for_reapers(&self.topo.host, SETTLE)?;
         self.state()
     }
 }
@@ -708,7 +707,6 @@ fn kill_points(full: Duration) -> Vec<Duration> {
 
 fn sigkill_sweep(stage: &Stage) -> Result<()> {
     let full = full_add_time(stage)?;
-    snapshot::wait_for_reapers(&stage.topo.host, SETTLE)?;
     let before = stage.state()?;
     let points = kill_points(full);
     let mut killed = 0;
@@ -1123,7 +1121,6 @@ fn check_names_each_removed_object(
     let added = view(stage)?;
     stage.ok("DEL", true, &[])?;
     wait_idle(&stage.namespaces())?;
-    snapshot::wait_for_reapers(&stage.topo.host, SETTLE)?;
     let deleted = view(stage)?;
     let mut failures = Vec::new();
     for removal in removals {
@@ -1176,7 +1173,6 @@ fn check_names_each_removed_object(
             continue;
         }
         wait_idle(&stage.namespaces())?;
-        snapshot::wait_for_reapers(&stage.topo.host, SETTLE)?;
         let now = view(stage)?;
         let left = minus(&now, &deleted);
         let gone = minus(&deleted, &now);
@@ -1305,11 +1301,7 @@ fn check_names_each_removed_object_bandwidth() -> Result<()> {
     isolated(|| {
         let stage = Stage::new("fobw", "bandwidth", bandwidth_keys())?;
         let veth = stage.host_veth()?;
-        let ifb = bandwidth::names::ifb_name(&bandwidth::names::Owner {
-            network: NETWORK.into(),
-            container_id: CONTAINER_ID.into(),
-            ifname: IFNAME.into(),
-        });
+        let ifb = bandwidth::names::reference_ifb_name(NETWORK, CONTAINER_ID);
         let removals = [
             Removal::new(format!("root tbf of {veth}"), &[&veth, "root qdisc"])
                 .run("tc", &["qdisc", "del", "dev", &veth, "root"]),

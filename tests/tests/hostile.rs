@@ -79,8 +79,8 @@ const DOCUMENTED_CODES: [u64; 11] = [1, 2, 3, 4, 5, 6, 7, 8, 11, 50, 999];
 /// Generous, because every netlink dump waits for the kernel's RTNL lock, which namespace
 /// teardown (also of earlier tests, in the background) can hold for seconds.
 const PLUGIN_DEADLINE: Duration = Duration::from_secs(120);
-/// How long DEL's detached work (bandwidth's IFB reaper) may take before a snapshot; it
-/// takes milliseconds, unless namespace teardown holds the RTNL lock.
+/// How long the kernel may take to settle a namespace (IPv6 addresses leaving their tentative
+/// state) before a snapshot; milliseconds, unless namespace teardown holds the RTNL lock.
 const SETTLE_DEADLINE: Duration = Duration::from_secs(60);
 
 /// One plugin binary under test.
@@ -485,7 +485,7 @@ impl Fixture {
                     }
                 }
             }
-            rounds.push(self.settled_snapshot()?);
+            rounds.push(self.snapshot()?);
         }
         let diff = rounds[0].diff(&rounds[1]);
         ensure!(
@@ -493,41 +493,6 @@ impl Fixture {
             "a second ADD/CHECK/DEL round did not end where the first did:\n{diff}"
         );
         rounds.pop().context("no round")
-    }
-
-    /// A snapshot once DEL's detached work is done (no bandwidth tombstone IFB left).
-    fn settled_snapshot(&self) -> Result<Snapshot> {
-        let deadline = Instant::now() + SETTLE_DEADLINE;
-        loop {
-            // Cheap first: the host's interface names.
-            let dev = self
-                .host
-                .run(|| std::fs::read_to_string("/proc/thread-self/net/dev"))??;
-            let mut seen = dev
-                .lines()
-                .find(|l| mentions_tombstone(l))
-                .map(str::to_owned);
-            if seen.is_none() {
-                let snap = self.snapshot()?;
-                // Anywhere: the sections are read concurrently, so a tombstone's sysctls may
-                // be read before the reaper deletes it and its link after.
-                seen = snap.0.iter().find_map(|(section, lines)| {
-                    lines
-                        .iter()
-                        .find(|l| mentions_tombstone(l))
-                        .map(|l| format!("[{section}] {l}"))
-                });
-                if seen.is_none() {
-                    return Ok(snap);
-                }
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "a bandwidth tombstone is still there after {SETTLE_DEADLINE:?}: {}",
-                seen.unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
     }
 
     /// What the plugins could have changed: links with their attributes, addresses, routes,
@@ -553,18 +518,6 @@ impl Fixture {
             .insert("files scratch".into(), tree(self.scratch(), &[])?);
         Ok(host)
     }
-}
-
-/// True when `line` names a retired bandwidth IFB (`bwdel<index>`), which its reaper deletes
-/// moments after DEL.
-fn mentions_tombstone(line: &str) -> bool {
-    line.match_indices(bandwidth::names::TOMBSTONE_PREFIX)
-        .any(|(at, p)| {
-            line[at + p.len()..]
-                .bytes()
-                .next()
-                .is_some_and(|b| b.is_ascii_digit())
-        })
 }
 
 /// A process environment for one exec, in a stable order.
@@ -1641,7 +1594,7 @@ struct Fuzz {
 impl Fuzz {
     /// Compares the state with the baseline on behalf of the pending cases and `current`.
     fn compare(&mut self, fx: &Fixture, current: Option<String>) -> Result<()> {
-        let after = fx.settled_snapshot()?;
+        let after = fx.snapshot()?;
         let diff = self.baseline.diff(&after);
         let blamed: Vec<String> = self.pending.drain(..).chain(current).collect();
         if diff.is_empty() {
@@ -1882,7 +1835,7 @@ fn run_hostile(build: impl FnOnce(&Fixture) -> Result<Vec<Hostile>> + Send) {
                     failures.push(format!("{} ({} DEL): {e:#}", case.what, case.plugin.name()));
                 }
             }
-            let diff = baseline.diff(&fx.settled_snapshot()?);
+            let diff = baseline.diff(&fx.snapshot()?);
             if !diff.is_empty() {
                 failures.push(format!(
                     "the DELs after the hostile ADDs changed the state:\n{diff}"
@@ -1947,7 +1900,7 @@ fn run_one(fx: &Fixture, case: &Hostile, baseline: &mut Snapshot) -> Result<()> 
             }
         }
     }
-    let after = fx.settled_snapshot()?;
+    let after = fx.snapshot()?;
     let diff = baseline.diff(&after);
     if !diff.is_empty() {
         problems.push(format!("{verdict:?} and the state changed:\n{diff}"));

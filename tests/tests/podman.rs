@@ -45,7 +45,7 @@ mod podman {
     use std::time::{Duration, Instant};
 
     use anyhow::{Context, Result, bail, ensure};
-    use bandwidth::names::{Owner, TOMBSTONE_PREFIX, ifb_name, reference_ifb_name};
+    use bandwidth::names::{Owner, reference_ifb_name};
     use common::netns::NetNs;
     use nix::mount::{MntFlags, umount2};
     use nix::sys::signal::{Signal, kill};
@@ -66,8 +66,8 @@ mod podman {
     const HTTP_DEADLINE: Duration = Duration::from_secs(20);
     /// Deadline of one HTTP exchange.
     const HTTP_TIMEOUT: Duration = Duration::from_secs(2);
-    /// How long processes of a removed container (conmon, `podman container cleanup`) and
-    /// bandwidth's IFB reaper may take to finish. Generous: this is not a timing assertion.
+    /// How long processes of a removed container (conmon, `podman container cleanup`) may
+    /// take to finish. Generous: this is not a timing assertion.
     const SETTLE_DEADLINE: Duration = Duration::from_secs(30);
     /// The container interface podman asks for.
     const IFNAME: &str = "eth0";
@@ -649,24 +649,18 @@ mod podman {
         }
 
         /// `podman rm -f -t 0`, then waits until the container's processes (conmon, `podman
-        /// container cleanup`) have exited and bandwidth's reaper has deleted retired IFBs.
+        /// container cleanup`) have exited.
         fn remove(&self, ctr: &Container) -> Result<()> {
             self.podman(&["rm", "-f", "-t", "0", &ctr.id])?;
             let deadline = Instant::now() + SETTLE_DEADLINE;
             loop {
                 let pids = pids_mentioning(&ctr.id);
-                let tombstones: Vec<String> = self
-                    .host
-                    .link_names()?
-                    .into_iter()
-                    .filter(|l| l.starts_with(TOMBSTONE_PREFIX))
-                    .collect();
-                if pids.is_empty() && tombstones.is_empty() {
+                if pids.is_empty() {
                     return Ok(());
                 }
                 ensure!(
                     Instant::now() < deadline,
-                    "after podman rm: processes {pids:?} still run, IFBs {tombstones:?} remain"
+                    "after podman rm: processes {pids:?} still run"
                 );
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -1123,16 +1117,12 @@ mod podman {
             container_id: web.id.clone(),
             ifname: IFNAME.to_owned(),
         };
-        let ifb = ifb_name(&owner);
+        // The reference's name.
+        let ifb = reference_ifb_name(&fx.network, &web.id);
         ensure!(
             fx.host.has_link(&ifb)?,
             "no IFB {ifb}: {:?}",
             fx.host.link_names()?
-        );
-        let reference = reference_ifb_name(&fx.network, &web.id);
-        ensure!(
-            !fx.host.has_link(&reference)?,
-            "Go's IFB {reference} exists"
         );
         let alias = fx.host.ip_json(&["link", "show", "dev", &ifb])?;
         ensure!(alias[0]["ifalias"] == json!(owner.alias()), "{alias}");
@@ -1199,9 +1189,7 @@ mod podman {
         fx.ensure_gone(&web)?;
         let links = fx.host.link_names()?;
         ensure!(
-            !links
-                .iter()
-                .any(|l| l.starts_with("bwp") || l.starts_with(TOMBSTONE_PREFIX)),
+            !links.iter().any(|l| l.starts_with("bwp")),
             "IFBs left: {links:?}"
         );
         let qdiscs = tc_json(&fx.host, &["qdisc", "show"])?;

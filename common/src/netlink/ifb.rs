@@ -40,13 +40,28 @@ impl LinkAlias {
     }
 }
 
+/// EINVAL for an alias the kernel would refuse (longer than [`MAX_ALIAS`] bytes).
+fn check_alias(alias: &str, op: impl FnOnce() -> String) -> Result<(), NetlinkError> {
+    if alias.len() > MAX_ALIAS {
+        return Err(NetlinkError::new(
+            op(),
+            io::Error::from_raw_os_error(libc::EINVAL),
+        ));
+    }
+    Ok(())
+}
+
 impl Netlink {
-    /// Creates an IFB device that is up, with `mtu` and (when given) `txqlen`, then sets its
-    /// alias, and returns it: `ip link add NAME mtu M type ifb && ip link set NAME up alias A`.
-    /// The name must be new; nothing is left behind when a step fails.
+    /// Creates an IFB device with `mtu` and (when given) `txqlen`, then sets its alias and
+    /// brings it up in one more request, and returns it: `ip link add NAME mtu M type ifb &&
+    /// ip link set NAME alias A up`. The kernel takes an alias only on an existing link; with
+    /// the alias and `up` in one request, an IFB made here that is up always has its alias,
+    /// and one that is down without an alias is what a caller killed in between left. The
+    /// name must be new; nothing is left behind when a step fails.
     ///
     /// # Errors
-    /// `is_exists()` when the name is taken; the kernel's errno otherwise.
+    /// `is_exists()` when the name is taken, EINVAL (before anything is created) for an alias
+    /// longer than [`MAX_ALIAS`] bytes; the kernel's errno otherwise.
     pub fn add_ifb(
         &mut self,
         name: &str,
@@ -54,9 +69,10 @@ impl Netlink {
         txqlen: Option<u32>,
         alias: &str,
     ) -> Result<Link, NetlinkError> {
+        check_alias(alias, || {
+            format!("add ifb link {name:?} with alias {alias:?}")
+        })?;
         let mut msg = LinkMessage::default();
-        msg.header.flags = LinkFlags::Up;
-        msg.header.change_mask = LinkFlags::Up;
         msg.attributes.push(LinkAttribute::IfName(name.to_string()));
         msg.attributes.push(LinkAttribute::Mtu(mtu));
         if let Some(q) = txqlen {
@@ -64,18 +80,29 @@ impl Netlink {
         }
         msg.attributes
             .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Ifb)]));
-        log::debug!("ip link add {name} mtu {mtu} up type ifb");
+        log::debug!("ip link add {name} mtu {mtu} type ifb");
         self.request(
             format!("add ifb link {name:?}"),
             RouteNetlinkMessage::NewLink(msg),
             NLM_F_CREATE | NLM_F_EXCL,
         )?;
-        let link = self.link_by_name(name)?;
-        // The kernel applies IFLA_IFALIAS only to existing links, so it takes a second request.
-        if let Err(e) = self.set_alias(link.index, alias) {
+        let mut link = self.link_by_name(name)?;
+        let mut up = LinkMessage::default();
+        up.header.index = link.index;
+        up.header.flags = LinkFlags::Up;
+        up.header.change_mask = LinkFlags::Up;
+        up.attributes
+            .push(LinkAttribute::IfAlias(alias.to_string()));
+        log::debug!("ip link set dev {name} alias {alias:?} up");
+        if let Err(e) = self.request(
+            format!("set alias {alias:?} and up on link {name:?}"),
+            RouteNetlinkMessage::SetLink(up),
+            0,
+        ) {
             let _ = self.del_link(link.index);
             return Err(e);
         }
+        link.up = true;
         Ok(link)
     }
 
@@ -85,12 +112,7 @@ impl Netlink {
     /// EINVAL for an alias longer than [`MAX_ALIAS`] bytes; the kernel's errno otherwise.
     pub fn set_alias(&mut self, index: u32, alias: &str) -> Result<(), NetlinkError> {
         let op = format!("set alias {alias:?} on link {index}");
-        if alias.len() > MAX_ALIAS {
-            return Err(NetlinkError::new(
-                op,
-                io::Error::from_raw_os_error(libc::EINVAL),
-            ));
-        }
+        check_alias(alias, || op.clone())?;
         let mut msg = LinkMessage::default();
         msg.header.index = index;
         msg.attributes
@@ -138,50 +160,5 @@ impl Netlink {
             })
             .filter(|l| l.link.kind.as_deref() == Some("ifb"))
             .collect())
-    }
-
-    /// Takes link `index` out of service cheaply: down, renamed to `name`, alias `alias`
-    /// (`ip link set dev X down name N alias A`). One request where the kernel renames running
-    /// links (Linux 6.2 and later); older kernels refuse that with EBUSY, and then it takes a
-    /// `down` first and the rename second. Unlike `ip link del`, none of this waits for an RCU
-    /// grace period or for device references to drop, so it costs about a tenth of a
-    /// millisecond instead of tens.
-    ///
-    /// # Errors
-    /// `is_exists()` when `name` is taken, `is_not_found()` when the link is gone, EINVAL for
-    /// an alias longer than [`MAX_ALIAS`] bytes; the kernel's errno otherwise.
-    pub fn retire_link(&mut self, index: u32, name: &str, alias: &str) -> Result<(), NetlinkError> {
-        let op = format!("retire link {index} as {name:?}");
-        if alias.len() > MAX_ALIAS {
-            return Err(NetlinkError::new(
-                op,
-                io::Error::from_raw_os_error(libc::EINVAL),
-            ));
-        }
-        let rename = |down: bool| {
-            let mut msg = LinkMessage::default();
-            msg.header.index = index;
-            if down {
-                msg.header.change_mask = LinkFlags::Up;
-            }
-            msg.attributes.push(LinkAttribute::IfName(name.to_string()));
-            msg.attributes
-                .push(LinkAttribute::IfAlias(alias.to_string()));
-            RouteNetlinkMessage::SetLink(msg)
-        };
-        log::debug!("ip link set dev {index} down name {name} alias {alias:?}");
-        match self.request(&op, rename(true), 0) {
-            Err(e) if e.errno() == Some(libc::EBUSY) => {
-                self.set_link(
-                    index,
-                    &super::LinkChange {
-                        up: Some(false),
-                        ..Default::default()
-                    },
-                )?;
-                self.request(op, rename(false), 0).map(drop)
-            }
-            other => other.map(drop),
-        }
     }
 }

@@ -14,7 +14,7 @@ pub mod tc;
 
 use std::fmt;
 use std::io;
-use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
+use std::os::fd::{AsRawFd as _, BorrowedFd};
 
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{
@@ -387,46 +387,6 @@ impl Netlink {
         .map(drop)
     }
 
-    /// Deletes the links `indexes` from a detached child ([`crate::linger::send_detached`])
-    /// and returns at once: deleting a device waits 20–30 ms inside the kernel (RCU grace
-    /// periods, draining references) and nobody needs its answer. When no child can be made,
-    /// deletes them here, one by one, and returns the first failure ("not found" is success).
-    ///
-    /// # Errors
-    /// Only from that fallback.
-    pub fn del_links_detached(&mut self, indexes: &[u32]) -> Result<(), NetlinkError> {
-        if indexes.is_empty() {
-            return Ok(());
-        }
-        let datagrams: Vec<Vec<u8>> = indexes
-            .iter()
-            .map(|&index| {
-                let mut msg = LinkMessage::default();
-                msg.header.index = index;
-                NetlinkSocket::datagram(RouteNetlinkMessage::DelLink(msg))
-            })
-            .collect();
-        log::debug!("ip link del dev {indexes:?} (detached)");
-        match crate::linger::send_detached(self.socket.as_fd(), &datagrams) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                log::warn!(
-                    "cannot detach the deletion of links {indexes:?} ({e}): deleting them now"
-                );
-                let mut first = None;
-                for &index in indexes {
-                    match self.del_link(index) {
-                        Err(e) if !e.is_not_found() => {
-                            first.get_or_insert(e);
-                        }
-                        _ => {}
-                    }
-                }
-                first.map_or(Ok(()), Err)
-            }
-        }
-    }
-
     /// The id this handle's namespace gives the namespace `ns` (`RTM_GETNSID` with
     /// `NETNSA_FD`), the number a link whose peer lives in `ns` carries as
     /// `IFLA_LINK_NETNSID`; `None` when it has given it none (then no link here has its peer
@@ -481,6 +441,7 @@ pub fn format_mac(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd as _;
     use std::process::Command;
 
     /// Runs `body` on a thread in a fresh network namespace of its own.

@@ -92,16 +92,6 @@ impl NetlinkSocket {
         self.exchange(payload, NLM_F_REQUEST | NLM_F_DUMP)
     }
 
-    /// `payload` as a complete request datagram, for sending elsewhere (see
-    /// [`crate::linger::send_detached`]): flags `NLM_F_REQUEST` only, so the kernel answers only
-    /// a failure, and sequence number 0, which [`NetlinkSocket::request`] never uses.
-    pub fn datagram<I>(payload: I) -> Vec<u8>
-    where
-        I: NetlinkSerializable,
-    {
-        serialize(payload, NLM_F_REQUEST, 0)
-    }
-
     /// [`NetlinkSocket::dump_as`] that stops reading at the first reply for which `stop` is
     /// true (returned last), so that the kernel does not even build the rest of a long dump:
     /// it fills one datagram per read. Consumes the socket, as the rest of the dump would
@@ -140,7 +130,6 @@ impl NetlinkSocket {
         I: NetlinkSerializable,
         O: NetlinkDeserializable,
     {
-        // Sequence number 0 is left to [`datagram`]s sent by others on this socket.
         self.seq = self.seq.wrapping_add(1).max(1);
         let seq = self.seq;
         self.socket.send(&serialize(payload, flags, seq), 0)?;

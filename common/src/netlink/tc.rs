@@ -965,6 +965,18 @@ mod tests {
             .unwrap()[0];
             assert_eq!(shown["ifalias"], "owner:x:y");
             assert_eq!(shown["linkinfo"]["info_kind"], "ifb");
+            assert!(
+                shown["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|f| f == "UP")),
+                "{shown}"
+            );
+            // An alias the kernel would refuse: nothing is created.
+            let err = nl
+                .add_ifb("bwptest1", 1400, None, &"x".repeat(256))
+                .unwrap_err();
+            assert_eq!(err.errno(), Some(libc::EINVAL), "{err}");
+            assert!(nl.link_by_name("bwptest1").unwrap_err().is_not_found());
             let with_alias = nl.link_alias_by_name("bwptest0").unwrap();
             assert_eq!(with_alias.alias.as_deref(), Some("owner:x:y"));
             assert!(

@@ -77,7 +77,8 @@ pub const TARGETS: &[Target] = &[
     ratio("tuning", super::tuning::CASE, "DEL", 0.35),
     ratio("bandwidth", super::bandwidth::CASE, "ADD", 0.35),
     ratio("bandwidth", super::bandwidth::CASE, "CHECK", 0.35),
-    ratio("bandwidth", super::bandwidth::CASE, "DEL", 0.1),
+    // Issue 21: the kernel's IFB deletion dominates both DELs.
+    ratio("bandwidth", super::bandwidth::CASE, "DEL", 1.0),
     ratio("sbr", sbr::CASE_MOVES, "ADD", 0.35),
     ratio("sbr", sbr::CASE_MOVES, "CHECK", 0.35),
     ratio("sbr", sbr::CASE_MOVES, "DEL", 0.35),

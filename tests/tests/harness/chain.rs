@@ -258,7 +258,7 @@ impl<'a> Chain<'a> {
         unsafe {
             cmd.pre_exec(|| Ok(()));
         }
-        // Files, not pipes: a detached grandchild (bandwidth's reaper) must not keep a reader
+        // Files, not pipes: a detached grandchild (a lingering socket closer) must not keep a reader
         // waiting, and nothing has to be drained while the child runs.
         let mut stdout = tempfile::tempfile()?;
         let mut stderr = tempfile::tempfile()?;

@@ -39,9 +39,6 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use tests::TestNetns;
 
-/// Prefix of the IFBs bandwidth's DEL retired and its detached reaper deletes moments later.
-pub const TOMBSTONE_PREFIX: &str = bandwidth::names::TOMBSTONE_PREFIX;
-
 /// What a snapshot covers: one namespace, optionally its netfilter state, and directories.
 #[derive(Debug, Clone)]
 pub struct Scope<'a> {
@@ -185,34 +182,8 @@ pub fn multiset_difference(a: &[String], b: &[String]) -> (Vec<String>, Vec<Stri
     (lost, gained)
 }
 
-/// Waits (up to `timeout`) until `ns` holds no IFB that bandwidth's DEL retired: its detached
-/// reaper deletes them moments after DEL returns, so a snapshot taken earlier would show them.
-///
-/// # Errors
-/// When some are still there at the deadline (a reaper that never ran is a leak), or `ip` fails.
-pub fn wait_for_reapers(ns: &TestNetns, timeout: Duration) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left: Vec<String> = ns
-            .link_names()?
-            .into_iter()
-            .filter(|n| n.starts_with(TOMBSTONE_PREFIX))
-            .collect();
-        if left.is_empty() {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "retired IFBs still in {} after {timeout:?}: {left:?}",
-                ns.name()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The processes (pid and command name) whose main thread is in `ns`: children a plugin left
-/// running there, e.g. bandwidth's reaper or a lingering socket closer. Threads of other
+/// running there, e.g. a lingering socket closer. Threads of other
 /// processes that merely entered `ns` (this test's own helpers) do not count.
 ///
 /// # Errors
