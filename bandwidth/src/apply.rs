@@ -8,7 +8,7 @@ use common::netlink::{Link, LinkAlias, Netlink, NetlinkError};
 use common::netns::NetNs;
 use netlink_packet_route::tc::TcMirrorActionType;
 
-use crate::error::BandwidthError;
+use crate::error::{BandwidthError, IFB_NOT_FOUND, Step};
 use crate::names::{FILTER_CLASSID, FILTER_PRIORITY, Owner, STATUS_IFB, TBF_HANDLE};
 use crate::plan::{
     Device, Evidence, IfbChoice, IfbIdentity, Plan, Side, choose_ifb, owned, to_delete,
@@ -143,7 +143,8 @@ fn add_steps(
 ) -> Result<Option<Link>, BandwidthError> {
     let dev = &plan.device;
     if let Some((tbf, _)) = &plan.direct {
-        nl.add_root_tbf(dev.index, TBF_HANDLE, tbf, true)?;
+        nl.add_root_tbf(dev.index, TBF_HANDLE, tbf, true)
+            .map_err(BandwidthError::step(Step::DeviceQdisc))?;
         undo.push(Undo::RootQdisc(dev.index));
     }
     let Some(redirect) = &plan.redirect else {
@@ -174,7 +175,9 @@ fn add_steps(
             existing.link.clone()
         }
         IfbChoice::Create(name) => {
-            let link = nl.add_ifb(name, redirect.mtu, None, &redirect.ifb.alias)?;
+            let link = nl
+                .add_ifb(name, redirect.mtu, None, &redirect.ifb.alias)
+                .map_err(BandwidthError::step(Step::AddIfb))?;
             undo.push(Undo::Link(link.index));
             link
         }
@@ -212,7 +215,7 @@ fn add_steps(
             }
             false
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(BandwidthError::step(Step::IngressQdisc)(e)),
     };
     // The priority is ours (as it was the reference's): a redirect left there by an earlier
     // ADD of this attachment is replaced. A qdisc this call created has no filters yet.
@@ -229,9 +232,11 @@ fn add_steps(
         FILTER_PRIORITY,
         FILTER_CLASSID,
         ifb.index,
-    )?;
+    )
+    .map_err(BandwidthError::step(Step::Filter))?;
     undo.push(Undo::Filters(dev.index));
-    nl.add_root_tbf(ifb.index, TBF_HANDLE, &redirect.tbf, true)?;
+    nl.add_root_tbf(ifb.index, TBF_HANDLE, &redirect.tbf, true)
+        .map_err(BandwidthError::step(Step::IfbQdisc))?;
     Ok(Some(ifb))
 }
 
@@ -307,25 +312,31 @@ pub fn check(nl: &mut Netlink, plan: &Plan) -> Result<(), BandwidthError> {
         .copied()
         .or_else(|| found.iter().find(|l| redirect.ifb.is_go_made(l)))
     else {
-        return Err(BandwidthError::Drift(format!(
-            "ifb device {} not found (nor {} with the alias {:?})",
-            redirect.ifb.names[0], redirect.ifb.names[1], redirect.ifb.alias
-        )));
+        return Err(BandwidthError::drift(
+            IFB_NOT_FOUND,
+            format!(
+                "no ifb device of this attachment: neither {} exists with the alias {:?}",
+                redirect.ifb.names.join(" nor "),
+                redirect.ifb.alias
+            ),
+        ));
     };
     if nl
         .qdisc(dev.index, INGRESS)?
         .is_none_or(|q| q.kind != "ingress")
     {
-        return Err(BandwidthError::Drift(format!(
-            "{} has no ingress qdisc",
-            dev.name
-        )));
+        let msg = format!("{} has no ingress qdisc", dev.name);
+        return Err(BandwidthError::drift(msg, ""));
     }
     let Some(ifb) = mine.iter().find(|l| Some(l.link.index) == target) else {
-        return Err(BandwidthError::Drift(format!(
-            "{} has no filter of priority {FILTER_PRIORITY} redirecting to {} (its redirect goes to interface index {target:?})",
+        let msg = format!(
+            "{} has no filter of priority {FILTER_PRIORITY} redirecting to {}",
             dev.name, named.link.name
-        )));
+        );
+        return Err(BandwidthError::drift(
+            msg,
+            format!("its redirect goes to interface index {target:?}"),
+        ));
     };
     check_root_tbf(
         nl,
@@ -344,34 +355,43 @@ fn check_root_tbf(
     reference_buffer: Option<u32>,
 ) -> Result<(), BandwidthError> {
     let Some(root) = nl.qdisc(index, ROOT)? else {
-        return Err(BandwidthError::Drift(format!(
-            "{name} has no root qdisc, want tbf"
-        )));
+        return Err(BandwidthError::drift(
+            "Failed to find qdisc",
+            format!("{name} has no root qdisc, want tbf"),
+        ));
     };
-    let drift = |what: String| Err(BandwidthError::Drift(format!("{name}: {what}")));
+    let own = |what: String| Err(BandwidthError::drift(format!("{name}: {what}"), ""));
+    let reference =
+        |msg: &str, what: String| Err(BandwidthError::drift(msg, format!("{name}: {what}")));
     if root.kind != "tbf" {
-        return drift(format!("root qdisc is {}, want tbf", root.kind));
+        return own(format!("root qdisc is {}, want tbf", root.kind));
     }
     if root.handle != TBF_HANDLE {
-        return drift(format!("tbf has handle {:#x}, want 1:", root.handle));
+        return own(format!("tbf has handle {:#x}, want 1:", root.handle));
     }
     let Some(got) = root.tbf else {
-        return drift("tbf without parameters".into());
+        return own("tbf without parameters".into());
     };
     if got.rate != want.rate {
-        return drift(format!("tbf rate is {} B/s, want {}", got.rate, want.rate));
+        return reference(
+            "Rate doesn't match",
+            format!("tbf rate is {} B/s, want {}", got.rate, want.rate),
+        );
     }
     if got.limit != want.limit {
-        return drift(format!("tbf limit is {} B, want {}", got.limit, want.limit));
+        return reference(
+            "Limit doesn't match",
+            format!("tbf limit is {} B, want {}", got.limit, want.limit),
+        );
     }
     if got.buffer != want.buffer && Some(got.buffer) != reference_buffer {
-        return drift(format!(
-            "tbf buffer is {} ticks, want {}",
-            got.buffer, want.buffer
-        ));
+        return reference(
+            "Buffer doesn't match",
+            format!("tbf buffer is {} ticks, want {}", got.buffer, want.buffer),
+        );
     }
     if got.peakrate != 0 {
-        return drift(format!(
+        return own(format!(
             "tbf has a peak rate of {} B/s, want none",
             got.peakrate
         ));

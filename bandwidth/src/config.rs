@@ -101,22 +101,16 @@ impl Config {
         self.ingress.is_none() && self.egress.is_none()
     }
 
-    /// Validates the decoded config.
+    /// Validates the decoded config: first what the reference checks, in its order and with
+    /// its messages (so that a config it rejects fails here with its text), then our own
+    /// checks.
     ///
     /// # Errors
-    /// Code 7 naming the field for a rate without burst (or the reverse), a value below
-    /// 1 byte, a burst of 4 GB or more, or a latency out of range; code 6 when
-    /// `runtimeConfig` does not decode.
+    /// Code 7, with the field and value in `details`, for a rate without burst (or the
+    /// reverse), a burst of 4 GB or more, a value below 1 byte, or a latency out of range;
+    /// code 6 when `runtimeConfig` does not decode.
     pub fn from_conf(conf: &NetConf<BandwidthKeys>) -> Result<Config, CniError> {
         let keys = &conf.plugin;
-        let latency_ms = keys.latency_ms.unwrap_or(DEFAULT_LATENCY_MS);
-        if !(1..=MAX_LATENCY_MS).contains(&latency_ms) {
-            return Err(BandwidthError::Config(format!(
-                "latencyMs {latency_ms} is out of range: it must be between 1 and {MAX_LATENCY_MS}"
-            ))
-            .into());
-        }
-        let latency_us = u32::try_from(latency_ms * 1000).unwrap_or(u32::MAX);
         let top = [
             keys.ingress_rate,
             keys.ingress_burst,
@@ -141,56 +135,100 @@ impl Config {
             }
         };
         let [ingress_rate, ingress_burst, egress_rate, egress_burst] = values;
+        let ingress = Fields::new(prefix, "ingress", ingress_rate, ingress_burst);
+        let egress = Fields::new(prefix, "egress", egress_rate, egress_burst);
+        ingress.reference_checks()?;
+        egress.reference_checks()?;
+        let latency_ms = keys.latency_ms.unwrap_or(DEFAULT_LATENCY_MS);
+        if !(1..=MAX_LATENCY_MS).contains(&latency_ms) {
+            return Err(BandwidthError::config(
+                format!("latencyMs {latency_ms} is out of range"),
+                format!("it must be between 1 and {MAX_LATENCY_MS} (milliseconds)"),
+            )
+            .into());
+        }
         Ok(Config {
-            ingress: limit(ingress_rate, ingress_burst, prefix, "ingress")?,
-            egress: limit(egress_rate, egress_burst, prefix, "egress")?,
-            latency_us,
+            ingress: ingress.limit()?,
+            egress: egress.limit()?,
+            latency_us: u32::try_from(latency_ms * 1000).unwrap_or(u32::MAX),
             derive_sentinel_burst: keys.derive_sentinel_burst.unwrap_or(true),
         })
     }
 }
 
-/// Validates one direction; `None` when both values are 0.
-fn limit(rate: u64, burst: u64, prefix: &str, direction: &str) -> Result<Option<Limit>, CniError> {
-    let rate_field = format!("{prefix}{direction}Rate");
-    let burst_field = format!("{prefix}{direction}Burst");
-    let fail = |msg: String| Err(CniError::from(BandwidthError::Config(msg)));
-    match (rate, burst) {
-        (0, 0) => return Ok(None),
-        (_, 0) => {
-            return fail(format!(
-                "{rate_field} is {rate} but {burst_field} is 0 or missing: if rate is set, burst must also be set"
+/// One direction's two values, with their config paths.
+struct Fields {
+    rate: u64,
+    burst: u64,
+    rate_field: String,
+    burst_field: String,
+}
+
+impl Fields {
+    fn new(prefix: &str, direction: &str, rate: u64, burst: u64) -> Fields {
+        Fields {
+            rate,
+            burst,
+            rate_field: format!("{prefix}{direction}Rate"),
+            burst_field: format!("{prefix}{direction}Burst"),
+        }
+    }
+
+    /// The reference's `validateRateAndBurst`, in its order, with its messages.
+    fn reference_checks(&self) -> Result<(), BandwidthError> {
+        let Fields {
+            rate,
+            burst,
+            rate_field,
+            burst_field,
+        } = self;
+        if *burst == 0 && *rate != 0 {
+            return Err(BandwidthError::config(
+                "if rate is set, burst must also be set",
+                format!("{rate_field} is {rate} but {burst_field} is 0 or missing"),
             ));
         }
-        (0, _) => {
-            return fail(format!(
-                "{burst_field} is {burst} but {rate_field} is 0 or missing: if burst is set, rate must also be set"
+        if *rate == 0 && *burst != 0 {
+            return Err(BandwidthError::config(
+                "if burst is set, rate must also be set",
+                format!("{burst_field} is {burst} but {rate_field} is 0 or missing"),
             ));
         }
-        _ => {}
+        if burst / 8 >= u64::from(u32::MAX) {
+            return Err(BandwidthError::config(
+                "burst cannot be more than 4GB",
+                format!("{burst_field} is {burst} bits, 4 GB or more"),
+            ));
+        }
+        Ok(())
     }
-    if rate < 8 {
-        return fail(format!(
-            "{rate_field} {rate} is below 8 bits/s: the kernel counts whole bytes per second"
-        ));
+
+    /// Our own checks on a direction that passed [`Fields::reference_checks`]; `None` when
+    /// both values are 0 (not shaped).
+    fn limit(self) -> Result<Option<Limit>, BandwidthError> {
+        if self.rate == 0 && self.burst == 0 {
+            return Ok(None);
+        }
+        if self.rate < 8 {
+            return Err(BandwidthError::config(
+                format!("{} {} is below 8 bits/s", self.rate_field, self.rate),
+                "the kernel counts whole bytes per second",
+            ));
+        }
+        if self.burst < 8 {
+            return Err(BandwidthError::config(
+                format!("{} {} is below 8 bits", self.burst_field, self.burst),
+                "the kernel counts whole bytes",
+            ));
+        }
+        Ok(Some(Limit {
+            rate: self.rate,
+            burst: self.burst,
+            sentinel: SENTINEL_BURSTS.contains(&self.burst),
+            rate_field: self.rate_field,
+            burst_field: self.burst_field,
+        }))
     }
-    if burst < 8 {
-        return fail(format!(
-            "{burst_field} {burst} is below 8 bits: the kernel counts whole bytes"
-        ));
-    }
-    if burst / 8 >= u64::from(u32::MAX) {
-        return fail(format!(
-            "{burst_field} {burst} is too large: burst cannot be more than 4GB"
-        ));
-    }
-    Ok(Some(Limit {
-        rate,
-        burst,
-        sentinel: SENTINEL_BURSTS.contains(&burst),
-        rate_field,
-        burst_field,
-    }))
 }
 
 #[cfg(test)]
@@ -233,10 +271,7 @@ mod tests {
             "runtimeConfig": {"bandwidth": {"ingressRate": 8000, "ingressBurst": 80}}
         }))
         .unwrap_err();
-        assert!(
-            err.msg.contains("if burst is set, rate must also be set"),
-            "{err}"
-        );
+        assert_eq!(err.msg, "if burst is set, rate must also be set");
     }
 
     #[test]
@@ -263,46 +298,68 @@ mod tests {
     }
 
     #[test]
-    fn invalid_values_are_code_7_naming_the_field() {
+    fn invalid_values_are_code_7_with_the_references_message_and_the_field_in_details() {
+        // (input, msg, details): msg exact, details containing.
         let cases = [
             (
                 json!({"ingressRate": 8000}),
-                "ingressBurst",
                 "if rate is set, burst must also be set",
+                "ingressRate is 8000 but ingressBurst is 0 or missing",
             ),
             (
                 json!({"ingressRate": 0, "ingressBurst": 123}),
-                "ingressRate",
                 "if burst is set, rate must also be set",
-            ),
-            (
-                json!({"egressRate": 7, "egressBurst": 80}),
-                "egressRate",
-                "below 8",
-            ),
-            (
-                json!({"egressRate": 80, "egressBurst": 7}),
-                "egressBurst",
-                "below 8",
+                "ingressBurst is 123 but ingressRate is 0 or missing",
             ),
             (
                 json!({"egressRate": 80, "egressBurst": 34_359_738_360_u64}),
-                "egressBurst",
                 "burst cannot be more than 4GB",
+                "egressBurst is 34359738360 bits",
             ),
             (
                 json!({"runtimeConfig": {"bandwidth": {"egressRate": 80}}}),
-                "runtimeConfig.bandwidth.egressBurst",
-                "burst must also be set",
+                "if rate is set, burst must also be set",
+                "runtimeConfig.bandwidth.egressRate is 80 but runtimeConfig.bandwidth.egressBurst",
             ),
-            (json!({"latencyMs": 0}), "latencyMs 0", "between 1 and"),
-            (json!({"latencyMs": 60_001}), "latencyMs", "between 1 and"),
+            // Only we reject these: our own messages, naming the field.
+            (
+                json!({"egressRate": 7, "egressBurst": 80}),
+                "egressRate 7 is below 8 bits/s",
+                "whole bytes",
+            ),
+            (
+                json!({"egressRate": 80, "egressBurst": 7}),
+                "egressBurst 7 is below 8 bits",
+                "whole bytes",
+            ),
+            (
+                json!({"latencyMs": 0}),
+                "latencyMs 0 is out of range",
+                "between 1 and 60000",
+            ),
+            (
+                json!({"latencyMs": 60_001}),
+                "latencyMs 60001 is out of range",
+                "between 1 and 60000",
+            ),
+            // The reference's checks come first, in its order: ingress before egress, and
+            // before anything only we check.
+            (
+                json!({"ingressRate": 7, "ingressBurst": 80, "egressRate": 8000, "latencyMs": 0}),
+                "if rate is set, burst must also be set",
+                "egressRate is 8000",
+            ),
+            (
+                json!({"ingressBurst": 8, "egressRate": 8000}),
+                "if burst is set, rate must also be set",
+                "ingressBurst is 8",
+            ),
         ];
-        for (input, field, text) in cases {
+        for (input, msg, details) in cases {
             let err = parse(input.clone()).unwrap_err();
             assert_eq!(err.code, ErrorCode::InvalidConfig, "{input}");
-            assert!(err.msg.contains(field), "{input}: {}", err.msg);
-            assert!(err.msg.contains(text), "{input}: {}", err.msg);
+            assert_eq!(err.msg, msg, "{input}");
+            assert!(err.details.contains(details), "{input}: {err:?}");
         }
     }
 

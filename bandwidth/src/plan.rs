@@ -229,10 +229,13 @@ fn tbf(
             TbfError::ZeroRate | TbfError::LimitOverflow => &limit.rate_field,
             TbfError::ZeroBurst | TbfError::BufferOverflow => &limit.burst_field,
         };
-        BandwidthError::Config(format!(
-            "{field}: {} {} bits/s with {} {} bits cannot be shaped: {e}",
-            limit.rate_field, limit.rate, limit.burst_field, limit.burst
-        ))
+        BandwidthError::config(
+            format!(
+                "{field}: {} {} bits/s with {} {} bits cannot be shaped",
+                limit.rate_field, limit.rate, limit.burst_field, limit.burst
+            ),
+            e.to_string(),
+        )
     })?;
     let reference = Tbf::reference_buffer(limit.rate_bytes(), burst, psched);
     Ok((tbf, reference))
@@ -375,10 +378,12 @@ mod tests {
         // Without derivation, MaxUint32 bits at 10 Mbit/s is 429 s of burst: beyond the
         // kernel's 32-bit tick field, which the Go plugin silently truncates.
         c.derive_sentinel_burst = false;
-        let err = plan(&c, Side::Host, device(), &owner(), &psched()).unwrap_err();
-        let msg = err.to_string();
-        assert!(msg.starts_with("ingressBurst"), "{msg}");
-        assert!(msg.contains("2^32"), "{msg}");
+        let err = common::error::CniError::from(
+            plan(&c, Side::Host, device(), &owner(), &psched()).unwrap_err(),
+        );
+        assert_eq!(err.code, common::error::ErrorCode::InvalidConfig);
+        assert!(err.msg.starts_with("ingressBurst"), "{err:?}");
+        assert!(err.details.contains("2^32"), "{err:?}");
     }
 
     fn link(index: u32, name: &str, kind: &str, alias: Option<&str>) -> LinkAlias {

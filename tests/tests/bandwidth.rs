@@ -628,7 +628,8 @@ fn add_without_prev_result_is_a_config_error_not_a_panic() -> Result<()> {
     for conf in [json!({}), static_limits()] {
         let out = exec_ours(&runtime, "ADD", &rt, conf.clone(), "1.0.0")?;
         let err = out.error().context("no error object")?;
-        if err.code != 7 || !err.msg.contains("prevResult") {
+        // The reference's message (it panics without limits; with them, this).
+        if err.code != 7 || err.msg != "must be called as chained plugin" {
             bail!("{conf}: {err:?}");
         }
     }
@@ -670,29 +671,41 @@ impl Pod {
         })
     }
 
-    /// Runs `command` of `by` for container `id`'s `ctr_if` (its veth peer `host_if`), with
-    /// both directions shaped and a prevResult listing both ends, as a main plugin prints it.
-    fn exec(
-        &self,
-        by: Impl,
-        command: &str,
-        id: &str,
-        (host_if, ctr_if): (&str, &str),
-    ) -> Result<PluginOutput> {
-        let mut conf = static_limits();
-        conf["prevResult"] = json!({
+    /// The prevResult a main plugin prints for the veth pair `(host_if, ctr_if)`.
+    fn prev_result(&self, (host_if, ctr_if): (&str, &str)) -> Value {
+        json!({
             "cniVersion": "1.0.0",
             "interfaces": [
                 {"name": host_if},
                 {"name": ctr_if, "sandbox": self.container.path()},
             ],
-        });
+        })
+    }
+
+    /// Runs `command` of `by` for container `id`'s `ctr_if` with `conf` (the plugin's keys)
+    /// on stdin.
+    fn exec_with(
+        &self,
+        by: Impl,
+        command: &str,
+        id: &str,
+        ctr_if: &str,
+        conf: Value,
+    ) -> Result<PluginOutput> {
         let runtime = match by {
             Impl::Ours => &self.ours,
             Impl::Go => &self.go,
         };
         let rt = RuntimeConf::new(id, self.container.path(), ctr_if);
         exec_ours(runtime, command, &rt, conf, "1.0.0")
+    }
+
+    /// Runs `command` of `by` for container `id`'s `ctr_if` (its veth peer `host_if`), with
+    /// both directions shaped and the prevResult of the pair.
+    fn exec(&self, by: Impl, command: &str, id: &str, pair: (&str, &str)) -> Result<PluginOutput> {
+        let mut conf = static_limits();
+        conf["prevResult"] = self.prev_result(pair);
+        self.exec_with(by, command, id, pair.1, conf)
     }
 
     /// [`Pod::exec`] that must succeed.
@@ -995,5 +1008,86 @@ fn status_returns_with_debug_logging() -> Result<()> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    Ok(())
+}
+
+/// The message of the error `out` printed.
+fn error_msg(out: &PluginOutput) -> Result<String> {
+    Ok(out
+        .error()
+        .with_context(|| format!("no error object: {out:?}"))?
+        .msg)
+}
+
+/// Issue 19 #3: for the same condition, the same `msg` as the Go plugin, word for word (ours
+/// adds `details`).
+#[test]
+fn differential_error_messages_are_the_go_plugins_word_for_word() -> Result<()> {
+    let pod = Pod::new("bwmsg", &[ETH0])?;
+    let with_prev = |mut conf: Value| {
+        conf["prevResult"] = pod.prev_result(ETH0);
+        conf
+    };
+    let cases = [
+        (
+            "ADD",
+            "eth0",
+            with_prev(json!({"ingressRate": 8000})),
+            "if rate is set, burst must also be set",
+        ),
+        (
+            "ADD",
+            "eth0",
+            with_prev(json!({"egressBurst": 800})),
+            "if burst is set, rate must also be set",
+        ),
+        (
+            "ADD",
+            "eth0",
+            with_prev(json!({"egressRate": 8000, "egressBurst": 34_359_738_360_u64})),
+            "burst cannot be more than 4GB",
+        ),
+        (
+            "ADD",
+            "eth0",
+            static_limits(),
+            "must be called as chained plugin",
+        ),
+        (
+            "CHECK",
+            "eth0",
+            static_limits(),
+            "must be called as a chained plugin",
+        ),
+        (
+            "ADD",
+            "nope0",
+            with_prev(static_limits()),
+            "container interface nope0 has no veth peer: could not look up \"nope0\": Link not found",
+        ),
+    ];
+    for (command, ifname, conf, msg) in cases {
+        for by in [Impl::Go, Impl::Ours] {
+            let out = pod.exec_with(by, command, "bw-msg", ifname, conf.clone())?;
+            let got = error_msg(&out)?;
+            ensure!(got == msg, "{by:?} {command} {conf}: {got:?}, want {msg:?}");
+        }
+    }
+    // CHECK of what each made itself, after drift.
+    let ifb = reference_ifb_name(NETWORK, "bw-msg");
+    for by in [Impl::Go, Impl::Ours] {
+        pod.ok(by, "ADD", "bw-msg", ETH0)?;
+        let mut faster = with_prev(static_limits());
+        faster["egressRate"] = json!(EGRESS_RATE * 2);
+        let out = pod.exec_with(by, "CHECK", "bw-msg", "eth0", faster)?;
+        let got = error_msg(&out)?;
+        ensure!(got == "Rate doesn't match", "{by:?}: {got:?}");
+        pod.host.ip(&["link", "del", &ifb])?;
+        let out = pod.exec(by, "CHECK", "bw-msg", ETH0)?;
+        let got = error_msg(&out)?;
+        ensure!(got == "get ifb device: Link not found", "{by:?}: {got:?}");
+        // Ours removes what either made (the Go DEL leaves the veth's qdiscs).
+        pod.ok(Impl::Ours, "DEL", "bw-msg", ETH0)?;
+    }
     Ok(())
 }
