@@ -120,6 +120,16 @@ fn qdisc_kinds(ns: &TestNetns, dev: &str) -> Result<Vec<String>> {
         .collect())
 }
 
+/// Fails when `dev` in `ns` still has a `tbf` or `ingress` qdisc.
+fn ensure_unshaped(ns: &TestNetns, dev: &str) -> Result<()> {
+    let kinds = qdisc_kinds(ns, dev)?;
+    ensure!(
+        !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
+        "qdiscs left on {dev}: {kinds:?}"
+    );
+    Ok(())
+}
+
 /// Our plugin alone, with `conf` (`name`, `cniVersion`, `type` added) on stdin.
 fn exec_ours(
     runtime: &Runtime,
@@ -197,11 +207,7 @@ fn shaping_holds_both_directions_near_the_rate_and_del_lifts_it() -> Result<()> 
         "DEL",
     )?;
     // The shaping and the IFB are gone the moment DEL returns.
-    let kinds = qdisc_kinds(&topo.host, &veth)?;
-    ensure!(
-        !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
-        "qdiscs left on {veth}: {kinds:?}"
-    );
+    ensure_unshaped(&topo.host, &veth)?;
     ensure!(
         !links(&topo.host)?.iter().any(|l| l.starts_with("bw")),
         "IFB left behind: {:?}",
@@ -509,11 +515,7 @@ fn without_a_host_veth_shaping_happens_inside_the_container() -> Result<()> {
         "{:?}",
         links(&topo.container)?
     );
-    let kinds = qdisc_kinds(&topo.container, "eth0")?;
-    ensure!(
-        !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
-        "{kinds:?}"
-    );
+    ensure_unshaped(&topo.container, "eth0")?;
     Ok(())
 }
 
@@ -611,11 +613,7 @@ fn differential_a_go_add_passes_our_check_and_our_del_cleans_it_up() -> Result<(
         !links(&topo.host)?.contains(&go_ifb),
         "{go_ifb} left behind"
     );
-    let kinds = qdisc_kinds(&topo.host, &veth)?;
-    ensure!(
-        !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
-        "qdiscs left on {veth}: {kinds:?}"
-    );
+    ensure_unshaped(&topo.host, &veth)?;
     go.del(&list, &rt)?;
     Ok(())
 }
@@ -770,11 +768,7 @@ fn two_interfaces_of_one_container_on_one_network_get_the_reference_name_and_the
     pod.ok(Impl::Ours, "DEL", id, ETH0)?;
     ensure!(pod.ifbs()?.is_empty(), "{:?}", pod.ifbs()?);
     for (veth, _) in [ETH0, NET1] {
-        let kinds = qdisc_kinds(&pod.host, veth)?;
-        ensure!(
-            !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
-            "{veth}: {kinds:?}"
-        );
+        ensure_unshaped(&pod.host, veth)?;
     }
     Ok(())
 }
@@ -797,11 +791,7 @@ fn differential_a_go_made_ifb_next_to_ours_in_one_container_is_left_to_its_own_d
     pod.ok(Impl::Ours, "CHECK", id, ETH0)?;
     pod.ok(Impl::Ours, "DEL", id, ETH0)?;
     ensure!(pod.ifbs()?.is_empty(), "{:?}", pod.ifbs()?);
-    let kinds = qdisc_kinds(&pod.host, ETH0.0)?;
-    ensure!(
-        !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
-        "{kinds:?}"
-    );
+    ensure_unshaped(&pod.host, ETH0.0)?;
     Ok(())
 }
 
@@ -834,11 +824,7 @@ fn differential_our_add_is_checked_and_deleted_by_the_go_plugin() -> Result<()> 
     ensure!(pod.ifbs()?.is_empty(), "{:?}", pod.ifbs()?);
     // The Go DEL leaves the host veth's qdiscs (to go with the veth); ours removes them.
     pod.ok(Impl::Ours, "DEL", id, ETH0)?;
-    let kinds = qdisc_kinds(&pod.host, ETH0.0)?;
-    ensure!(
-        !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
-        "{kinds:?}"
-    );
+    ensure_unshaped(&pod.host, ETH0.0)?;
     Ok(())
 }
 
@@ -948,11 +934,7 @@ fn a_veth_whose_peer_is_in_a_third_namespace_never_shapes_the_host_link_at_that_
         "DEL touched the victim's veth"
     );
     ensure!(ifbs(&container)?.is_empty(), "{:?}", ifbs(&container)?);
-    let kinds = qdisc_kinds(&container, "eth0")?;
-    ensure!(
-        !kinds.iter().any(|k| k == "tbf" || k == "ingress"),
-        "{kinds:?}"
-    );
+    ensure_unshaped(&container, "eth0")?;
     Ok(())
 }
 
