@@ -127,12 +127,55 @@ pub enum IpFamily {
 }
 
 impl IpFamily {
+    /// Both families, IPv4 first.
+    pub const BOTH: [IpFamily; 2] = [IpFamily::V4, IpFamily::V6];
+
     /// The family of `addr`.
     pub fn of(addr: IpAddr) -> IpFamily {
         if addr.is_ipv4() {
             IpFamily::V4
         } else {
             IpFamily::V6
+        }
+    }
+}
+
+/// The nf_tables table family holding a family's mappings (`ip`, `ip6`).
+impl From<IpFamily> for common::nft::Family {
+    fn from(family: IpFamily) -> Self {
+        match family {
+            IpFamily::V4 => common::nft::Family::Ip,
+            IpFamily::V6 => common::nft::Family::Ip6,
+        }
+    }
+}
+
+/// The IP version of rule expressions and NAT statements.
+impl From<IpFamily> for common::nft::NfProto {
+    fn from(family: IpFamily) -> Self {
+        match family {
+            IpFamily::V4 => common::nft::NfProto::Ipv4,
+            IpFamily::V6 => common::nft::NfProto::Ipv6,
+        }
+    }
+}
+
+/// The address type of a family's keys (`ipv4_addr`, `ipv6_addr`).
+impl From<IpFamily> for common::nft::DataType {
+    fn from(family: IpFamily) -> Self {
+        match family {
+            IpFamily::V4 => common::nft::DataType::Ipv4Addr,
+            IpFamily::V6 => common::nft::DataType::Ipv6Addr,
+        }
+    }
+}
+
+/// The iptables tools of a family (`iptables`, `ip6tables`).
+impl From<IpFamily> for common::iptables::Family {
+    fn from(family: IpFamily) -> Self {
+        match family {
+            IpFamily::V4 => common::iptables::Family::V4,
+            IpFamily::V6 => common::iptables::Family::V6,
         }
     }
 }
@@ -220,6 +263,14 @@ pub struct Config {
 }
 
 impl Config {
+    /// Whether an option only the iptables layout has is set: `externalSetMarkChain`, or
+    /// iptables conditions.
+    pub fn iptables_only(&self) -> bool {
+        self.external_set_mark_chain.is_some()
+            || matches!(self.conditions_v4, Conditions::Iptables(_))
+            || matches!(self.conditions_v6, Conditions::Iptables(_))
+    }
+
     /// The conditions of `family`.
     pub fn conditions(&self, family: IpFamily) -> &Conditions {
         match family {

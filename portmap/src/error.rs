@@ -59,3 +59,15 @@ impl From<PortmapError> for CniError {
         CniError::from_error(code, &err)
     }
 }
+
+/// The failures of a DEL or GC as one error: with the code they share (11 when our lock
+/// stayed held, so the runtime retries), else 999.
+pub fn joined(errors: Vec<PortmapError>) -> CniError {
+    let msg: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    let codes: Vec<ErrorCode> = errors.into_iter().map(|e| CniError::from(e).code).collect();
+    let code = match codes.split_first() {
+        Some((first, rest)) if rest.iter().all(|c| c == first) => *first,
+        _ => ErrorCode::Internal,
+    };
+    CniError::new(code, msg.join("; "))
+}

@@ -56,6 +56,13 @@ pub const IPT_MULTIPORT_MAX: usize = 15;
 /// iptables: comments longer than this are cut to 253 characters plus `...`.
 const IPT_COMMENT_MAX: usize = 255;
 
+/// The legacy iptables tables loaded in the reading process's namespace (IPv4).
+pub const LEGACY_IPV4_TABLES: &str = "/proc/net/ip_tables_names";
+/// The legacy ip6tables tables loaded in the reading process's namespace.
+pub const LEGACY_IPV6_TABLES: &str = "/proc/net/ip6_tables_names";
+/// The iptables table (and the nf_tables table `iptables-nft` keeps it in) of the reference's
+/// layout.
+pub const IPT_NAT: &str = "nat";
 /// The number of conntrack entries of the reading process's namespace.
 pub const CONNTRACK_COUNT: &str = "/proc/sys/net/netfilter/nf_conntrack_count";
 /// Where per-attachment state lives; one subdirectory per network namespace.

@@ -1,11 +1,14 @@
-//! What an attachment needs, computed without touching the kernel (pure).
+//! What an attachment needs and what a call changes, computed without touching the kernel
+//! (pure).
 //!
 //! [`Attachment`] names the owner; [`nft_plan`] turns a config and a container address into
-//! the elements (and, with conditions, the gate chain) of one family's table.
+//! the elements (and, with conditions, the gate chain) of one family's table. [`nft_add`] and
+//! [`nft_del`] turn plans and what the kernel holds at their keys ([`Observed`]) into the
+//! changes of one transaction ([`NftOp`]), refusing a host port another owner holds.
 
 use std::net::IpAddr;
 
-use common::nft::{Element, NfProto, Rule, Value, Verdict};
+use common::nft::{Element, Rule, Value, Verdict};
 use ipnet::IpNet;
 
 #[cfg(test)]
@@ -175,12 +178,213 @@ fn apply_conditions(mut rule: Rule, conds: &[NftCondition]) -> Rule {
     rule
 }
 
-/// The nft protocol version of a family.
-pub fn nfproto(family: IpFamily) -> NfProto {
-    match family {
-        IpFamily::V4 => NfProto::Ipv4,
-        IpFamily::V6 => NfProto::Ipv6,
+/// One change to our nftables tables, in the order a transaction makes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NftOp {
+    /// Delete the element with this key (only ever one the plan saw with its owner's comment).
+    DelElement {
+        /// The table's family.
+        family: IpFamily,
+        /// The map or set.
+        set: &'static str,
+        /// The key.
+        key: Vec<Value>,
+    },
+    /// Flush and delete a gate chain (after the elements that jump to it).
+    DelChain {
+        /// The table's family.
+        family: IpFamily,
+        /// The chain.
+        chain: String,
+    },
+    /// Declare a gate chain, empty it and fill it with `rules`.
+    PutChain {
+        /// The table's family.
+        family: IpFamily,
+        /// The chain.
+        chain: String,
+        /// Its rules, in order.
+        rules: Vec<Rule>,
+    },
+    /// Add an element (after the gate chain it jumps to).
+    AddElement {
+        /// The table's family.
+        family: IpFamily,
+        /// The map or set.
+        set: &'static str,
+        /// The element, with its owner comment.
+        element: Element,
+    },
+}
+
+impl NftOp {
+    /// Deletions first (so a key can be freed and taken in one transaction, and a chain is
+    /// deleted only once nothing jumps to it), then the chains the new elements jump to.
+    fn rank(&self) -> u8 {
+        match self {
+            NftOp::DelElement { .. } => 0,
+            NftOp::DelChain { .. } => 1,
+            NftOp::PutChain { .. } => 2,
+            NftOp::AddElement { .. } => 3,
+        }
     }
+}
+
+/// What the kernel holds at the keys plans look at: elements found by key, gate chains found
+/// by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// Elements found: (family, map or set, element with its data and comment).
+    pub elements: Vec<(IpFamily, &'static str, Element)>,
+    /// Gate chains that exist.
+    pub chains: Vec<(IpFamily, String)>,
+}
+
+impl Observed {
+    /// The element of `set` with `key`, if it was found.
+    pub fn element(&self, family: IpFamily, set: &str, key: &[Value]) -> Option<&Element> {
+        self.elements
+            .iter()
+            .find(|(f, s, e)| *f == family && *s == set && e.key == key)
+            .map(|(_, _, e)| e)
+    }
+
+    /// Whether the gate chain exists.
+    pub fn has_chain(&self, family: IpFamily, chain: &str) -> bool {
+        self.chains.iter().any(|(f, c)| *f == family && c == chain)
+    }
+}
+
+/// The keys an ADD or DEL of `plan` looks up: every claim in its map and in the twin map,
+/// every masquerade element in its set.
+pub fn lookups(plan: &NftPlan) -> Vec<(&'static str, &[Value])> {
+    let mut keys = Vec::new();
+    for claim in &plan.claims {
+        keys.push((claim.map, claim.element.key.as_slice()));
+        keys.push((claim.twin, claim.element.key.as_slice()));
+    }
+    for (set, element) in &plan.masq {
+        keys.push((*set, element.key.as_slice()));
+    }
+    keys
+}
+
+/// The changes of an ADD of `plans` by `owner`: refuses a host port that another owner (or an
+/// element without owner) holds in the claim's map or its twin; replaces the owner's own
+/// stale elements (a re-ADD with other data or conditions); takes over masquerade elements
+/// of the same pod address (an address is unique among live pods, and the old owner's DEL
+/// checks the owner, so it leaves ours alone); adds only what is not there already.
+///
+/// # Errors
+/// [`PortmapError::Conflict`] naming the first host port held by another owner.
+pub fn nft_add(
+    owner: &str,
+    plans: &[(IpFamily, NftPlan)],
+    seen: &Observed,
+) -> Result<Vec<NftOp>, PortmapError> {
+    let mut ops = Vec::new();
+    for (family, plan) in plans {
+        let family = *family;
+        if let Some((chain, rules)) = &plan.gate {
+            ops.push(NftOp::PutChain {
+                family,
+                chain: chain.clone(),
+                rules: rules.clone(),
+            });
+        }
+        for claim in &plan.claims {
+            let mut present = false;
+            for map in [claim.map, claim.twin] {
+                let Some(have) = seen.element(family, map, &claim.element.key) else {
+                    continue;
+                };
+                let have_owner = have.comment.as_deref().unwrap_or_default();
+                if have_owner != owner {
+                    return Err(PortmapError::Conflict {
+                        what: claim.what.clone(),
+                        owner: if have_owner.is_empty() {
+                            format!(
+                                "an element without owner in {} {} {map}",
+                                common::nft::Family::from(family).name(),
+                                names::NFT_TABLE
+                            )
+                        } else {
+                            have_owner.to_string()
+                        },
+                    });
+                }
+                if map == claim.map && *have == claim.element {
+                    present = true;
+                    continue;
+                }
+                ops.push(NftOp::DelElement {
+                    family,
+                    set: map,
+                    key: have.key.clone(),
+                });
+            }
+            if !present {
+                ops.push(NftOp::AddElement {
+                    family,
+                    set: claim.map,
+                    element: claim.element.clone(),
+                });
+            }
+        }
+        for (set, element) in &plan.masq {
+            match seen.element(family, set, &element.key) {
+                Some(have) if have == element => continue,
+                Some(have) => ops.push(NftOp::DelElement {
+                    family,
+                    set,
+                    key: have.key.clone(),
+                }),
+                None => {}
+            }
+            ops.push(NftOp::AddElement {
+                family,
+                set,
+                element: element.clone(),
+            });
+        }
+    }
+    ops.sort_by_key(NftOp::rank);
+    Ok(ops)
+}
+
+/// The changes of a DEL of `plans` by `owner`: its elements that still carry its comment (a
+/// key another owner took over stays) and its gate chains.
+pub fn nft_del(owner: &str, plans: &[(IpFamily, NftPlan)], seen: &Observed) -> Vec<NftOp> {
+    let mut ops = Vec::new();
+    for (family, plan) in plans {
+        let family = *family;
+        let objects = plan
+            .claims
+            .iter()
+            .map(|c| (c.map, &c.element))
+            .chain(plan.masq.iter().map(|(s, e)| (*s, e)));
+        for (set, element) in objects {
+            if let Some(have) = seen.element(family, set, &element.key)
+                && have.comment.as_deref() == Some(owner)
+            {
+                ops.push(NftOp::DelElement {
+                    family,
+                    set,
+                    key: have.key.clone(),
+                });
+            }
+        }
+        if let Some((chain, _)) = &plan.gate
+            && seen.has_chain(family, chain)
+        {
+            ops.push(NftOp::DelChain {
+                family,
+                chain: chain.clone(),
+            });
+        }
+    }
+    ops.sort_by_key(NftOp::rank);
+    ops
 }
 
 /// The host ports whose UDP conntrack entries must go after a change: (port, host address).
@@ -316,6 +520,212 @@ mod tests {
             mapping(8080, 81, Proto::Tcp, HostIp::All),
         ]);
         assert!(nft_plan(&c, &att(), "10.0.0.2/24".parse().unwrap()).is_err());
+    }
+
+    fn other() -> Attachment {
+        Attachment {
+            container_id: "other".into(),
+            ..att()
+        }
+    }
+
+    fn v4_plan(c: &Config, a: &Attachment) -> Vec<(IpFamily, NftPlan)> {
+        vec![(
+            IpFamily::V4,
+            nft_plan(c, a, "10.0.0.2/24".parse().unwrap()).unwrap(),
+        )]
+    }
+
+    /// What an ADD of `plans` left in the kernel: the elements and chains it added.
+    fn made(plans: &[(IpFamily, NftPlan)], seen: &Observed) -> Observed {
+        let owner = att().owner();
+        let mut after = seen.clone();
+        for op in nft_add(&owner, plans, seen).unwrap() {
+            match op {
+                NftOp::AddElement {
+                    family,
+                    set,
+                    element,
+                } => after.elements.push((family, set, element)),
+                NftOp::PutChain { family, chain, .. } => after.chains.push((family, chain)),
+                NftOp::DelElement { family, set, key } => after
+                    .elements
+                    .retain(|(f, s, e)| !(*f == family && *s == set && e.key == key)),
+                NftOp::DelChain { family, chain } => {
+                    after.chains.retain(|(f, c)| !(*f == family && *c == chain));
+                }
+            }
+        }
+        after
+    }
+
+    fn kinds(ops: &[NftOp]) -> Vec<String> {
+        ops.iter()
+            .map(|op| match op {
+                NftOp::DelElement { set, .. } => format!("del {set}"),
+                NftOp::DelChain { chain, .. } => format!("delchain {chain}"),
+                NftOp::PutChain { chain, .. } => format!("putchain {chain}"),
+                NftOp::AddElement { set, .. } => format!("add {set}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn add_on_empty_maps_adds_every_claim_and_masquerade_element() {
+        let c = config(vec![
+            mapping(8080, 80, Proto::Tcp, HostIp::All),
+            mapping(
+                53,
+                53,
+                Proto::Udp,
+                HostIp::Addr("10.1.1.1".parse().unwrap()),
+            ),
+        ]);
+        let ops = nft_add(&att().owner(), &v4_plan(&c, &att()), &Observed::default()).unwrap();
+        assert_eq!(
+            kinds(&ops),
+            [
+                "add ports",
+                "add hostip_ports",
+                "add hairpin",
+                "add localhost"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_add_changes_nothing() {
+        let c = config(vec![mapping(8080, 80, Proto::Tcp, HostIp::All)]);
+        let plans = v4_plan(&c, &att());
+        let after = made(&plans, &Observed::default());
+        assert_eq!(nft_add(&att().owner(), &plans, &after).unwrap(), []);
+    }
+
+    #[test]
+    fn add_refuses_a_port_another_owner_holds_in_the_map_or_its_twin() {
+        let c = config(vec![mapping(8080, 80, Proto::Tcp, HostIp::All)]);
+        let theirs = v4_plan(&c, &other());
+        let mut seen = Observed::default();
+        for op in nft_add(&other().owner(), &theirs, &Observed::default()).unwrap() {
+            if let NftOp::AddElement {
+                family,
+                set,
+                element,
+            } = op
+            {
+                seen.elements.push((family, set, element));
+            }
+        }
+        let err = nft_add(&att().owner(), &v4_plan(&c, &att()), &seen).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "host port tcp/8080 is already mapped by net/other/eth0"
+        );
+        // The same key in the gated twin (the other owner has conditions) is a conflict too.
+        let mut gated = c.clone();
+        gated.conditions_v4 = Conditions::Nftables(vec![NftCondition::IifName("x".into())]);
+        let seen = Observed {
+            elements: v4_plan(&gated, &other())[0]
+                .1
+                .claims
+                .iter()
+                .map(|cl| (IpFamily::V4, cl.map, cl.element.clone()))
+                .collect(),
+            chains: Vec::new(),
+        };
+        assert!(matches!(
+            nft_add(&att().owner(), &v4_plan(&c, &att()), &seen),
+            Err(PortmapError::Conflict { owner, .. }) if owner == "net/other/eth0"
+        ));
+        // An element without owner (made by hand) is never taken.
+        let mut bare = seen.clone();
+        bare.elements[0].2.comment = None;
+        assert!(matches!(
+            nft_add(&att().owner(), &v4_plan(&c, &att()), &bare),
+            Err(PortmapError::Conflict { owner, .. }) if owner.starts_with("an element without owner")
+        ));
+    }
+
+    #[test]
+    fn a_re_add_with_other_targets_or_conditions_replaces_the_owners_elements() {
+        let old = config(vec![mapping(8080, 80, Proto::Tcp, HostIp::All)]);
+        let after = made(&v4_plan(&old, &att()), &Observed::default());
+        let new = config(vec![mapping(8080, 81, Proto::Tcp, HostIp::All)]);
+        let ops = nft_add(&att().owner(), &v4_plan(&new, &att()), &after).unwrap();
+        assert_eq!(kinds(&ops), ["del ports", "add ports"]);
+        let mut gated = old.clone();
+        gated.conditions_v4 = Conditions::Nftables(vec![NftCondition::IifName("x".into())]);
+        let ops = nft_add(&att().owner(), &v4_plan(&gated, &att()), &after).unwrap();
+        let chain = names::gated_chain(&att().owner());
+        assert_eq!(
+            kinds(&ops),
+            [
+                "del ports".to_string(),
+                format!("putchain {chain}"),
+                "add gated_ports".to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn add_takes_over_the_masquerade_element_of_a_stale_owner_of_the_address() {
+        let c = config(vec![mapping(8080, 80, Proto::Tcp, HostIp::All)]);
+        let mut seen = Observed::default();
+        for (set, element) in &v4_plan(
+            &config(vec![mapping(9, 9, Proto::Tcp, HostIp::All)]),
+            &other(),
+        )[0]
+        .1
+        .masq
+        {
+            seen.elements.push((IpFamily::V4, set, element.clone()));
+        }
+        let ops = nft_add(&att().owner(), &v4_plan(&c, &att()), &seen).unwrap();
+        assert_eq!(
+            kinds(&ops),
+            [
+                "del hairpin",
+                "del localhost",
+                "add ports",
+                "add hairpin",
+                "add localhost"
+            ]
+        );
+    }
+
+    #[test]
+    fn del_removes_only_what_still_carries_the_owner_and_existing_gate_chains() {
+        let mut c = config(vec![
+            mapping(8080, 80, Proto::Tcp, HostIp::All),
+            mapping(8081, 80, Proto::Tcp, HostIp::All),
+        ]);
+        c.conditions_v4 = Conditions::Nftables(vec![NftCondition::IifName("x".into())]);
+        let plans = v4_plan(&c, &att());
+        let mut after = made(&plans, &Observed::default());
+        // Another owner took 8081 over meanwhile.
+        for (_, _, e) in &mut after.elements {
+            if e.key.contains(&Value::Port(8081)) {
+                e.comment = Some(other().owner());
+            }
+        }
+        let ops = nft_del(&att().owner(), &plans, &after);
+        let chain = names::gated_chain(&att().owner());
+        assert_eq!(
+            kinds(&ops),
+            [
+                "del gated_ports".to_string(),
+                "del hairpin".to_string(),
+                "del localhost".to_string(),
+                format!("delchain {chain}")
+            ]
+        );
+        after.chains.clear();
+        assert!(
+            !kinds(&nft_del(&att().owner(), &plans, &after))
+                .iter()
+                .any(|k| k.starts_with("delchain"))
+        );
+        assert_eq!(nft_del(&att().owner(), &plans, &Observed::default()), []);
     }
 
     #[test]

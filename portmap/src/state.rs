@@ -10,7 +10,10 @@ use common::store::StateStore;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Backend, Conditions, Config, NftCondition, PortMapping};
+use crate::config::{
+    Backend, BackendChoice, Conditions, Config, DEFAULT_MARK_MASQ_BIT, IpFamily, NftCondition,
+    PortMapping,
+};
 use crate::error::PortmapError;
 use crate::names;
 use crate::plan::Attachment;
@@ -65,17 +68,33 @@ impl State {
         }
     }
 
-    /// `config` with the recorded mappings and nftables options (for DEL and GC).
-    pub fn apply_to(&self, config: &Config) -> Config {
-        let mut c = config.clone();
-        c.mappings = self.mappings.clone();
-        c.snat = self.snat;
-        c.masq_all = self.masq_all;
-        if self.backend == Backend::Nftables {
-            c.conditions_v4 = Conditions::Nftables(self.conditions_v4.clone());
-            c.conditions_v6 = Conditions::Nftables(self.conditions_v6.clone());
+    /// The configuration the record was made with, as far as removing it needs: the
+    /// mappings, `snat`, `masqAll` and the nftables conditions (a DEL is planned from the
+    /// record alone, whatever the DEL's own config says).
+    pub fn config(&self) -> Config {
+        let conditions = |c: &[NftCondition]| {
+            if c.is_empty() {
+                Conditions::None
+            } else {
+                Conditions::Nftables(c.to_vec())
+            }
+        };
+        Config {
+            network: self.network.clone(),
+            backend: BackendChoice::Fixed(self.backend),
+            snat: self.snat,
+            masq_all: self.masq_all,
+            mark_masq_bit: DEFAULT_MARK_MASQ_BIT,
+            external_set_mark_chain: None,
+            conditions_v4: conditions(&self.conditions_v4),
+            conditions_v6: conditions(&self.conditions_v6),
+            mappings: self.mappings.clone(),
         }
-        c
+    }
+
+    /// The families of the recorded container addresses.
+    pub fn families(&self) -> Vec<IpFamily> {
+        self.ips.iter().map(|ip| IpFamily::of(ip.addr())).collect()
     }
 
     /// The attachment it belongs to.

@@ -8,25 +8,21 @@
 
 use std::net::IpAddr;
 
-use common::iptables::{Family, Iptables, TableDump, restore_line};
+use common::conf::Attachment as Valid;
+use common::iptables::{TableDump, restore_line};
 use ipnet::IpNet;
 
-use crate::config::{Conditions, Config, IpFamily, Proto};
+use super::{NftSocket, PortmapBackend};
+use crate::config::{Backend, Conditions, Config, IpFamily, Proto};
 use crate::error::PortmapError;
 use crate::names;
+use crate::plan::Attachment;
+use crate::state::State;
 
-const NAT: &str = "nat";
+const NAT: &str = names::IPT_NAT;
 
 fn ipt_err(e: common::iptables::IptablesError) -> PortmapError {
     PortmapError::Iptables(e)
-}
-
-/// The iptables family of an IP family.
-pub fn family(f: IpFamily) -> Family {
-    match f {
-        IpFamily::V4 => Family::V4,
-        IpFamily::V6 => Family::V6,
-    }
 }
 
 fn args(v: &[&str]) -> Vec<String> {
@@ -383,51 +379,33 @@ fn lock() -> Result<common::lock::FileLock, PortmapError> {
     )?)
 }
 
-/// ADD: one transaction per container family; a failure in the second family rolls back the
-/// first.
-///
-/// # Errors
-/// Tool failures (code 11 for lock timeouts).
-pub fn add(config: &Config, container_id: &str, ips: &[IpNet]) -> Result<(), PortmapError> {
-    let _lock = lock()?;
-    let mut done: Vec<Iptables> = Vec::new();
-    for ip in ips {
-        let ipt = Iptables::new(family(IpFamily::of(ip.addr())));
-        let result = ipt
-            .save(NAT)
-            .map_err(ipt_err)
-            .and_then(|dump| add_lines(&dump, config, container_id, *ip))
-            .and_then(|lines| ipt.restore(NAT, &lines).map_err(ipt_err));
-        if let Err(e) = result {
-            for ipt in &done {
-                if let Err(undo) = teardown(ipt, &config.network, container_id) {
-                    log::warn!("rollback of {} failed: {undo}", ipt.family());
-                }
-            }
-            return Err(e);
-        }
-        done.push(ipt);
-    }
-    Ok(())
+/// The tools of `family`.
+fn tools(family: IpFamily) -> common::iptables::Iptables {
+    common::iptables::Iptables::new(family.into())
 }
 
-fn teardown(ipt: &Iptables, network: &str, container_id: &str) -> Result<(), PortmapError> {
+/// Removes the attachment's chains in one family.
+fn teardown(
+    ipt: &common::iptables::Iptables,
+    network: &str,
+    container_id: &str,
+) -> Result<(), PortmapError> {
     let dump = ipt.save(NAT).map_err(ipt_err)?;
     let lines = del_lines(&dump, network, container_id)?;
     ipt.restore(NAT, &lines).map_err(ipt_err)
 }
 
-/// DEL for the given families: tools that are missing are skipped (nothing of ours can exist
-/// without them); other failures are collected.
+/// Removes the attachment's chains (the Go plugin's have the same names) in `families`:
+/// tools that are missing are skipped (nothing of ours can exist without them); other
+/// failures are collected.
 ///
 /// # Errors
-/// The failures, joined.
+/// The first failure.
 pub fn del(network: &str, container_id: &str, families: &[IpFamily]) -> Result<(), PortmapError> {
     let _lock = lock()?;
     let mut errors = Vec::new();
     for f in families {
-        let ipt = Iptables::new(family(*f));
-        match teardown(&ipt, network, container_id) {
+        match teardown(&tools(*f), network, container_id) {
             Ok(()) => {}
             Err(PortmapError::Iptables(e)) if e.is_missing() => {}
             Err(e) => errors.push(e),
@@ -439,44 +417,148 @@ pub fn del(network: &str, container_id: &str, families: &[IpFamily]) -> Result<(
     }
 }
 
-/// CHECK: the chain, each of its rules and each entry rule must exist.
+/// The reference's layout, written with `iptables-restore`.
+#[derive(Debug)]
+pub struct Iptables {
+    nft: NftSocket,
+}
+
+impl Iptables {
+    /// The backend, owning the call's nf_tables socket (for what it reads there).
+    pub fn new(nft: NftSocket) -> Iptables {
+        Iptables { nft }
+    }
+}
+
+impl PortmapBackend for Iptables {
+    fn kind(&self) -> Backend {
+        Backend::Iptables
+    }
+
+    /// One transaction per container family; a failure in the second family rolls back the
+    /// first.
+    fn add(
+        &mut self,
+        att: &Attachment,
+        config: &Config,
+        ips: &[IpNet],
+    ) -> Result<(), PortmapError> {
+        let _lock = lock()?;
+        let mut done = Vec::new();
+        for ip in ips {
+            let ipt = tools(IpFamily::of(ip.addr()));
+            let result = ipt
+                .save(NAT)
+                .map_err(ipt_err)
+                .and_then(|dump| add_lines(&dump, config, &att.container_id, *ip))
+                .and_then(|lines| ipt.restore(NAT, &lines).map_err(ipt_err));
+            if let Err(e) = result {
+                for ipt in &done {
+                    if let Err(undo) = teardown(ipt, &config.network, &att.container_id) {
+                        log::warn!("rollback of {} failed: {undo}", ipt.family());
+                    }
+                }
+                return Err(e);
+            }
+            done.push(ipt);
+        }
+        Ok(())
+    }
+
+    /// The chain, each of its rules and each entry rule must exist, and the shared chains
+    /// and jumps they need.
+    fn check(
+        &mut self,
+        att: &Attachment,
+        config: &Config,
+        ips: &[IpNet],
+    ) -> Result<(), PortmapError> {
+        for ip in ips {
+            let dump = tools(IpFamily::of(ip.addr())).save(NAT).map_err(ipt_err)?;
+            check_dump(&dump, config, &att.container_id, *ip)?;
+        }
+        Ok(())
+    }
+
+    fn del(&mut self, record: &State) -> Result<(), PortmapError> {
+        del(&record.network, &record.container_id, &record.families())
+    }
+
+    fn del_unrecorded(&mut self, att: &Attachment) -> Result<(), PortmapError> {
+        del(&att.network, &att.container_id, &IpFamily::BOTH)
+    }
+
+    /// Tears down every `CNI-DN-` chain of `network` whose container is not valid, found by
+    /// the entry rules' comments.
+    fn gc(&mut self, network: &str, valid: &[Valid]) -> Result<(), PortmapError> {
+        let _lock = lock()?;
+        for f in IpFamily::BOTH {
+            let ipt = tools(f);
+            let dump = match ipt.save(NAT) {
+                Ok(d) => d,
+                Err(e) if e.is_missing() => continue,
+                Err(e) => return Err(ipt_err(e)),
+            };
+            let mut lines = Vec::new();
+            for id in stale_containers(&dump, network, valid) {
+                lines.extend(del_lines(&dump, network, &id)?);
+            }
+            ipt.restore(NAT, &lines).map_err(ipt_err)?;
+        }
+        Ok(())
+    }
+
+    /// The IPv4 tools work.
+    fn status(&mut self) -> Result<(), PortmapError> {
+        tools(IpFamily::V4).probe().map_err(ipt_err)
+    }
+
+    fn into_socket(self: Box<Self>) -> NftSocket {
+        self.nft
+    }
+}
+
+/// CHECK of one family against its dump: the chain, each of its rules, each entry rule, and
+/// the shared chains and jumps they need.
 ///
 /// # Errors
 /// [`PortmapError::Check`] naming what is missing.
-pub fn check(config: &Config, container_id: &str, ips: &[IpNet]) -> Result<(), PortmapError> {
-    for ip in ips {
-        let fam = IpFamily::of(ip.addr());
-        let dump = Iptables::new(family(fam)).save(NAT).map_err(ipt_err)?;
-        let chain = names::dnat_chain(&config.network, container_id);
-        let which = if fam == IpFamily::V4 { "ipv4" } else { "ipv6" };
-        if !dump.has_chain(&chain) {
+pub fn check_dump(
+    dump: &TableDump,
+    config: &Config,
+    container_id: &str,
+    ip: IpNet,
+) -> Result<(), PortmapError> {
+    let fam = IpFamily::of(ip.addr());
+    let chain = names::dnat_chain(&config.network, container_id);
+    let which = if fam == IpFamily::V4 { "ipv4" } else { "ipv6" };
+    if !dump.has_chain(&chain) {
+        return Err(PortmapError::Check(format!(
+            "could not check {which} dnat: chain {chain} not found in iptables table nat"
+        )));
+    }
+    for rule in dnat_rules(config, ip) {
+        if !dump.has_rule(&chain, &rule) {
             return Err(PortmapError::Check(format!(
-                "could not check {which} dnat: chain {chain} not found in iptables table nat"
+                "could not check {which} dnat: rule {rule:?} in chain {chain} not found in table nat"
             )));
         }
-        for rule in dnat_rules(config, *ip) {
-            if !dump.has_rule(&chain, &rule) {
-                return Err(PortmapError::Check(format!(
-                    "could not check {which} dnat: rule {rule:?} in chain {chain} not found in table nat"
-                )));
-            }
-        }
-        for rule in entry_rules(config, container_id, fam) {
-            if !dump.has_rule(names::IPT_TOPLEVEL_DNAT, &rule) {
-                return Err(PortmapError::Check(format!(
-                    "could not check {which} dnat: rule {rule:?} in chain {} not found in table nat",
-                    names::IPT_TOPLEVEL_DNAT
-                )));
-            }
-        }
-        // The shared chains and jumps the attachment's rules need: whatever an ADD would
-        // still have to write.
-        if let Some(line) = add_lines(&dump, config, container_id, *ip)?.first() {
+    }
+    for rule in entry_rules(config, container_id, fam) {
+        if !dump.has_rule(names::IPT_TOPLEVEL_DNAT, &rule) {
             return Err(PortmapError::Check(format!(
-                "could not check {which} dnat: {} not found in table nat",
-                missing_object(line)
+                "could not check {which} dnat: rule {rule:?} in chain {} not found in table nat",
+                names::IPT_TOPLEVEL_DNAT
             )));
         }
+    }
+    // The shared chains and jumps the attachment's rules need: whatever an ADD would still
+    // have to write.
+    if let Some(line) = add_lines(dump, config, container_id, ip)?.first() {
+        return Err(PortmapError::Check(format!(
+            "could not check {which} dnat: {} not found in table nat",
+            missing_object(line)
+        )));
     }
     Ok(())
 }
@@ -499,52 +581,22 @@ fn missing_object(line: &str) -> String {
     }
 }
 
-/// GC: tears down every `CNI-DN-` chain of `network` whose container is not in `live`, found
-/// by the entry rules' comments.
-///
-/// # Errors
-/// Tool failures other than a missing tool.
-pub fn gc(network: &str, live: &[String]) -> Result<(), PortmapError> {
-    let _lock = lock()?;
-    for f in [IpFamily::V4, IpFamily::V6] {
-        let ipt = Iptables::new(family(f));
-        let dump = match ipt.save(NAT) {
-            Ok(d) => d,
-            Err(e) if e.is_missing() => continue,
-            Err(e) => return Err(ipt_err(e)),
+/// The containers of `network` whose entry rules name them and that are not valid.
+fn stale_containers(dump: &TableDump, network: &str, valid: &[Valid]) -> Vec<String> {
+    let prefix = format!("dnat name: \"{network}\" id: \"");
+    let mut stale: Vec<String> = Vec::new();
+    for rule in dump.rules(names::IPT_TOPLEVEL_DNAT) {
+        let Some(id) = opt_value(rule, "--comment")
+            .and_then(|c| c.strip_prefix(&prefix))
+            .and_then(|rest| rest.strip_suffix('"'))
+        else {
+            continue;
         };
-        let prefix = format!("dnat name: \"{network}\" id: \"");
-        let mut lines = Vec::new();
-        let mut stale: Vec<String> = Vec::new();
-        for rule in dump.rules(names::IPT_TOPLEVEL_DNAT) {
-            let Some(pos) = rule.iter().position(|a| a == "--comment") else {
-                continue;
-            };
-            let Some(id) = rule
-                .get(pos + 1)
-                .and_then(|c| c.strip_prefix(&prefix))
-                .and_then(|rest| rest.strip_suffix('"'))
-            else {
-                continue;
-            };
-            if !live.iter().any(|l| l == id) && !stale.iter().any(|s| s == id) {
-                stale.push(id.to_string());
-            }
+        if !valid.iter().any(|a| a.container_id == id) && !stale.iter().any(|s| s == id) {
+            stale.push(id.to_string());
         }
-        for id in stale {
-            lines.extend(del_lines(&dump, network, &id)?);
-        }
-        ipt.restore(NAT, &lines).map_err(ipt_err)?;
     }
-    Ok(())
-}
-
-/// STATUS: the IPv4 tools work.
-///
-/// # Errors
-/// The tool failure.
-pub fn status() -> Result<(), PortmapError> {
-    Iptables::new(Family::V4).probe().map_err(ipt_err)
+    stale
 }
 
 #[cfg(test)]

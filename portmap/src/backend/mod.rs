@@ -1,4 +1,146 @@
-//! The two mechanisms that program mappings: [`nftables`] (default) and [`iptables`].
+//! The mechanisms that program mappings, behind [`PortmapBackend`]: [`nftables::Nftables`]
+//! (our map layout) and [`iptables::Iptables`] (the reference's layout).
 
 pub mod iptables;
 pub mod nftables;
+
+use common::conf::Attachment as Valid;
+use common::nft::{Nft, NftError};
+use ipnet::IpNet;
+
+use crate::config::{Backend, BackendChoice, Config};
+use crate::error::PortmapError;
+use crate::plan::Attachment;
+use crate::state::State;
+
+/// The call's nf_tables socket, opened on first use and kept until the call ends: one socket
+/// per call. Closing a socket of this family while the kernel still frees objects a commit
+/// deleted waits for an RCU grace period, so a call never closes one to open another.
+#[derive(Debug, Default)]
+pub struct NftSocket(Option<Nft>);
+
+impl NftSocket {
+    /// The socket, opened now if it is not yet.
+    ///
+    /// # Errors
+    /// When nf_tables cannot be opened here.
+    pub fn get(&mut self) -> Result<&mut Nft, NftError> {
+        let nft = match self.0.take() {
+            Some(n) => n,
+            None => Nft::new()?,
+        };
+        Ok(self.0.insert(nft))
+    }
+
+    /// The socket, if it was opened.
+    pub fn opened(&self) -> Option<&Nft> {
+        self.0.as_ref()
+    }
+
+    /// Whether nf_tables answers here: the socket opens and a table lookup is answered
+    /// (found or not).
+    pub fn usable(&mut self) -> bool {
+        self.get()
+            .and_then(|n| n.table_exists(&nftables::table(crate::config::IpFamily::V4)))
+            .is_ok()
+    }
+}
+
+/// One mechanism programming an attachment's mappings. Each owns the call's nf_tables socket
+/// (the iptables layout reads nf_tables too where the tools are `iptables-nft`).
+pub trait PortmapBackend {
+    /// Which backend this is.
+    fn kind(&self) -> Backend;
+
+    /// Programs the mappings of `config` to `ips` for `att`, in one transaction per call (per
+    /// family for iptables); refuses a host port that another attachment holds.
+    ///
+    /// # Errors
+    /// [`PortmapError::Conflict`] naming the owner; the mechanism's failures. Nothing of the
+    /// attachment is left half-made.
+    fn add(&mut self, att: &Attachment, config: &Config, ips: &[IpNet])
+    -> Result<(), PortmapError>;
+
+    /// Verifies exactly the attachment's objects and the shared ones they need.
+    ///
+    /// # Errors
+    /// [`PortmapError::Check`] naming the first missing or different object.
+    fn check(
+        &mut self,
+        att: &Attachment,
+        config: &Config,
+        ips: &[IpNet],
+    ) -> Result<(), PortmapError>;
+
+    /// Removes what `record` says its ADD made, where it still belongs to the attachment.
+    ///
+    /// # Errors
+    /// The mechanism's failures other than "not found".
+    fn del(&mut self, record: &State) -> Result<(), PortmapError>;
+
+    /// Removes the attachment's objects without its record, found by their owner.
+    ///
+    /// # Errors
+    /// The mechanism's failures other than "not found".
+    fn del_unrecorded(&mut self, att: &Attachment) -> Result<(), PortmapError>;
+
+    /// Removes the objects of `network` whose attachment is not in `valid`, found by their
+    /// owner (attachments with records are removed through them first).
+    ///
+    /// # Errors
+    /// The mechanism's failures.
+    fn gc(&mut self, network: &str, valid: &[Valid]) -> Result<(), PortmapError>;
+
+    /// Whether the mechanism works here.
+    ///
+    /// # Errors
+    /// Why it does not.
+    fn status(&mut self) -> Result<(), PortmapError>;
+
+    /// The call's nf_tables socket, handed on to the next user.
+    fn into_socket(self: Box<Self>) -> NftSocket;
+}
+
+/// The backend the configuration selects: the configured one; for auto, iptables when an
+/// iptables-only option is set, else nftables when nf_tables answers, else iptables.
+pub fn select(config: &Config, nft: &mut NftSocket) -> Backend {
+    match config.backend {
+        BackendChoice::Fixed(b) => b,
+        BackendChoice::Auto => {
+            if config.iptables_only() {
+                return Backend::Iptables;
+            }
+            if nft.usable() {
+                Backend::Nftables
+            } else {
+                log::info!("nf_tables is not usable here: using the iptables backend");
+                Backend::Iptables
+            }
+        }
+    }
+}
+
+/// Removes what `record` says with the backend that made it (not necessarily `be`), on the
+/// call's socket.
+///
+/// # Errors
+/// The backend's failure.
+pub fn remove(be: &mut Box<dyn PortmapBackend>, record: &State) -> Result<(), PortmapError> {
+    let kind = be.kind();
+    if kind == record.backend {
+        return be.del(record);
+    }
+    let current = std::mem::replace(be, open(kind, NftSocket::default()));
+    let mut other = open(record.backend, current.into_socket());
+    let result = other.del(record);
+    *be = open(kind, other.into_socket());
+    result
+}
+
+/// The backend `kind`, owning `nft`.
+pub fn open(kind: Backend, nft: NftSocket) -> Box<dyn PortmapBackend> {
+    match kind {
+        Backend::Nftables => Box::new(nftables::Nftables::new(nft)),
+        Backend::Iptables => Box::new(iptables::Iptables::new(nft)),
+    }
+}

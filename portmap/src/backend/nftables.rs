@@ -27,20 +27,24 @@
 //! ```
 //!
 //! The skeleton is created once (under a lock, so two first ADDs do not both add its rules)
-//! and never flushed. ADD and DEL look up and change only their own keys.
+//! and never flushed. ADD and DEL look up and change only their own keys: what to change is
+//! planned from what those lookups find ([`crate::plan::nft_add`], [`crate::plan::nft_del`]).
 
 use std::net::{IpAddr, Ipv4Addr};
 
+use common::conf::Attachment as Valid;
 use common::nft::{
-    Batch, Chain, ChainHook, ChainType, CtStatusFlags, DataType, Family, Nft, NftError, Rule,
-    Selector, Set, Table, Value, priority,
+    Batch, Chain, ChainHook, ChainType, CtStatusFlags, DataType, ElementData, Nft, NftError, Rule,
+    Selector, Set, Table, Value, Verdict, priority,
 };
 use ipnet::IpNet;
 
-use crate::config::{Config, IpFamily};
+use super::{NftSocket, PortmapBackend};
+use crate::config::{Backend, Config, IpFamily};
 use crate::error::PortmapError;
 use crate::names;
-use crate::plan::{self, Attachment, NftPlan};
+use crate::plan::{self, Attachment, NftOp, NftPlan, Observed};
+use crate::state::State;
 
 fn nft_err(e: NftError) -> PortmapError {
     PortmapError::Nft(e)
@@ -48,24 +52,14 @@ fn nft_err(e: NftError) -> PortmapError {
 
 /// Our table of `family`.
 pub fn table(family: IpFamily) -> Table {
-    Table::new(nft_family(family), names::NFT_TABLE)
-}
-
-fn nft_family(family: IpFamily) -> Family {
-    match family {
-        IpFamily::V4 => Family::Ip,
-        IpFamily::V6 => Family::Ip6,
-    }
+    Table::new(family.into(), names::NFT_TABLE)
 }
 
 /// The skeleton of one family's table: declared on the first ADD of a boot only.
 pub fn skeleton(batch: &mut Batch, family: IpFamily) {
     use DataType::{InetProto, InetService};
     let t = table(family);
-    let addr = match family {
-        IpFamily::V4 => DataType::Ipv4Addr,
-        IpFamily::V6 => DataType::Ipv6Addr,
-    };
+    let addr = DataType::from(family);
     batch
         .add_table(&t)
         .add_set(
@@ -134,11 +128,8 @@ pub fn skeleton(batch: &mut Batch, family: IpFamily) {
 /// The rules of the skeleton of `family`, chain by chain in order.
 fn skeleton_rules(family: IpFamily) -> Vec<(&'static str, Rule)> {
     use Selector::{MetaL4proto, ThDport};
-    let (saddr, daddr) = match family {
-        IpFamily::V4 => (Selector::IpSaddr, Selector::IpDaddr),
-        IpFamily::V6 => (Selector::Ip6Saddr, Selector::Ip6Daddr),
-    };
-    let v = plan::nfproto(family);
+    let v = family.into();
+    let (saddr, daddr) = (Selector::saddr(v), Selector::daddr(v));
     let mut rules = Vec::new();
     for chain in [names::CHAIN_PREROUTING, names::CHAIN_OUTPUT] {
         rules.push((
@@ -189,257 +180,54 @@ fn skeleton_rules(family: IpFamily) -> Vec<(&'static str, Rule)> {
     rules
 }
 
-/// Whether our table of `family` exists; an error when nf_tables itself is unusable.
-///
-/// # Errors
-/// Any errno other than ENOENT (no nf_tables in the kernel, no permission).
-pub fn table_exists(nft: &mut Nft, family: IpFamily) -> Result<bool, NftError> {
-    nft.table_exists(&table(family))
-}
-
-/// Declares the skeleton of the families that lack it, under our lock so that two first
-/// ADDs racing do not both append the shared rules.
-fn ensure_skeletons(nft: &mut Nft, families: &[IpFamily]) -> Result<(), PortmapError> {
-    let mut missing = Vec::new();
-    for f in families {
-        if !table_exists(nft, *f).map_err(nft_err)? {
-            missing.push(*f);
-        }
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let _lock = common::lock::FileLock::acquire(
-        std::path::Path::new(names::STATE_DIR).join("nft-skeleton.lock"),
-        common::lock::DEFAULT_WAIT,
-    )?;
-    let mut batch = Batch::new();
-    for f in missing {
-        if !table_exists(nft, f).map_err(nft_err)? {
-            skeleton(&mut batch, f);
-        }
-    }
-    nft.apply(&batch).map_err(nft_err)
-}
-
-/// Adds the attachment's elements for each container address, in one transaction for both
-/// families; refuses host ports owned by another attachment.
-///
-/// # Errors
-/// [`PortmapError::Conflict`] naming the owner; nftables failures. Nothing is changed then.
-pub fn add(
-    nft: &mut Nft,
+/// The plans of an attachment for each of its container addresses.
+fn plans(
     config: &Config,
     att: &Attachment,
     ips: &[IpNet],
-) -> Result<(), PortmapError> {
-    let owner = att.owner();
-    let plans: Vec<(IpFamily, NftPlan)> = ips
-        .iter()
+) -> Result<Vec<(IpFamily, NftPlan)>, PortmapError> {
+    ips.iter()
         .map(|ip| Ok((IpFamily::of(ip.addr()), plan::nft_plan(config, att, *ip)?)))
-        .collect::<Result<_, PortmapError>>()?;
-    let families: Vec<IpFamily> = plans
-        .iter()
-        .filter(|(_, p)| !p.claims.is_empty())
-        .map(|(f, _)| *f)
-        .collect();
-    if families.is_empty() {
-        return Ok(());
-    }
-    ensure_skeletons(nft, &families)?;
+        .filter(|p| p.as_ref().map_or(true, |(_, p)| !p.claims.is_empty()))
+        .collect()
+}
+
+/// The batch making `ops`.
+fn batch(ops: &[NftOp]) -> Batch {
     let mut batch = Batch::new();
-    for (family, p) in &plans {
-        let t = table(*family);
-        if let Some((chain, rules)) = &p.gate {
-            batch
-                .add_chain(&t, &Chain::regular(chain))
-                .flush_chain(&t, chain);
-            for r in rules {
-                batch.add_rule(&t, chain, r);
+    for op in ops {
+        match op {
+            NftOp::DelElement { family, set, key } => {
+                batch.delete_elements(&table(*family), set, std::slice::from_ref(key));
             }
-        }
-        for claim in &p.claims {
-            for map in [claim.map, claim.twin] {
-                let Some(have) = nft.element(&t, map, &claim.element.key).map_err(nft_err)? else {
-                    continue;
-                };
-                let have_owner = have.comment.clone().unwrap_or_default();
-                if have_owner != owner {
-                    return Err(PortmapError::Conflict {
-                        what: claim.what.clone(),
-                        owner: if have_owner.is_empty() {
-                            format!("an element without owner in {t} {map}")
-                        } else {
-                            have_owner
-                        },
-                    });
-                }
-                if map == claim.map && have.data == claim.element.data {
-                    continue;
-                }
-                // Our own stale element (re-ADD with other data or conditions): replace it.
-                batch.delete_elements(&t, map, std::slice::from_ref(&have.key));
+            NftOp::DelChain { family, chain } => {
+                batch
+                    .flush_chain(&table(*family), chain)
+                    .delete_chain(&table(*family), chain);
             }
-            batch.add_elements(&t, claim.map, std::slice::from_ref(&claim.element));
-        }
-        for (set, element) in &p.masq {
-            // A pod address is unique among live pods: take over a stale element so its old
-            // owner's DEL (which checks the owner) leaves ours alone.
-            if let Some(have) = nft.element(&t, set, &element.key).map_err(nft_err)?
-                && have.comment.as_deref() != Some(owner.as_str())
-            {
-                batch.delete_elements(&t, set, std::slice::from_ref(&have.key));
-            }
-            batch.add_elements(&t, set, std::slice::from_ref(element));
-        }
-    }
-    nft.apply(&batch).map_err(nft_err)
-}
-
-/// Verifies that every rule of the skeleton is in its chain: without them the attachment's
-/// elements forward nothing.
-fn check_skeleton(nft: &mut Nft, t: &Table, family: IpFamily) -> Result<(), PortmapError> {
-    let mut listed: Vec<(&str, Vec<common::nft::ListedRule>)> = Vec::new();
-    for (chain, rule) in skeleton_rules(family) {
-        if !listed.iter().any(|(c, _)| *c == chain) {
-            let rules = nft.rules(t, chain).map_err(|e| {
-                if e.is_not_found() {
-                    PortmapError::Check(format!("chain {t} {chain} not found"))
-                } else {
-                    nft_err(e)
-                }
-            })?;
-            listed.push((chain, rules));
-        }
-        let have = listed
-            .iter()
-            .find(|(c, _)| *c == chain)
-            .map(|(_, r)| r.as_slice())
-            .unwrap_or_default();
-        if !have.iter().any(|r| r.is(&rule, t.family)) {
-            return Err(PortmapError::Check(format!(
-                "rule {t} {chain} {} not found",
-                rule.to_nft()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Verifies exactly the attachment's elements and gate chain, and the skeleton they need.
-///
-/// # Errors
-/// [`PortmapError::Check`] naming the first missing or different object.
-pub fn check(
-    nft: &mut Nft,
-    config: &Config,
-    att: &Attachment,
-    ips: &[IpNet],
-) -> Result<(), PortmapError> {
-    let owner = att.owner();
-    for ip in ips {
-        let family = IpFamily::of(ip.addr());
-        let p = plan::nft_plan(config, att, *ip)?;
-        if p.claims.is_empty() {
-            continue;
-        }
-        let t = table(family);
-        if !table_exists(nft, family).map_err(nft_err)? {
-            return Err(PortmapError::Check(format!("table {t} not found")));
-        }
-        check_skeleton(nft, &t, family)?;
-        for claim in &p.claims {
-            let have = nft
-                .element(&t, claim.map, &claim.element.key)
-                .map_err(nft_err)?;
-            match have {
-                Some(e) if e == claim.element => {}
-                Some(e) => {
-                    return Err(PortmapError::Check(format!(
-                        "host port {} in {t} {} is {:?} owned by {:?}, expected {:?} owned by {owner:?}",
-                        claim.what, claim.map, e.data, e.comment, claim.element.data
-                    )));
-                }
-                None => {
-                    return Err(PortmapError::Check(format!(
-                        "host port {} not found in {t} {}",
-                        claim.what, claim.map
-                    )));
+            NftOp::PutChain {
+                family,
+                chain,
+                rules,
+            } => {
+                let t = table(*family);
+                batch
+                    .add_chain(&t, &Chain::regular(chain))
+                    .flush_chain(&t, chain);
+                for rule in rules {
+                    batch.add_rule(&t, chain, rule);
                 }
             }
-        }
-        for (set, element) in &p.masq {
-            let have = nft.element(&t, set, &element.key).map_err(nft_err)?;
-            if have.as_ref().and_then(|e| e.comment.as_deref()) != Some(owner.as_str()) {
-                return Err(PortmapError::Check(format!(
-                    "masquerade element for {} not found in {t} {set}",
-                    ip.addr()
-                )));
-            }
-        }
-        if let Some((chain, rules)) = &p.gate {
-            let have = nft.rules(&t, chain).map_err(|e| {
-                if e.is_not_found() {
-                    PortmapError::Check(format!("chain {t} {chain} not found"))
-                } else {
-                    nft_err(e)
-                }
-            })?;
-            let family_code = t.family;
-            if have.len() != rules.len()
-                || !have.iter().zip(rules).all(|(h, r)| h.is(r, family_code))
-            {
-                return Err(PortmapError::Check(format!(
-                    "rules of chain {t} {chain} differ from the configured conditions"
-                )));
+            NftOp::AddElement {
+                family,
+                set,
+                element,
+            } => {
+                batch.add_elements(&table(*family), set, std::slice::from_ref(element));
             }
         }
     }
-    Ok(())
-}
-
-/// Removes the attachment's elements (only those whose comment is its owner) and gate chain,
-/// knowing its plan (from the state file).
-///
-/// # Errors
-/// nftables failures other than "not found".
-pub fn del_planned(
-    nft: &mut Nft,
-    config: &Config,
-    att: &Attachment,
-    ips: &[IpNet],
-) -> Result<(), PortmapError> {
-    let owner = att.owner();
-    let mut batch = Batch::new();
-    for ip in ips {
-        let family = IpFamily::of(ip.addr());
-        let p = plan::nft_plan(config, att, *ip)?;
-        if p.claims.is_empty() {
-            continue;
-        }
-        let t = table(family);
-        let objects = p
-            .claims
-            .iter()
-            .map(|c| (c.map, &c.element))
-            .chain(p.masq.iter().map(|(s, e)| (*s, e)));
-        for (set, element) in objects {
-            match nft.element(&t, set, &element.key) {
-                Ok(Some(have)) if have.comment.as_deref() == Some(owner.as_str()) => {
-                    batch.delete_elements(&t, set, std::slice::from_ref(&have.key));
-                }
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(nft_err(e)),
-            }
-        }
-        if let Some((chain, _)) = &p.gate
-            && nft.chain_exists(&t, chain).map_err(nft_err)?
-        {
-            batch.flush_chain(&t, chain).delete_chain(&t, chain);
-        }
-    }
-    nft.apply(&batch).map_err(nft_err)
+    batch
 }
 
 /// Every map and set of our tables, for the listing paths (DEL without state, GC).
@@ -453,78 +241,288 @@ const ALL_SETS: [&str; 7] = [
     names::SET_MASQ_ALL,
 ];
 
-/// Removes every element (and gate chain) whose owner `doomed` accepts, by listing our tables:
-/// the rare path of a DEL without state, and GC.
-///
-/// # Errors
-/// nftables failures other than "not found".
-pub fn del_listed(nft: &mut Nft, doomed: &dyn Fn(&str) -> bool) -> Result<usize, PortmapError> {
-    let mut batch = Batch::new();
-    let mut chains = Vec::new();
-    for family in [IpFamily::V4, IpFamily::V6] {
-        let t = table(family);
-        if !table_exists(nft, family).map_err(nft_err)? {
-            continue;
-        }
-        for set in ALL_SETS {
-            let elements = match nft.elements(&t, set) {
-                Ok(e) => e,
-                Err(e) if e.is_not_found() => continue,
-                Err(e) => return Err(nft_err(e)),
-            };
-            let keys: Vec<Vec<Value>> = elements
-                .iter()
-                .filter(|e| e.comment.as_deref().is_some_and(doomed))
-                .map(|e| {
-                    if let Some(common::nft::ElementData::Verdict(common::nft::Verdict::Goto(c))) =
-                        &e.data
-                        && !chains.contains(&(family, c.clone()))
-                    {
-                        chains.push((family, c.clone()));
-                    }
-                    e.key.clone()
-                })
-                .collect();
-            if !keys.is_empty() {
-                batch.delete_elements(&t, set, &keys);
-            }
-        }
-    }
-    for (family, chain) in &chains {
-        batch
-            .flush_chain(&table(*family), chain)
-            .delete_chain(&table(*family), chain);
-    }
-    let n = batch.len();
-    nft.apply(&batch).map_err(nft_err)?;
-    Ok(n)
+/// Our map layout, over the call's nf_tables socket.
+#[derive(Debug)]
+pub struct Nftables {
+    nft: NftSocket,
 }
 
-/// Removes the Go plugin's nftables rules of this container (comment == container ID) from
-/// `cni_hostport`, in both families, when that table exists.
-///
-/// # Errors
-/// nftables failures other than "not found".
-pub fn del_go_rules(nft: &mut Nft, container_id: &str) -> Result<(), PortmapError> {
-    let mut batch = Batch::new();
-    for family in [Family::Ip, Family::Ip6] {
-        let t = Table::new(family, names::GO_NFT_TABLE);
-        if !nft.table_exists(&t).map_err(nft_err)? {
-            continue;
-        }
-        for chain in names::GO_NFT_CHAINS {
-            let rules = match nft.rules(&t, chain) {
-                Ok(r) => r,
-                Err(e) if e.is_not_found() => continue,
-                Err(e) => return Err(nft_err(e)),
-            };
-            for r in rules
-                .iter()
-                .filter(|r| r.comment.as_deref() == Some(container_id))
-            {
-                batch.delete_rule(&t, chain, r.handle);
+impl Nftables {
+    /// The backend, owning the call's socket.
+    pub fn new(nft: NftSocket) -> Nftables {
+        Nftables { nft }
+    }
+
+    fn nft(&mut self) -> Result<&mut Nft, PortmapError> {
+        self.nft.get().map_err(nft_err)
+    }
+
+    /// What the kernel holds at the keys and gate chains of `plans`; a table, map or chain
+    /// that does not exist holds nothing.
+    fn observe(&mut self, plans: &[(IpFamily, NftPlan)]) -> Result<Observed, PortmapError> {
+        let nft = self.nft()?;
+        let mut seen = Observed::default();
+        for (family, p) in plans {
+            let t = table(*family);
+            for (set, key) in plan::lookups(p) {
+                if seen.element(*family, set, key).is_some() {
+                    continue;
+                }
+                match nft.element(&t, set, key) {
+                    Ok(Some(e)) => seen.elements.push((*family, set, e)),
+                    Ok(None) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(nft_err(e)),
+                }
+            }
+            if let Some((chain, _)) = &p.gate {
+                match nft.chain_exists(&t, chain) {
+                    Ok(true) => seen.chains.push((*family, chain.clone())),
+                    Ok(false) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(nft_err(e)),
+                }
             }
         }
+        Ok(seen)
     }
-    nft.apply(&batch).map_err(nft_err)
+
+    fn commit(&mut self, ops: &[NftOp]) -> Result<(), PortmapError> {
+        self.nft()?.apply(&batch(ops)).map_err(nft_err)
+    }
+
+    /// Declares the skeleton of the families that lack it, under our lock so that two first
+    /// ADDs racing do not both append the shared rules.
+    fn ensure_skeletons(&mut self, families: &[IpFamily]) -> Result<(), PortmapError> {
+        let nft = self.nft()?;
+        let mut missing = Vec::new();
+        for f in families {
+            if !nft.table_exists(&table(*f)).map_err(nft_err)? {
+                missing.push(*f);
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let _lock = common::lock::FileLock::acquire(
+            std::path::Path::new(names::STATE_DIR).join("nft-skeleton.lock"),
+            common::lock::DEFAULT_WAIT,
+        )?;
+        let mut batch = Batch::new();
+        for f in missing {
+            if !nft.table_exists(&table(f)).map_err(nft_err)? {
+                skeleton(&mut batch, f);
+            }
+        }
+        nft.apply(&batch).map_err(nft_err)
+    }
+
+    /// Verifies that every rule of the skeleton is in its chain: without them the
+    /// attachment's elements forward nothing.
+    fn check_skeleton(&mut self, family: IpFamily) -> Result<(), PortmapError> {
+        let nft = self.nft()?;
+        let t = table(family);
+        let mut listed: Vec<(&str, Vec<common::nft::ListedRule>)> = Vec::new();
+        for (chain, rule) in skeleton_rules(family) {
+            if !listed.iter().any(|(c, _)| *c == chain) {
+                let rules = nft
+                    .rules(&t, chain)
+                    .map_err(|e| missing_chain(&t, chain, e))?;
+                listed.push((chain, rules));
+            }
+            let have = listed
+                .iter()
+                .find(|(c, _)| *c == chain)
+                .map(|(_, r)| r.as_slice())
+                .unwrap_or_default();
+            if !have.iter().any(|r| r.is(&rule, t.family)) {
+                return Err(PortmapError::Check(format!(
+                    "rule {t} {chain} {} not found",
+                    rule.to_nft()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every element (and gate chain) whose owner `doomed` accepts, by listing our
+    /// tables: the rare path of a DEL without state, and GC.
+    ///
+    /// # Errors
+    /// nftables failures other than "not found".
+    pub fn del_listed(&mut self, doomed: &dyn Fn(&str) -> bool) -> Result<usize, PortmapError> {
+        let nft = self.nft()?;
+        let mut batch = Batch::new();
+        let mut chains = Vec::new();
+        for family in IpFamily::BOTH {
+            let t = table(family);
+            if !nft.table_exists(&t).map_err(nft_err)? {
+                continue;
+            }
+            for set in ALL_SETS {
+                let elements = match nft.elements(&t, set) {
+                    Ok(e) => e,
+                    Err(e) if e.is_not_found() => continue,
+                    Err(e) => return Err(nft_err(e)),
+                };
+                let keys: Vec<Vec<Value>> = elements
+                    .iter()
+                    .filter(|e| e.comment.as_deref().is_some_and(doomed))
+                    .map(|e| {
+                        if let Some(ElementData::Verdict(Verdict::Goto(c))) = &e.data
+                            && !chains.contains(&(family, c.clone()))
+                        {
+                            chains.push((family, c.clone()));
+                        }
+                        e.key.clone()
+                    })
+                    .collect();
+                if !keys.is_empty() {
+                    batch.delete_elements(&t, set, &keys);
+                }
+            }
+        }
+        for (family, chain) in &chains {
+            batch
+                .flush_chain(&table(*family), chain)
+                .delete_chain(&table(*family), chain);
+        }
+        let n = batch.len();
+        nft.apply(&batch).map_err(nft_err)?;
+        Ok(n)
+    }
+}
+
+/// A chain CHECK needs that cannot be listed: "not found" names it.
+fn missing_chain(t: &Table, chain: &str, e: NftError) -> PortmapError {
+    if e.is_not_found() {
+        PortmapError::Check(format!("chain {t} {chain} not found"))
+    } else {
+        nft_err(e)
+    }
+}
+
+impl PortmapBackend for Nftables {
+    fn kind(&self) -> Backend {
+        Backend::Nftables
+    }
+
+    /// Adds the attachment's elements for each container address, in one transaction for
+    /// both families.
+    fn add(
+        &mut self,
+        att: &Attachment,
+        config: &Config,
+        ips: &[IpNet],
+    ) -> Result<(), PortmapError> {
+        let plans = plans(config, att, ips)?;
+        if plans.is_empty() {
+            return Ok(());
+        }
+        let families: Vec<IpFamily> = plans.iter().map(|(f, _)| *f).collect();
+        self.ensure_skeletons(&families)?;
+        let seen = self.observe(&plans)?;
+        let ops = plan::nft_add(&att.owner(), &plans, &seen)?;
+        self.commit(&ops)
+    }
+
+    fn check(
+        &mut self,
+        att: &Attachment,
+        config: &Config,
+        ips: &[IpNet],
+    ) -> Result<(), PortmapError> {
+        let owner = att.owner();
+        for ip in ips {
+            let family = IpFamily::of(ip.addr());
+            let p = plan::nft_plan(config, att, *ip)?;
+            if p.claims.is_empty() {
+                continue;
+            }
+            let t = table(family);
+            if !self.nft()?.table_exists(&t).map_err(nft_err)? {
+                return Err(PortmapError::Check(format!("table {t} not found")));
+            }
+            self.check_skeleton(family)?;
+            let nft = self.nft()?;
+            for claim in &p.claims {
+                let have = nft
+                    .element(&t, claim.map, &claim.element.key)
+                    .map_err(nft_err)?;
+                match have {
+                    Some(e) if e == claim.element => {}
+                    Some(e) => {
+                        return Err(PortmapError::Check(format!(
+                            "host port {} in {t} {} is {:?} owned by {:?}, expected {:?} owned by {owner:?}",
+                            claim.what, claim.map, e.data, e.comment, claim.element.data
+                        )));
+                    }
+                    None => {
+                        return Err(PortmapError::Check(format!(
+                            "host port {} not found in {t} {}",
+                            claim.what, claim.map
+                        )));
+                    }
+                }
+            }
+            for (set, element) in &p.masq {
+                let have = nft.element(&t, set, &element.key).map_err(nft_err)?;
+                if have.as_ref().and_then(|e| e.comment.as_deref()) != Some(owner.as_str()) {
+                    return Err(PortmapError::Check(format!(
+                        "masquerade element for {} not found in {t} {set}",
+                        ip.addr()
+                    )));
+                }
+            }
+            if let Some((chain, rules)) = &p.gate {
+                let have = nft
+                    .rules(&t, chain)
+                    .map_err(|e| missing_chain(&t, chain, e))?;
+                if have.len() != rules.len()
+                    || !have.iter().zip(rules).all(|(h, r)| h.is(r, t.family))
+                {
+                    return Err(PortmapError::Check(format!(
+                        "rules of chain {t} {chain} differ from the configured conditions"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn del(&mut self, record: &State) -> Result<(), PortmapError> {
+        let att = record.attachment();
+        let plans = plans(&record.config(), &att, &record.ips)?;
+        let seen = self.observe(&plans)?;
+        let ops = plan::nft_del(&att.owner(), &plans, &seen);
+        self.commit(&ops)
+    }
+
+    fn del_unrecorded(&mut self, att: &Attachment) -> Result<(), PortmapError> {
+        let owner = att.owner();
+        self.del_listed(&|c| c == owner).map(|_| ())
+    }
+
+    fn gc(&mut self, network: &str, valid: &[Valid]) -> Result<(), PortmapError> {
+        let doomed = |comment: &str| {
+            names::parse_owner(comment).is_some_and(|(net, id, ifname)| {
+                net == network
+                    && !valid
+                        .iter()
+                        .any(|a| a.container_id == id && a.ifname == ifname)
+            })
+        };
+        self.del_listed(&doomed).map(|_| ())
+    }
+
+    fn status(&mut self) -> Result<(), PortmapError> {
+        self.nft()?
+            .table_exists(&table(IpFamily::V4))
+            .map(|_| ())
+            .map_err(nft_err)
+    }
+
+    fn into_socket(self: Box<Self>) -> NftSocket {
+        self.nft
+    }
 }

@@ -1,0 +1,91 @@
+//! The host's side of a mapping, outside the backends' tables: UDP conntrack entries of the
+//! mapped ports, `route_localnet` on the interface routing to the container, and the `/proc`
+//! probes that spare a call an exec or a dump.
+//!
+//! `conntrack -D -p udp --dport N`, `sysctl -w net.ipv4.conf.<if>.route_localnet=1`.
+
+use std::net::IpAddr;
+
+use common::conntrack::{Conntrack, FlowFilter};
+use common::nft::L4Proto;
+
+use crate::config::{Config, IpFamily};
+use crate::error::PortmapError;
+use crate::names;
+use crate::plan;
+
+/// Deletes UDP conntrack entries of the mapped host ports of `families`, so a flow a client
+/// keeps sending is mapped anew (failures are only logged: the mappings are in place).
+pub fn flush_udp(config: &Config, families: &[IpFamily]) {
+    if conntrack_is_empty() {
+        return;
+    }
+    let mut ct = None;
+    for family in families {
+        let targets = plan::udp_flush_targets(config, *family);
+        if targets.is_empty() {
+            continue;
+        }
+        if ct.is_none() {
+            match Conntrack::new() {
+                Ok(c) => ct = Some(c),
+                Err(e) => {
+                    log::warn!("failed to open conntrack: {e}");
+                    return;
+                }
+            }
+        }
+        let Some(c) = ct.as_mut() else { return };
+        for (port, daddr) in targets {
+            let filter = FlowFilter {
+                proto: L4Proto::Udp,
+                dport: port,
+                daddr,
+            };
+            if let Err(e) = c.delete((*family).into(), &filter) {
+                log::warn!("failed to delete stale UDP conntrack entries for port {port}: {e}");
+            }
+        }
+    }
+}
+
+/// Whether this namespace tracks no connection at all, so there is nothing to flush. A
+/// conntrack dump walks the kernel's whole hash table, shared by every namespace (several
+/// milliseconds), even when this namespace has no entry. Without the counter (no conntrack
+/// module) nothing can be tracked either.
+fn conntrack_is_empty() -> bool {
+    match std::fs::read_to_string(names::CONNTRACK_COUNT) {
+        Ok(n) => n.trim() == "0",
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// Sets `route_localnet` on the host interface routing to `ip`, as the reference does, so
+/// that `127.0.0.1:hostPort` can be DNATed to the container.
+///
+/// # Errors
+/// [`PortmapError::RouteLocalnet`].
+pub fn enable_route_localnet(ip: IpAddr) -> Result<(), PortmapError> {
+    let err = |e: String| PortmapError::RouteLocalnet(e);
+    let mut nl = common::netlink::Netlink::new().map_err(|e| err(e.to_string()))?;
+    let oif = nl
+        .route_get_oif(ip)
+        .map_err(|e| err(e.to_string()))?
+        .ok_or_else(|| err(format!("no interface routes to {ip}")))?;
+    let link = nl.link_by_index(oif).map_err(|e| err(e.to_string()))?;
+    let key = common::sysctl::SysctlKey::interface("ipv4", &link.name, "route_localnet")
+        .map_err(|e| err(e.to_string()))?;
+    common::sysctl::Sysctl::new(common::sysctl::PROC_SYS)
+        .write(&key, "1")
+        .map_err(|e| err(e.to_string()))
+}
+
+/// Whether the legacy (`ip_tables`) `nat` table of `family` is loaded: then only its dump can
+/// tell what it holds.
+pub fn legacy_nat_loaded(family: IpFamily) -> bool {
+    let names = match family {
+        IpFamily::V4 => names::LEGACY_IPV4_TABLES,
+        IpFamily::V6 => names::LEGACY_IPV6_TABLES,
+    };
+    std::fs::read_to_string(names).is_ok_and(|s| s.lines().any(|l| l == "nat"))
+}
