@@ -280,8 +280,13 @@ impl Config {
     }
 }
 
-fn invalid(msg: String) -> PortmapError {
-    PortmapError::Config(msg)
+/// A configuration error: `msg` as the reference words it where it refuses the same input,
+/// `details` naming the field and value.
+fn invalid(msg: impl Into<String>, details: impl Into<String>) -> PortmapError {
+    PortmapError::Config {
+        msg: msg.into(),
+        details: details.into(),
+    }
 }
 
 /// Classifies a raw conditions list as the reference does: by its first token.
@@ -300,7 +305,8 @@ fn classify(raw: &Option<Vec<String>>) -> Option<Backend> {
 /// Validates the decoded configuration.
 ///
 /// # Errors
-/// Code 7 naming the offending key or mapping entry.
+/// Code 7 with the reference's message where it has one, naming the offending key or mapping
+/// entry in the details.
 pub fn parse(conf: &NetConf<PortmapKeys>) -> Result<Config, CniError> {
     let rc: RuntimeConfig = conf.runtime_config()?;
     Ok(validate(&conf.name, &conf.plugin, &rc.port_mappings)?)
@@ -311,17 +317,20 @@ fn validate(
     keys: &PortmapKeys,
     wire: &[WireMapping],
 ) -> Result<Config, PortmapError> {
-    if keys.mark_masq_bit.is_some() && keys.external_set_mark_chain.is_some() {
+    if let (Some(bit), Some(chain)) = (keys.mark_masq_bit, &keys.external_set_mark_chain) {
         return Err(invalid(
-            "cannot specify externalSetMarkChain and markMasqBit".to_string(),
+            "Cannot specify externalSetMarkChain and markMasqBit",
+            format!("markMasqBit {bit} and externalSetMarkChain {chain:?} are both set"),
         ));
     }
     let mark_masq_bit = match keys.mark_masq_bit {
         None => DEFAULT_MARK_MASQ_BIT,
-        Some(b) => u32::try_from(b)
-            .ok()
-            .filter(|b| *b <= 31)
-            .ok_or_else(|| invalid(format!("markMasqBit must be between 0 and 31, got {b}")))?,
+        Some(b) => u32::try_from(b).ok().filter(|b| *b <= 31).ok_or_else(|| {
+            invalid(
+                "MasqMarkBit must be between 0 and 31",
+                format!("markMasqBit is {b}"),
+            )
+        })?,
     };
     let v4_kind = classify(&keys.conditions_v4);
     let v6_kind = classify(&keys.conditions_v6);
@@ -337,32 +346,48 @@ fn validate(
             None => {}
         }
     }
+    let list = |v: &[&str]| format!("[{}]", v.join(" "));
     let backend = match keys.backend.as_deref() {
         None => {
             if !ipt_only.is_empty() && !nft_only.is_empty() {
-                return Err(invalid(format!(
-                    "configuration mixes iptables-specific options {ipt_only:?} and nftables-specific options {nft_only:?}"
-                )));
+                return Err(invalid(
+                    "configuration mixes iptables-specific and nftables-specific options",
+                    format!(
+                        "iptables-specific: {}, nftables-specific: {}",
+                        list(&ipt_only),
+                        list(&nft_only)
+                    ),
+                ));
             }
             BackendChoice::Auto
         }
         Some("nftables") => BackendChoice::Fixed(Backend::Nftables),
         Some("iptables") => BackendChoice::Fixed(Backend::Iptables),
-        Some(other) => return Err(invalid(format!("unrecognized backend {other:?}"))),
+        Some(other) => {
+            return Err(invalid(
+                format!("unrecognized backend {other:?}"),
+                "backend must be \"iptables\", \"nftables\", or absent for auto",
+            ));
+        }
     };
-    let list = |v: &[&str]| format!("[{}]", v.join(" "));
     match backend {
         BackendChoice::Fixed(Backend::Iptables) if !nft_only.is_empty() => {
-            return Err(invalid(format!(
-                "iptables backend was requested but configuration contains nftables-specific options {}",
-                list(&nft_only)
-            )));
+            return Err(invalid(
+                format!(
+                    "iptables backend was requested but configuration contains nftables-specific options {}",
+                    list(&nft_only)
+                ),
+                "",
+            ));
         }
         BackendChoice::Fixed(Backend::Nftables) if !ipt_only.is_empty() => {
-            return Err(invalid(format!(
-                "nftables backend was requested but configuration contains iptables-specific options {}",
-                list(&ipt_only)
-            )));
+            return Err(invalid(
+                format!(
+                    "nftables backend was requested but configuration contains iptables-specific options {}",
+                    list(&ipt_only)
+                ),
+                "",
+            ));
         }
         _ => {}
     }
@@ -376,6 +401,10 @@ fn validate(
     };
     let conditions_v4 = conditions("conditionsV4", &keys.conditions_v4, v4_kind, IpFamily::V4)?;
     let conditions_v6 = conditions("conditionsV6", &keys.conditions_v6, v6_kind, IpFamily::V6)?;
+    // The reference's own checks of every entry first, so its message wins where it refuses.
+    for (i, m) in wire.iter().enumerate() {
+        reference_port_checks(i, m)?;
+    }
     let mappings = wire
         .iter()
         .enumerate()
@@ -394,25 +423,46 @@ fn validate(
     })
 }
 
+/// The reference's checks of an entry: the container port, then the host port, positive.
+fn reference_port_checks(i: usize, m: &WireMapping) -> Result<(), PortmapError> {
+    if m.container_port <= 0 {
+        return Err(invalid(
+            format!("Invalid container port number: {}", m.container_port),
+            format!("runtimeConfig.portMappings[{i}].containerPort must be 1-65535"),
+        ));
+    }
+    if m.host_port <= 0 {
+        return Err(invalid(
+            format!("Invalid host port number: {}", m.host_port),
+            format!("runtimeConfig.portMappings[{i}].hostPort must be 1-65535"),
+        ));
+    }
+    Ok(())
+}
+
+/// One entry, validated: the reference's checks and ours (ports up to 65535, the protocol,
+/// the host address).
 fn validate_mapping(i: usize, m: &WireMapping) -> Result<PortMapping, PortmapError> {
-    let at = |what: String| invalid(format!("runtimeConfig.portMappings[{i}]: {what}"));
-    let port = |n: i64, key: &str| {
-        u16::try_from(n)
-            .ok()
-            .filter(|p| *p != 0)
-            .ok_or_else(|| at(format!("invalid {key} {n}: must be 1-65535")))
+    reference_port_checks(i, m)?;
+    let port = |n: i64, key: &str, what: &str| {
+        u16::try_from(n).map_err(|_| {
+            invalid(
+                format!("{what} port number {n} is out of range"),
+                format!("runtimeConfig.portMappings[{i}].{key} must be 1-65535"),
+            )
+        })
     };
-    let container_port = port(m.container_port, "containerPort")?;
-    let host_port = port(m.host_port, "hostPort")?;
+    let container_port = port(m.container_port, "containerPort", "container")?;
+    let host_port = port(m.host_port, "hostPort", "host")?;
     let proto = match m.protocol.to_ascii_lowercase().as_str() {
         "tcp" => Proto::Tcp,
         "udp" => Proto::Udp,
         "sctp" => Proto::Sctp,
         _ => {
-            return Err(at(format!(
-                "unknown protocol {:?}: must be tcp, udp or sctp",
-                m.protocol
-            )));
+            return Err(invalid(
+                format!("unsupported protocol {:?}", m.protocol),
+                format!("runtimeConfig.portMappings[{i}].protocol must be tcp, udp or sctp"),
+            ));
         }
     };
     let host_ip = match m.host_ip.as_deref() {
@@ -420,7 +470,14 @@ fn validate_mapping(i: usize, m: &WireMapping) -> Result<PortMapping, PortmapErr
         Some(s) => match s.parse::<IpAddr>() {
             Ok(a) if a.is_unspecified() => HostIp::Any(IpFamily::of(a)),
             Ok(a) => HostIp::Addr(a),
-            Err(_) => return Err(at(format!("invalid hostIP {s:?}"))),
+            Err(_) => {
+                return Err(invalid(
+                    format!("invalid hostIP {s:?}"),
+                    format!(
+                        "runtimeConfig.portMappings[{i}].hostIP must be an IPv4 or IPv6 address without zone"
+                    ),
+                ));
+            }
         },
     };
     Ok(PortMapping {
@@ -442,9 +499,12 @@ fn parse_nft_conditions(
     let mut tokens = text.split_whitespace().peekable();
     let mut out = Vec::new();
     let bad = |token: &str, why: &str| {
-        invalid(format!(
-            "{key}: unsupported nftables condition at {token:?}: {why} (supported: ip/ip6 saddr/daddr ADDR[/LEN], iifname NAME, oifname NAME, meta mark VALUE)"
-        ))
+        invalid(
+            format!("unsupported nftables condition {token:?} in {key}"),
+            format!(
+                "{why}; supported: ip/ip6 saddr/daddr ADDR[/LEN], iifname NAME, oifname NAME, meta mark VALUE"
+            ),
+        )
     };
     while let Some(token) = tokens.next() {
         match token {
@@ -557,9 +617,14 @@ mod tests {
     }
 
     fn err(v: serde_json::Value) -> String {
+        err_details(v).0
+    }
+
+    /// The error's (msg, details).
+    fn err_details(v: serde_json::Value) -> (String, String) {
         let e = conf(v).expect_err("must fail");
         assert_eq!(e.code.as_u32(), 7, "{}", e.msg);
-        e.msg
+        (e.msg, e.details)
     }
 
     #[test]
@@ -606,42 +671,85 @@ mod tests {
     }
 
     #[test]
-    fn invalid_values_are_code_7_naming_the_entry() {
+    fn port_errors_are_the_references_messages_with_the_entry_in_details() {
         let cases = [
             (
                 json!({"hostPort": 0, "containerPort": 80, "protocol": "tcp"}),
-                "portMappings[0]: invalid hostPort 0",
-            ),
-            (
-                json!({"hostPort": 70000, "containerPort": 80, "protocol": "tcp"}),
-                "invalid hostPort 70000",
+                "Invalid host port number: 0",
+                "runtimeConfig.portMappings[1].hostPort must be 1-65535",
             ),
             (
                 json!({"hostPort": 80, "containerPort": -1, "protocol": "tcp"}),
-                "invalid containerPort -1",
+                "Invalid container port number: -1",
+                "runtimeConfig.portMappings[1].containerPort must be 1-65535",
+            ),
+            // The reference checks the container port first.
+            (
+                json!({"hostPort": -5, "containerPort": 0, "protocol": "tcp"}),
+                "Invalid container port number: 0",
+                "runtimeConfig.portMappings[1].containerPort must be 1-65535",
+            ),
+        ];
+        for (mapping, msg, details) in cases {
+            let ok = json!({"hostPort": 1, "containerPort": 1, "protocol": "tcp"});
+            let got = err_details(json!({"runtimeConfig": {"portMappings": [ok, mapping]}}));
+            assert_eq!(got, (msg.to_string(), details.to_string()));
+        }
+        // Its message wins over ours when an earlier entry is refused only by us.
+        let got = err(json!({"runtimeConfig": {"portMappings": [
+            {"hostPort": 1, "containerPort": 1, "protocol": "icmp"},
+            {"hostPort": 0, "containerPort": 1, "protocol": "tcp"}
+        ]}}));
+        assert_eq!(got, "Invalid host port number: 0");
+    }
+
+    #[test]
+    fn what_only_we_refuse_has_our_own_message_naming_the_entry() {
+        let cases = [
+            (
+                json!({"hostPort": 70000, "containerPort": 80, "protocol": "tcp"}),
+                "host port number 70000 is out of range",
+                "runtimeConfig.portMappings[0].hostPort must be 1-65535",
+            ),
+            (
+                json!({"hostPort": 80, "containerPort": 65536, "protocol": "tcp"}),
+                "container port number 65536 is out of range",
+                "runtimeConfig.portMappings[0].containerPort must be 1-65535",
             ),
             (
                 json!({"hostPort": 80, "containerPort": 80, "protocol": "icmp"}),
-                "unknown protocol \"icmp\"",
+                "unsupported protocol \"icmp\"",
+                "runtimeConfig.portMappings[0].protocol must be tcp, udp or sctp",
             ),
             (
-                json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp", "hostIP": "nope"}),
-                "invalid hostIP \"nope\"",
+                json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp", "hostIP": "fe80::1%eth0"}),
+                "invalid hostIP \"fe80::1%eth0\"",
+                "runtimeConfig.portMappings[0].hostIP must be an IPv4 or IPv6 address without zone",
             ),
         ];
-        for (mapping, want) in cases {
-            let msg = err(json!({"runtimeConfig": {"portMappings": [mapping]}}));
-            assert!(msg.contains(want), "{msg} lacks {want}");
+        for (mapping, msg, details) in cases {
+            let got = err_details(json!({"runtimeConfig": {"portMappings": [mapping]}}));
+            assert_eq!(got, (msg.to_string(), details.to_string()));
         }
     }
 
     #[test]
-    fn mark_bit_is_checked_and_exclusive_with_the_external_chain() {
-        assert!(err(json!({"markMasqBit": 32})).contains("markMasqBit must be between 0 and 31"));
-        assert!(err(json!({"markMasqBit": -1})).contains("markMasqBit"));
-        assert!(
-            err(json!({"markMasqBit": 13, "externalSetMarkChain": "KUBE-MARK-MASQ"}))
-                .contains("cannot specify externalSetMarkChain and markMasqBit")
+    fn mark_bit_errors_are_the_references_messages() {
+        assert_eq!(
+            err_details(json!({"markMasqBit": 32})),
+            (
+                "MasqMarkBit must be between 0 and 31".to_string(),
+                "markMasqBit is 32".to_string()
+            )
+        );
+        assert_eq!(
+            err(json!({"markMasqBit": -1})),
+            "MasqMarkBit must be between 0 and 31"
+        );
+        // Both set, even to the default bit.
+        assert_eq!(
+            err(json!({"markMasqBit": 13, "externalSetMarkChain": "KUBE-MARK-MASQ"})),
+            "Cannot specify externalSetMarkChain and markMasqBit"
         );
         assert_eq!(conf(json!({"markMasqBit": 5})).unwrap().mark_masq_bit, 5);
     }

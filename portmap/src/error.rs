@@ -5,9 +5,15 @@ use common::error::{CniError, ErrorCode};
 /// A portmap failure.
 #[derive(Debug, thiserror::Error)]
 pub enum PortmapError {
-    /// Invalid configuration (code 7).
-    #[error("{0}")]
-    Config(String),
+    /// Invalid configuration (code 7): the reference's message where it refuses the same
+    /// input, with the field and value in `details`.
+    #[error("{msg}")]
+    Config {
+        /// The message.
+        msg: String,
+        /// The field, its value and why (the error's `details`).
+        details: String,
+    },
     /// A host port is already mapped by another attachment.
     #[error("host port {what} is already mapped by {owner}")]
     Conflict {
@@ -17,7 +23,7 @@ pub enum PortmapError {
         owner: String,
     },
     /// nftables refused or failed.
-    #[error("unable to set up nftables port mappings: {0}")]
+    #[error("unable to set up nftables rules for port mappings: {0}")]
     Nft(#[source] common::nft::NftError),
     /// iptables failed.
     #[error("unable to set up iptables port mappings: {0}")]
@@ -43,7 +49,9 @@ impl From<PortmapError> for CniError {
     fn from(err: PortmapError) -> Self {
         use common::iptables::IptablesError;
         let code = match &err {
-            PortmapError::Config(_) => ErrorCode::InvalidConfig,
+            PortmapError::Config { msg, details } => {
+                return CniError::invalid_config(msg.clone()).with_details(details.clone());
+            }
             PortmapError::Lock(common::lock::LockError::Timeout { .. })
             | PortmapError::Iptables(
                 IptablesError::Locked { .. } | IptablesError::Timeout { .. },

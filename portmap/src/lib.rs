@@ -35,7 +35,7 @@ pub mod state;
 
 use common::conf::NetConf;
 use common::error::CniError;
-use common::skel::{Call, Plugin};
+use common::skel::{Call, Command, Plugin};
 use common::types::CniResult;
 use ipnet::IpNet;
 
@@ -70,9 +70,14 @@ fn load(call: &Call) -> Result<Loaded, CniError> {
     })
 }
 
-fn require_prev(prev: Option<CniResult>) -> Result<CniResult, CniError> {
+/// prevResult, which ADD and CHECK need: the reference's message for each verb.
+fn require_prev(prev: Option<CniResult>, verb: Command) -> Result<CniResult, CniError> {
     prev.ok_or_else(|| {
-        CniError::invalid_config("must be called as a chained plugin: prevResult is missing")
+        let msg = match verb {
+            Command::Add => "must be called as chained plugin",
+            _ => "Required prevResult missing",
+        };
+        CniError::invalid_config(msg).with_details("the config has no prevResult")
     })
 }
 
@@ -92,7 +97,7 @@ fn families(ips: &[IpNet]) -> Vec<IpFamily> {
 
 fn add(call: &Call) -> Result<CniResult, CniError> {
     let Loaded { config, prev, att } = load(call)?;
-    let prev = require_prev(prev)?;
+    let prev = require_prev(prev, call.command)?;
     if config.mappings.is_empty() {
         return Ok(prev);
     }
@@ -135,7 +140,7 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
 
 fn check(call: &Call) -> Result<(), CniError> {
     let Loaded { config, prev, att } = load(call)?;
-    let prev = require_prev(prev)?;
+    let prev = require_prev(prev, call.command)?;
     if config.mappings.is_empty() {
         return Ok(());
     }
@@ -321,5 +326,24 @@ impl Plugin for Portmap {
 
     fn gc(&self, call: &Call) -> Result<(), CniError> {
         gc(call)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_and_check_without_prev_result_give_the_references_messages() {
+        let add = require_prev(None, Command::Add).unwrap_err();
+        assert_eq!(
+            (add.code.as_u32(), add.msg.as_str()),
+            (7, "must be called as chained plugin")
+        );
+        let check = require_prev(None, Command::Check).unwrap_err();
+        assert_eq!(
+            (check.code.as_u32(), check.msg.as_str()),
+            (7, "Required prevResult missing")
+        );
     }
 }

@@ -114,9 +114,13 @@ pub fn nft_plan(config: &Config, att: &Attachment, ip: IpNet) -> Result<NftPlan,
         if let Some((_, port)) = seen.iter().find(|(k, _)| *k == key) {
             // A repeated mapping is harmless; one host port to two targets is not.
             if *port != m.container_port {
-                return Err(PortmapError::Config(format!(
-                    "runtimeConfig.portMappings: host port {what} is mapped twice to different container ports"
-                )));
+                return Err(PortmapError::Config {
+                    msg: format!("host port {what} is mapped twice to different container ports"),
+                    details: format!(
+                        "runtimeConfig.portMappings maps it to {port} and to {}",
+                        m.container_port
+                    ),
+                });
             }
             continue;
         }
