@@ -66,7 +66,8 @@ pub enum Backend {
 pub enum BackendChoice {
     /// Named in the config.
     Fixed(Backend),
-    /// Absent or `""`: nftables when the kernel has it, unless iptables-only options are set.
+    /// Absent, `null` or `""`: the reference's rule (iptables when its tools are usable,
+    /// else nftables), unless options of one backend are set.
     Auto,
 }
 
@@ -269,6 +270,12 @@ impl Config {
         self.external_set_mark_chain.is_some()
             || matches!(self.conditions_v4, Conditions::Iptables(_))
             || matches!(self.conditions_v6, Conditions::Iptables(_))
+    }
+
+    /// Whether an option only the nftables layout has is set: nftables conditions.
+    pub fn nftables_only(&self) -> bool {
+        matches!(self.conditions_v4, Conditions::Nftables(_))
+            || matches!(self.conditions_v6, Conditions::Nftables(_))
     }
 
     /// The conditions of `family`.

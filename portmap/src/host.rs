@@ -1,6 +1,6 @@
 //! The host's side of a mapping, outside the backends' tables: UDP conntrack entries of the
-//! mapped ports, `route_localnet` on the interface routing to the container, and the `/proc`
-//! probes that spare a call an exec or a dump.
+//! mapped ports, `route_localnet` on the interface routing to the container, and the probes
+//! (`PATH`, `/proc`) that spare a call an exec or a dump.
 //!
 //! `conntrack -D -p udp --dport N`, `sysctl -w net.ipv4.conf.<if>.route_localnet=1`.
 
@@ -61,23 +61,43 @@ fn conntrack_is_empty() -> bool {
 }
 
 /// Sets `route_localnet` on the host interface routing to `ip`, as the reference does, so
-/// that `127.0.0.1:hostPort` can be DNATed to the container.
+/// that `127.0.0.1:hostPort` can be DNATed to the container. Where no interface routes to
+/// `ip` (a later plugin or an agent installs the route, or policy routing reaches it), the
+/// reference skips the setting and so does this: the mappings work without it.
 ///
 /// # Errors
-/// [`PortmapError::RouteLocalnet`].
+/// [`PortmapError::RouteLocalnet`] when the sysctl cannot be written.
 pub fn enable_route_localnet(ip: IpAddr) -> Result<(), PortmapError> {
+    let Some(ifname) = routing_interface(ip) else {
+        return Ok(());
+    };
     let err = |e: String| PortmapError::RouteLocalnet(e);
-    let mut nl = common::netlink::Netlink::new().map_err(|e| err(e.to_string()))?;
-    let oif = nl
-        .route_get_oif(ip)
-        .map_err(|e| err(e.to_string()))?
-        .ok_or_else(|| err(format!("no interface routes to {ip}")))?;
-    let link = nl.link_by_index(oif).map_err(|e| err(e.to_string()))?;
-    let key = common::sysctl::SysctlKey::interface("ipv4", &link.name, "route_localnet")
+    let key = common::sysctl::SysctlKey::interface("ipv4", &ifname, "route_localnet")
         .map_err(|e| err(e.to_string()))?;
     common::sysctl::Sysctl::new(common::sysctl::PROC_SYS)
         .write(&key, "1")
         .map_err(|e| err(e.to_string()))
+}
+
+/// The name of the host interface the first route to `ip` goes through, if the host has one.
+fn routing_interface(ip: IpAddr) -> Option<String> {
+    let skip = |why: String| {
+        log::info!("not setting route_localnet: {why}");
+        None
+    };
+    let mut nl = match common::netlink::Netlink::new() {
+        Ok(nl) => nl,
+        Err(e) => return skip(e.to_string()),
+    };
+    let oif = match nl.route_get_oif(ip) {
+        Ok(Some(oif)) => oif,
+        Ok(None) => return skip(format!("no interface routes to {ip}")),
+        Err(e) => return skip(e.to_string()),
+    };
+    match nl.link_by_index(oif) {
+        Ok(link) => Some(link.name),
+        Err(e) => skip(e.to_string()),
+    }
 }
 
 /// Whether the legacy (`ip_tables`) `nat` table of `family` is loaded: then only its dump can
@@ -88,4 +108,24 @@ pub fn legacy_nat_loaded(family: IpFamily) -> bool {
         IpFamily::V6 => names::LEGACY_IPV6_TABLES,
     };
     std::fs::read_to_string(names).is_ok_and(|s| s.lines().any(|l| l == "nat"))
+}
+
+/// Whether the iptables tools are usable here, decided without exec (the reference runs
+/// `iptables -t filter -S INPUT 1` on every call): `iptables-restore` and `iptables-save` are on
+/// `PATH`, and their kernel side answers: nf_tables (`nf_tables_answers`) where they are
+/// `iptables-nft`, the `ip_tables` module (its `/proc/net/ip_tables_names`) where they are the
+/// legacy tools.
+pub fn iptables_usable(nf_tables_answers: impl FnOnce() -> bool) -> bool {
+    use common::iptables::native;
+    let found = ["iptables-restore", "iptables-save"]
+        .iter()
+        .all(|tool| native::on_path(tool).is_some());
+    if !found {
+        return false;
+    }
+    if native::writes_nf_tables(common::iptables::Family::V4) {
+        nf_tables_answers()
+    } else {
+        std::path::Path::new(names::LEGACY_IPV4_TABLES).exists()
+    }
 }

@@ -40,7 +40,7 @@ use common::types::CniResult;
 use ipnet::IpNet;
 
 use crate::backend::NftSocket;
-use crate::config::{Backend, BackendChoice, Config, IpFamily, PortmapKeys};
+use crate::config::{Backend, Config, IpFamily, PortmapKeys};
 use crate::error::PortmapError;
 use crate::plan::Attachment;
 use crate::state::State;
@@ -152,20 +152,10 @@ fn check(call: &Call) -> Result<(), CniError> {
         .read(&state::file(&att))
         .map_err(PortmapError::Store)?;
     let mut nft = NftSocket::default();
-    // The backend that made it, when we did; else what ADD would pick.
+    // The backend that made it, when we did; else what ADD would pick (the Go plugin's
+    // default, iptables, where its tools work).
     let kind = match recorded {
         Some(s) => s.backend,
-        // Made by the Go plugin with its default (iptables) backend: check that layout.
-        None if config.backend == BackendChoice::Auto
-            && nft.get().is_ok_and(|n| {
-                let chain = names::dnat_chain(&att.network, &att.container_id);
-                ips.iter().any(|ip| {
-                    leftovers::iptables_chain_may_exist(n, IpFamily::of(ip.addr()), &chain)
-                })
-            }) =>
-        {
-            Backend::Iptables
-        }
         None => backend::select(&config, &mut nft),
     };
     backend::open(kind, nft).check(&att, &config, &ips)?;

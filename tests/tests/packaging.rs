@@ -230,6 +230,16 @@ fn the_bridge_example_runs_as_written() -> Result<()> {
 }
 
 #[test]
+fn the_bridge_nftables_example_runs_as_written() -> Result<()> {
+    run_example(
+        "bridge-nftables.conflist",
+        "cni-pkgex3",
+        "10.91.3.0/24",
+        18094,
+    )
+}
+
+#[test]
 fn the_k3s_flannel_example_runs_after_a_stand_in_main_plugin() -> Result<()> {
     run_example("k3s-flannel.conflist", "cni-pkgex1", "10.91.1.0/24", 18092)
 }

@@ -14,10 +14,10 @@
 //! What proves that our binaries ran and not the Go ones next to `bridge`: podman passes its
 //! environment to the plugins (and `conmon_env_vars` to the `podman container cleanup` that
 //! conmon starts), so `CNI_LOG_FILE` collects a line per verb from each of our plugins, which the
-//! Go plugins never write; and the kernel state only ours makes: `portmap`'s `cni_portmap`
-//! nftables maps (Debian's Go 1.1.1 has no nftables backend, upstream's table is
-//! `cni_hostport`), `firewall`'s state files, our IFB name (the Go name hashes no interface
-//! name), and `tuning`'s backup of a sysctl-only config (the Go plugin writes none).
+//! Go plugins never write; and the state only ours keeps: `portmap`'s record of the
+//! attachment (it makes the reference's iptables layout, as the Go plugin does, so the
+//! layout alone proves nothing), `firewall`'s state files, our IFB name (the Go name hashes no
+//! interface name), and `tuning`'s backup of a sysctl-only config (the Go plugin writes none).
 //!
 //! podman itself, as root in the machine's mount namespace, writes a few machine-wide paths:
 //! `/run/netns/netns-<uuid>`, `/var/lib/cni/{networks,results}`, runc's `/run/runc/<id>`,
@@ -837,27 +837,15 @@ mod podman {
                 "libcni cached no result at {}",
                 cache.display()
             );
-            // portmap's nftables map: only our portmap has one (Go: iptables chains).
-            let owner = format!("{}/{}/{IFNAME}", self.network, ctr.id);
-            let map: Value = serde_json::from_str(
-                &self
-                    .host
-                    .exec_ok("nft", &["-j", "list", "map", "ip", "cni_portmap", "ports"])?,
-            )?;
-            let elements = map["nftables"][1]["map"]["elem"].clone();
-            let want = json!([
-                {"elem": {"val": {"concat": ["tcp", port]}, "comment": owner}},
-                {"concat": [ctr.ip.to_string(), 80]}
-            ]);
-            ensure!(
-                elements.as_array().is_some_and(|e| e.contains(&want)),
-                "no {want} in cni_portmap's ports map: {elements:#}"
-            );
+            // portmap: the reference's layout (auto picks iptables, as Go does), and our
+            // record of it, which the Go plugin keeps none of.
             let nat = self.host.exec_ok("iptables-save", &["-t", "nat"])?;
-            ensure!(
-                !nat.contains("CNI-HOSTPORT-DNAT"),
-                "Go portmap's iptables chains exist: {nat}"
-            );
+            let dnat = format!("--dport {port} -j DNAT --to-destination {}:80", ctr.ip);
+            ensure!(nat.contains(&dnat), "no {dnat:?} in the nat table: {nat}");
+            let record = Path::new(PORTMAP_DIR)
+                .join(format!("net-{}", self.host_inode))
+                .join(format!("{}_{}_{IFNAME}.json", self.network, ctr.id));
+            ensure!(record.exists(), "no {}", record.display());
             // firewall's state file: Go's firewall keeps none.
             let attachment = Path::new(FIREWALL_DIR)
                 .join(self.host_inode.to_string())

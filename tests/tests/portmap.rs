@@ -190,6 +190,7 @@ both_backends!(
     del_without_runtime_config_removes_the_mapping,
     gc_removes_attachments_that_are_not_valid_and_keeps_the_others,
     a_failed_route_localnet_rolls_back_the_mappings,
+    a_container_the_host_has_no_route_to_is_mapped_without_route_localnet,
     status_reports_a_usable_backend,
 );
 
@@ -533,6 +534,46 @@ fn a_failed_route_localnet_rolls_back_the_mappings(backend: &'static str) -> Res
     Ok(())
 }
 
+fn a_container_the_host_has_no_route_to_is_mapped_without_route_localnet(
+    backend: &'static str,
+) -> Result<()> {
+    let f = Fixture::new(backend);
+    // The host namespace routes only its uplink's subnet: nothing to 10.123.0.2.
+    ensure!(
+        f.topo.host.ip(&["route", "get", "10.123.0.2"]).is_err(),
+        "the host has a route to 10.123.0.2"
+    );
+    let before = f
+        .topo
+        .host
+        .exec_ok("sysctl", &["-a", "--pattern", "route_localnet"])?;
+    let netns = f.topo.container.path().to_string_lossy().into_owned();
+    let conf = json!({"cniVersion": "1.0.0",
+        "runtimeConfig": {"portMappings": [tcp(8080, 80)]},
+        "prevResult": prev_result(&f, &["10.123.0.2/24"])});
+    for verb in ["ADD", "CHECK"] {
+        let out = f.exec(verb, "ctr1", &[("CNI_NETNS", &netns)], conf.clone())?;
+        ensure!(
+            out.status.success(),
+            "{verb}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    ensure!(!f.leftovers()?.is_empty(), "ADD mapped nothing");
+    let after = f
+        .topo
+        .host
+        .exec_ok("sysctl", &["-a", "--pattern", "route_localnet"])?;
+    ensure!(
+        before == after,
+        "route_localnet changed:\n{before}\n{after}"
+    );
+    let out = f.exec("DEL", "ctr1", &[], conf)?;
+    ensure!(out.status.success(), "DEL: {out:?}");
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+    Ok(())
+}
+
 fn status_reports_a_usable_backend(backend: &'static str) -> Result<()> {
     let f = Fixture::new(backend);
     let out = f.exec("STATUS", "", &[], json!({"cniVersion": "1.1.0"}))?;
@@ -722,5 +763,67 @@ add rule ip6 cni_hostport hostports tcp dport 9090 dnat to [fd97::200]:80 commen
         text.contains("jump hostports_all") && text.contains("chain masquerading"),
         "the Go skeleton was touched:\n{text}"
     );
+    Ok(())
+}
+
+/// Which layouts hold something of the attachment: (iptables `CNI-DN-` rules, our nftables
+/// elements).
+fn layouts(f: &Fixture) -> Result<(bool, bool)> {
+    let left = f.leftovers()?;
+    let ipt = left.iter().any(|l| l.contains("tables-save: "));
+    let nft = left
+        .iter()
+        .any(|l| l.starts_with("ip: ") || l.starts_with("ip6: "));
+    Ok((ipt, nft))
+}
+
+/// Our portmap alone with `conf` as given (no backend key added).
+fn exec_raw(f: &Fixture, command: &str, env: &[(&str, &str)], conf: &Value) -> Result<()> {
+    let mut vars = vec![("CNI_CONTAINERID", "ctr1"), ("CNI_IFNAME", "eth0")];
+    vars.extend_from_slice(env);
+    let out =
+        f.runtime
+            .exec_plugin("portmap", Some(command), &vars, conf.to_string().as_bytes())?;
+    ensure!(
+        out.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    Ok(())
+}
+
+#[test]
+fn auto_backend_is_iptables_where_its_tools_work_and_nftables_otherwise() -> Result<()> {
+    let f = Fixture::new("");
+    let netns = f.topo.container.path().to_string_lossy().into_owned();
+    for backend in [None, Some(Value::Null), Some(json!(""))] {
+        let mut conf = json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "portmap",
+            "runtimeConfig": {"portMappings": [tcp(8080, 80)]},
+            "prevResult": prev_result(&f, &["10.97.0.2/24"])});
+        if let Some(b) = &backend {
+            conf["backend"] = b.clone();
+        }
+        // As the reference decides: the iptables tools work here.
+        exec_raw(&f, "ADD", &[("CNI_NETNS", &netns)], &conf)?;
+        ensure!(
+            layouts(&f)? == (true, false),
+            "backend {backend:?}: {:?}",
+            f.leftovers()?
+        );
+        exec_raw(&f, "CHECK", &[("CNI_NETNS", &netns)], &conf)?;
+        exec_raw(&f, "DEL", &[], &conf)?;
+        ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+        // Without the tools on PATH: nftables.
+        let no_tools = [("CNI_NETNS", netns.as_str()), ("PATH", "/nonexistent")];
+        exec_raw(&f, "ADD", &no_tools, &conf)?;
+        ensure!(
+            layouts(&f)? == (false, true),
+            "backend {backend:?} without iptables: {:?}",
+            f.leftovers()?
+        );
+        exec_raw(&f, "CHECK", &no_tools, &conf)?;
+        exec_raw(&f, "DEL", &[("PATH", "/nonexistent")], &conf)?;
+        ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+    }
     Ok(())
 }

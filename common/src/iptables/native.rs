@@ -45,7 +45,9 @@ fn resolve_nf_tables(family: Family) -> bool {
         .is_some_and(|n| n == "xtables-nft-multi" || n.ends_with("-nft-restore"))
 }
 
-fn on_path(program: &str) -> Option<PathBuf> {
+/// Where `program` is on `PATH`, if it is.
+#[must_use]
+pub fn on_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(program))

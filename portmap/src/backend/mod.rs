@@ -10,6 +10,7 @@ use ipnet::IpNet;
 
 use crate::config::{Backend, BackendChoice, Config};
 use crate::error::PortmapError;
+use crate::host;
 use crate::plan::Attachment;
 use crate::state::State;
 
@@ -101,19 +102,21 @@ pub trait PortmapBackend {
     fn into_socket(self: Box<Self>) -> NftSocket;
 }
 
-/// The backend the configuration selects: the configured one; for auto, iptables when an
-/// iptables-only option is set, else nftables when nf_tables answers, else iptables.
+/// The backend the configuration selects: the configured one; for auto (no `backend`, `null`
+/// or `""`) the reference's rule, iptables when the iptables tools are usable and nftables
+/// otherwise, except that options only one backend has select it.
 pub fn select(config: &Config, nft: &mut NftSocket) -> Backend {
     match config.backend {
         BackendChoice::Fixed(b) => b,
+        BackendChoice::Auto if config.iptables_only() => Backend::Iptables,
+        BackendChoice::Auto if config.nftables_only() => Backend::Nftables,
         BackendChoice::Auto => {
-            if config.iptables_only() {
-                return Backend::Iptables;
-            }
-            if nft.usable() {
+            if host::iptables_usable(|| nft.usable()) {
+                Backend::Iptables
+            } else if nft.usable() {
+                log::info!("the iptables tools are not usable here: using the nftables backend");
                 Backend::Nftables
             } else {
-                log::info!("nf_tables is not usable here: using the iptables backend");
                 Backend::Iptables
             }
         }

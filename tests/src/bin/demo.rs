@@ -158,7 +158,7 @@ fn run() -> Result<()> {
                 "mtu": 1400,
                 "sysctl": { "net.ipv4.conf.IFNAME.arp_ignore": "1" },
             }),
-            json!({ "type": "portmap", "capabilities": { "portMappings": true } }),
+            json!({ "type": "portmap", "backend": "nftables", "capabilities": { "portMappings": true } }),
             json!({ "type": "bandwidth",
                     "ingressRate": INGRESS_RATE, "ingressBurst": 400_000,
                     "egressRate": EGRESS_RATE, "egressBurst": 160_000 }),
