@@ -474,7 +474,8 @@ fn validate_mapping(i: usize, m: &WireMapping) -> Result<PortMapping, PortmapErr
     };
     let host_ip = match m.host_ip.as_deref() {
         None => HostIp::All,
-        Some(s) => match s.parse::<IpAddr>() {
+        // An IPv4-mapped IPv6 address is the IPv4 address, as Go's net.ParseIP reads it.
+        Some(s) => match s.parse::<IpAddr>().map(|a| a.to_canonical()) {
             Ok(a) if a.is_unspecified() => HostIp::Any(IpFamily::of(a)),
             Ok(a) => HostIp::Addr(a),
             Err(_) => {
@@ -675,6 +676,20 @@ mod tests {
         assert!(c.mappings[1].host_ip.applies_to(IpFamily::V6));
         assert!(!c.mappings[1].host_ip.applies_to(IpFamily::V4));
         assert_eq!(c.mappings[2].host_ip, HostIp::All);
+    }
+
+    #[test]
+    fn an_ipv4_mapped_host_ip_is_the_ipv4_address_as_in_go() {
+        let c = conf(json!({"runtimeConfig": {"portMappings": [
+            {"hostPort": 1, "containerPort": 1, "protocol": "tcp", "hostIP": "::ffff:1.2.3.4"},
+            {"hostPort": 2, "containerPort": 1, "protocol": "tcp", "hostIP": "::ffff:0.0.0.0"}
+        ]}}))
+        .unwrap();
+        assert_eq!(
+            c.mappings[0].host_ip,
+            HostIp::Addr("1.2.3.4".parse().unwrap())
+        );
+        assert_eq!(c.mappings[1].host_ip, HostIp::Any(IpFamily::V4));
     }
 
     #[test]

@@ -180,6 +180,7 @@ macro_rules! both_backends {
 both_backends!(
     tcp_and_udp_reach_the_container_via_the_host_address_until_del,
     a_specific_host_ip_maps_only_that_address,
+    an_ipv4_mapped_host_ip_maps_the_ipv4_address,
     two_containers_on_different_ports,
     ipv6_mapping_forwards_tcp,
     hairpin_and_localhost_reach_the_container,
@@ -269,6 +270,25 @@ fn a_specific_host_ip_maps_only_that_address(backend: &'static str) -> Result<()
     );
     f.runtime.check(&list, &rt)?;
     f.runtime.del(&list, &rt)?;
+    Ok(())
+}
+
+fn an_ipv4_mapped_host_ip_maps_the_ipv4_address(backend: &'static str) -> Result<()> {
+    let f = Fixture::new(backend);
+    let list = f.list(&["10.97.0.0/24"], json!({}));
+    let mapped = format!("::ffff:{HOST_UPLINK_V4}");
+    let rt = f.rt(
+        "ctr1",
+        &f.topo.container,
+        json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": mapped}]),
+    );
+    let result = f.runtime.add(&list, &rt)?;
+    let ctr = Fixture::ip(&result, false);
+    let _t = TcpServer::banner(&f.topo.container, SocketAddr::new(ctr, 80), "mapped")?;
+    assert_eq!(get(&f.topo.client, host(8080))?, "mapped");
+    f.runtime.check(&list, &rt)?;
+    f.runtime.del(&list, &rt)?;
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     Ok(())
 }
 
