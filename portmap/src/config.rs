@@ -319,6 +319,26 @@ pub fn parse(conf: &NetConf<PortmapKeys>) -> Result<Config, CniError> {
     Ok(validate(&conf.name, &conf.plugin, &rc.port_mappings)?)
 }
 
+/// The mappings of a DEL's `runtimeConfig`, leniently: an entry that does not decode or
+/// validate is left out, and nothing else of the configuration is read. A DEL must work for a
+/// container whatever was wrong with the config it is sent.
+pub fn del_mappings<T>(conf: &NetConf<T>) -> Vec<PortMapping> {
+    let entries = conf
+        .runtime_config
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("portMappings"))
+        .and_then(|(_, v)| v.as_array());
+    entries
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, v)| {
+            let wire: WireMapping = common::decode::from_value(v.clone()).ok()?;
+            validate_mapping(i, &wire).ok()
+        })
+        .collect()
+}
+
 fn validate(
     network: &str,
     keys: &PortmapKeys,
@@ -789,6 +809,29 @@ mod tests {
             "nftables backend was requested but configuration contains iptables-specific options [externalSetMarkChain conditionsV6]"
         );
         assert_eq!(err(json!({"backend": "pf"})), "unrecognized backend \"pf\"");
+    }
+
+    #[test]
+    fn del_reads_only_the_mappings_that_validate_and_nothing_else() {
+        let raw = json!({"name": "net", "cniVersion": "1.0.0", "backend": "bogus",
+        "markMasqBit": 99,
+        "runtimeConfig": {"PortMappings": [
+            {"hostPort": 70000, "containerPort": 80, "protocol": "tcp"},
+            {"hostPort": 80, "containerPort": 80, "protocol": "icmp"},
+            {"hostPort": 80, "containerPort": 80, "protocol": "tcp", "hostIP": "fe80::1%eth0"},
+            {"hostPort": "x"},
+            {"hostPort": 53, "containerPort": 53, "protocol": "udp"}
+        ]}});
+        let conf: NetConf<serde::de::IgnoredAny> = NetConf::from_value(raw).unwrap();
+        assert_eq!(
+            del_mappings(&conf),
+            vec![PortMapping {
+                host_port: 53,
+                container_port: 53,
+                proto: Proto::Udp,
+                host_ip: HostIp::All,
+            }]
+        );
     }
 
     #[test]

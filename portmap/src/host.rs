@@ -9,20 +9,20 @@ use std::net::IpAddr;
 use common::conntrack::{Conntrack, FlowFilter};
 use common::nft::L4Proto;
 
-use crate::config::{Config, IpFamily};
+use crate::config::{IpFamily, PortMapping};
 use crate::error::PortmapError;
 use crate::names;
 use crate::plan;
 
 /// Deletes UDP conntrack entries of the mapped host ports of `families`, so a flow a client
 /// keeps sending is mapped anew (failures are only logged: the mappings are in place).
-pub fn flush_udp(config: &Config, families: &[IpFamily]) {
+pub fn flush_udp(mappings: &[PortMapping], families: &[IpFamily]) {
     if conntrack_is_empty() {
         return;
     }
     let mut ct = None;
     for family in families {
-        let targets = plan::udp_flush_targets(config, *family);
+        let targets = plan::udp_flush_targets(mappings, *family);
         if targets.is_empty() {
             continue;
         }

@@ -134,7 +134,7 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
         state::prune(&store);
         return Err(e.into());
     }
-    host::flush_udp(&config, &families(&ips));
+    host::flush_udp(&config.mappings, &families(&ips));
     Ok(prev)
 }
 
@@ -163,7 +163,15 @@ fn check(call: &Call) -> Result<(), CniError> {
 }
 
 fn del(call: &Call) -> Result<(), CniError> {
-    let Loaded { config, att, .. } = load(call)?;
+    // Only what DEL needs: a container made before an upgrade, or with a config that changed
+    // since, must still be deletable.
+    let conf: NetConf<serde::de::IgnoredAny> = call.conf()?;
+    let mappings = config::del_mappings(&conf);
+    let att = Attachment {
+        network: conf.name,
+        container_id: call.container_id.clone(),
+        ifname: call.ifname.clone(),
+    };
     let store = state::store()?;
     let file = state::file(&att);
     let recorded: Option<State> = store.read(&file).map_err(PortmapError::Store)?;
@@ -183,7 +191,7 @@ fn del(call: &Call) -> Result<(), CniError> {
             }
             nft = be.into_socket();
         }
-        None if !config.mappings.is_empty() && nft.get().is_ok() => {
+        None if !mappings.is_empty() && nft.get().is_ok() => {
             // No record (made by the Go plugin, or the state was lost): find ours by owner.
             let mut be = backend::open(Backend::Nftables, nft);
             match be.del_unrecorded(&att) {
@@ -207,9 +215,8 @@ fn del(call: &Call) -> Result<(), CniError> {
         state::prune(&store);
     }
     match &recorded {
-        Some(record) => host::flush_udp(&record.config(), &record.families()),
-        None if !config.mappings.is_empty() => host::flush_udp(&config, &IpFamily::BOTH),
-        None => {}
+        Some(record) => host::flush_udp(&record.mappings, &record.families()),
+        None => host::flush_udp(&mappings, &IpFamily::BOTH),
     }
     if deleted_nft
         && let Some(n) = nft.opened()

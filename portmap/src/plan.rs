@@ -392,9 +392,8 @@ pub fn nft_del(owner: &str, plans: &[(IpFamily, NftPlan)], seen: &Observed) -> V
 }
 
 /// The host ports whose UDP conntrack entries must go after a change: (port, host address).
-pub fn udp_flush_targets(config: &Config, family: IpFamily) -> Vec<(u16, Option<IpAddr>)> {
-    let mut out: Vec<(u16, Option<IpAddr>)> = config
-        .mappings
+pub fn udp_flush_targets(mappings: &[PortMapping], family: IpFamily) -> Vec<(u16, Option<IpAddr>)> {
+    let mut out: Vec<(u16, Option<IpAddr>)> = mappings
         .iter()
         .filter(|m| m.proto == crate::config::Proto::Udp && m.host_ip.applies_to(family))
         .map(|m| (m.host_port, m.host_ip.addr()))
@@ -739,9 +738,12 @@ mod tests {
             mapping(53, 53, Proto::Udp, HostIp::All),
             mapping(54, 53, Proto::Udp, HostIp::Any(IpFamily::V6)),
         ]);
-        assert_eq!(udp_flush_targets(&c, IpFamily::V4), vec![(53, None)]);
         assert_eq!(
-            udp_flush_targets(&c, IpFamily::V6),
+            udp_flush_targets(&c.mappings, IpFamily::V4),
+            vec![(53, None)]
+        );
+        assert_eq!(
+            udp_flush_targets(&c.mappings, IpFamily::V6),
             vec![(53, None), (54, None)]
         );
     }

@@ -189,6 +189,7 @@ both_backends!(
     a_conflicting_host_port_is_refused_and_changes_nothing,
     udp_flow_is_retargeted_after_del_and_readd,
     del_without_runtime_config_removes_the_mapping,
+    del_never_fails_on_config_it_does_not_need,
     gc_removes_attachments_that_are_not_valid_and_keeps_the_others,
     a_failed_route_localnet_rolls_back_the_mappings,
     a_container_the_host_has_no_route_to_is_mapped_without_route_localnet,
@@ -486,6 +487,40 @@ fn del_without_runtime_config_removes_the_mapping(backend: &'static str) -> Resu
     ensure!(get(&f.topo.client, host(8080)).is_err(), "still mapped");
     ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     f.runtime.del(&list, &rt)?;
+    Ok(())
+}
+
+/// A container made before an upgrade, or whose config changed since, must still be
+/// deletable: DEL reads only what it needs (the Go DEL validates everything).
+fn del_never_fails_on_config_it_does_not_need(backend: &'static str) -> Result<()> {
+    let f = Fixture::new(backend);
+    let list = f.list(&["10.97.0.0/24"], json!({}));
+    let rt = f.rt("ctr1", &f.topo.container, json!([tcp(8080, 80)]));
+    let bad_mapping = |m: Value| json!({"runtimeConfig": {"portMappings": [m]}});
+    for bad in [
+        json!({"backend": "bogus"}),
+        json!({"markMasqBit": 99, "externalSetMarkChain": "X"}),
+        bad_mapping(
+            json!({"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "fe80::1%eth0"}),
+        ),
+        bad_mapping(json!({"hostPort": 70000, "containerPort": 80, "protocol": "tcp"})),
+        bad_mapping(json!({"hostPort": 8080, "containerPort": 80, "protocol": "icmp"})),
+    ] {
+        f.runtime.add(&list, &rt)?;
+        ensure!(!f.leftovers()?.is_empty(), "ADD mapped nothing");
+        let mut conf = json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "portmap",
+            "backend": backend, "runtimeConfig": {"portMappings": [tcp(8080, 80)]}});
+        for (k, v) in bad.as_object().into_iter().flatten() {
+            conf[k] = v.clone();
+        }
+        exec_raw(&f, "DEL", &[], &conf).with_context(|| format!("DEL with {bad}"))?;
+        ensure!(
+            f.leftovers()?.is_empty(),
+            "left after DEL with {bad}: {:?}",
+            f.leftovers()?
+        );
+        f.runtime.del(&list, &rt)?;
+    }
     Ok(())
 }
 
