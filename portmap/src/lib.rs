@@ -110,7 +110,7 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
     let mut be = backend::open(kind, nft);
     let store = state::store()?;
     let file = state::file(&att);
-    let old: Option<State> = store.read(&file).map_err(PortmapError::Store)?;
+    let old = state::read(&store, &file)?.found();
     let new = State::new(kind, &config, &att, &ips);
     if let Some(old) = old.as_ref().filter(|o| **o != new) {
         // A re-ADD with other mappings: drop the old ones first so none is left unowned.
@@ -148,9 +148,7 @@ fn check(call: &Call) -> Result<(), CniError> {
     if ips.is_empty() {
         return Ok(());
     }
-    let recorded: Option<State> = state::store()?
-        .read(&state::file(&att))
-        .map_err(PortmapError::Store)?;
+    let recorded = state::read(&state::store()?, &state::file(&att))?.found();
     let mut nft = NftSocket::default();
     // The backend that made it, when we did; else what ADD would pick (the Go plugin's
     // default, iptables, where its tools work).
@@ -174,7 +172,10 @@ fn del(call: &Call) -> Result<(), CniError> {
     };
     let store = state::store()?;
     let file = state::file(&att);
-    let recorded: Option<State> = store.read(&file).map_err(PortmapError::Store)?;
+    let record = state::read(&store, &file)?;
+    // A discarded record leaves only the kernel's owner comments to find the objects by.
+    let list = matches!(record, state::Record::Discarded) || !mappings.is_empty();
+    let recorded = record.found();
     let mut errors: Vec<PortmapError> = Vec::new();
     // Our own objects first. A commit that deletes nf_tables objects makes the kernel free
     // them after an RCU grace period, and the socket's last close waits for that: the rest of
@@ -191,7 +192,7 @@ fn del(call: &Call) -> Result<(), CniError> {
             }
             nft = be.into_socket();
         }
-        None if !mappings.is_empty() && nft.get().is_ok() => {
+        None if list && nft.get().is_ok() => {
             // No record (made by the Go plugin, or the state was lost): find ours by owner.
             let mut be = backend::open(Backend::Nftables, nft);
             match be.del_unrecorded(&att) {
@@ -247,7 +248,7 @@ fn gc(call: &Call) -> Result<(), CniError> {
     // Recorded attachments first: they also cover owners too long to parse back.
     let store = state::store()?;
     for name in store.list().map_err(PortmapError::Store)? {
-        let Ok(Some(st)) = store.read::<State>(&name) else {
+        let Ok(state::Record::Found(st)) = state::read(&store, &name) else {
             continue;
         };
         if st.network != conf.name || live(&st.container_id, &st.ifname) {

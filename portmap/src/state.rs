@@ -107,6 +107,51 @@ impl State {
     }
 }
 
+/// What an attachment's state file gave.
+#[derive(Debug)]
+pub enum Record {
+    /// No file.
+    Absent,
+    /// The record.
+    Found(State),
+    /// A file that did not parse (empty, truncated by a crash, garbage): it was logged and
+    /// removed, and the attachment's objects must be found from the kernel's owner comments.
+    Discarded,
+}
+
+impl Record {
+    /// The record, if there was a valid one.
+    pub fn found(self) -> Option<State> {
+        match self {
+            Record::Found(s) => Some(s),
+            Record::Absent | Record::Discarded => None,
+        }
+    }
+}
+
+/// Reads the state file `name`: a file that does not parse counts as absent (it would
+/// otherwise fail every DEL and re-ADD of the attachment for good), and is removed.
+///
+/// # Errors
+/// When the file exists but cannot be read.
+pub fn read(store: &StateStore, name: &str) -> Result<Record, PortmapError> {
+    match store.read::<State>(name) {
+        Ok(Some(s)) => Ok(Record::Found(s)),
+        Ok(None) => Ok(Record::Absent),
+        Err(common::store::StoreError::Corrupt { path, source }) => {
+            log::warn!(
+                "state file {} does not parse ({source}): treated as absent and removed",
+                path.display()
+            );
+            if let Err(e) = store.remove(name) {
+                log::warn!("failed to remove {}: {e}", path.display());
+            }
+            Ok(Record::Discarded)
+        }
+        Err(e) => Err(PortmapError::Store(e)),
+    }
+}
+
 /// The store of the namespace this process runs in.
 ///
 /// # Errors

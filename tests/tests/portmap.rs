@@ -190,6 +190,7 @@ both_backends!(
     udp_flow_is_retargeted_after_del_and_readd,
     del_without_runtime_config_removes_the_mapping,
     del_never_fails_on_config_it_does_not_need,
+    a_state_file_that_does_not_parse_counts_as_absent,
     gc_removes_attachments_that_are_not_valid_and_keeps_the_others,
     a_failed_route_localnet_rolls_back_the_mappings,
     a_container_the_host_has_no_route_to_is_mapped_without_route_localnet,
@@ -521,6 +522,60 @@ fn del_never_fails_on_config_it_does_not_need(backend: &'static str) -> Result<(
         );
         f.runtime.del(&list, &rt)?;
     }
+    Ok(())
+}
+
+/// An empty or garbled state file (a crash, `/run` not a tmpfs) is treated as absent: DEL
+/// finds the objects from the kernel, a re-ADD and its CHECK work, GC removes the file.
+fn a_state_file_that_does_not_parse_counts_as_absent(backend: &'static str) -> Result<()> {
+    let f = Fixture::new(backend);
+    let list = f.list(&["10.97.0.0/24"], json!({}));
+    let rt = f.rt("ctr1", &f.topo.container, json!([tcp(8080, 80)]));
+    let record = f.state_dir()?.join(format!("{NETWORK}_ctr1_eth0.json"));
+    let netns = f.topo.container.path().to_string_lossy().into_owned();
+    let result = f.runtime.add(&list, &rt)?;
+    let ctr = Fixture::ip(&result, false);
+    let _t = TcpServer::banner(&f.topo.container, SocketAddr::new(ctr, 80), "ok")?;
+    let ok = |out: PluginOutput, what: &str| {
+        ensure!(
+            out.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        Ok(())
+    };
+    // DEL as libcni's GC sends it (no runtimeConfig): only the kernel can tell what to remove.
+    ensure!(record.exists(), "no {}", record.display());
+    std::fs::write(&record, "")?;
+    ok(
+        f.exec("DEL", "ctr1", &[], json!({"cniVersion": "1.0.0"}))?,
+        "DEL",
+    )?;
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+    ensure!(get(&f.topo.client, host(8080)).is_err(), "still mapped");
+    // A re-ADD over a garbled record, then its CHECK.
+    let conf = json!({"cniVersion": "1.0.0",
+        "runtimeConfig": {"portMappings": [tcp(8080, 80)]}, "prevResult": result});
+    ok(
+        f.exec("ADD", "ctr1", &[("CNI_NETNS", &netns)], conf.clone())?,
+        "ADD",
+    )?;
+    std::fs::write(&record, "{\"backend\": \"nftab")?;
+    ok(
+        f.exec("ADD", "ctr1", &[("CNI_NETNS", &netns)], conf.clone())?,
+        "re-ADD",
+    )?;
+    ok(
+        f.exec("CHECK", "ctr1", &[("CNI_NETNS", &netns)], conf)?,
+        "CHECK",
+    )?;
+    assert_eq!(get(&f.topo.client, host(8080))?, "ok");
+    // GC of an attachment whose record is garbage.
+    std::fs::write(&record, "garbage")?;
+    let gc = json!({"cniVersion": "1.1.0", "cni.dev/valid-attachments": []});
+    ok(f.exec("GC", "", &[], gc)?, "GC")?;
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+    f.runtime.del(&list, &rt)?;
     Ok(())
 }
 
