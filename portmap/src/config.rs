@@ -213,6 +213,16 @@ pub struct PortMapping {
     pub host_ip: HostIp,
 }
 
+impl PortMapping {
+    /// The host port it claims, as messages name it: `tcp/8080` or `10.1.1.1 tcp/8080`.
+    pub fn host_port_name(&self) -> String {
+        match self.host_ip.addr() {
+            Some(a) => format!("{a} {}/{}", self.proto.name(), self.host_port),
+            None => format!("{}/{}", self.proto.name(), self.host_port),
+        }
+    }
+}
+
 /// One nftables condition of the supported subset.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum NftCondition {

@@ -91,10 +91,7 @@ pub fn nft_plan(config: &Config, att: &Attachment, ip: IpNet) -> Result<NftPlan,
         }
         key.push(m.proto.l4().into());
         key.push(Value::Port(m.host_port));
-        let what = match host_addr {
-            Some(a) => format!("{a} {}/{}", m.proto.name(), m.host_port),
-            None => format!("{}/{}", m.proto.name(), m.host_port),
-        };
+        let what = m.host_port_name();
         let (plain, gated) = if host_addr.is_some() {
             (names::MAP_HOSTIP_PORTS, names::MAP_HOSTIP_GATED)
         } else {

@@ -39,8 +39,8 @@ use common::nft::{
 };
 use ipnet::IpNet;
 
-use super::{NftSocket, PortmapBackend};
-use crate::config::{Backend, Config, IpFamily};
+use super::{NftSocket, PortmapBackend, iptables};
+use crate::config::{Backend, Config, IpFamily, PortMapping};
 use crate::error::PortmapError;
 use crate::names;
 use crate::plan::{self, Attachment, NftOp, NftPlan, Observed};
@@ -228,6 +228,46 @@ fn batch(ops: &[NftOp]) -> Batch {
         }
     }
     batch
+}
+
+/// Who other than `owner` holds one of `mappings` in our maps of `family`, by looking up
+/// their keys (in the plain and the gated map): for the iptables layout's ADD, so that a
+/// host port is never mapped by both layouts.
+///
+/// # Errors
+/// nf_tables failures other than "not found".
+pub fn holder<'m>(
+    nft: &mut Nft,
+    family: IpFamily,
+    owner: &str,
+    mappings: &[&'m PortMapping],
+) -> Result<Option<(&'m PortMapping, String)>, NftError> {
+    let t = table(family);
+    for m in mappings {
+        let mut key = Vec::new();
+        let maps = match m.host_ip.addr() {
+            Some(a) => {
+                key.push(Value::from(a));
+                [names::MAP_HOSTIP_PORTS, names::MAP_HOSTIP_GATED]
+            }
+            None => [names::MAP_PORTS, names::MAP_GATED],
+        };
+        key.push(m.proto.l4().into());
+        key.push(Value::Port(m.host_port));
+        for map in maps {
+            let have = match nft.element(&t, map, &key) {
+                Ok(have) => have,
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let Some(have) = have else { continue };
+            let comment = have.comment.unwrap_or_default();
+            if comment != owner {
+                return Ok(Some((*m, format!("{comment} ({t} {map})"))));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Every map and set of our tables, for the listing paths (DEL without state, GC).
@@ -423,6 +463,24 @@ impl PortmapBackend for Nftables {
         self.ensure_skeletons(&families)?;
         let seen = self.observe(&plans)?;
         let ops = plan::nft_add(&att.owner(), &plans, &seen)?;
+        // Nor may the reference's layout hold one of the ports (read where it is in nf_tables).
+        let ours = names::dnat_chain(&att.network, &att.container_id);
+        for family in families {
+            let mappings: Vec<&PortMapping> = config
+                .mappings
+                .iter()
+                .filter(|m| m.host_ip.applies_to(family))
+                .collect();
+            if let Some((m, owner)) =
+                iptables::holder_in_nf_tables(self.nft()?, family, &ours, &mappings)
+                    .map_err(nft_err)?
+            {
+                return Err(PortmapError::Conflict {
+                    what: m.host_port_name(),
+                    owner,
+                });
+            }
+        }
         self.commit(&ops)
     }
 
