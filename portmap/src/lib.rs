@@ -178,26 +178,22 @@ fn del(call: &Call) -> Result<(), CniError> {
     let recorded = record.found();
     let mut errors: Vec<PortmapError> = Vec::new();
     // Our own objects first. A commit that deletes nf_tables objects makes the kernel free
-    // them after an RCU grace period, and the socket's last close waits for that: the rest of
-    // this DEL overlaps it, and the socket is finally handed to a detached holder
-    // (`common::linger`) so that the plugin's exit does not wait.
-    let mut deleted_nft = false;
+    // them after an RCU grace period, and the last close of the call's socket, at exit, waits
+    // for that: the rest of this DEL overlaps it.
     let mut nft = NftSocket::default();
     match &recorded {
         Some(record) => {
             let mut be = backend::open(record.backend, nft);
-            match be.del(record) {
-                Ok(()) => deleted_nft = record.backend == Backend::Nftables,
-                Err(e) => errors.push(e),
+            if let Err(e) = be.del(record) {
+                errors.push(e);
             }
             nft = be.into_socket();
         }
         None if list && nft.get().is_ok() => {
             // No record (made by the Go plugin, or the state was lost): find ours by owner.
             let mut be = backend::open(Backend::Nftables, nft);
-            match be.del_unrecorded(&att) {
-                Ok(()) => deleted_nft = true,
-                Err(e) => errors.push(e),
+            if let Err(e) = be.del_unrecorded(&att) {
+                errors.push(e);
             }
             nft = be.into_socket();
         }
@@ -218,13 +214,6 @@ fn del(call: &Call) -> Result<(), CniError> {
     match &recorded {
         Some(record) => host::flush_udp(&record.mappings, &record.families()),
         None => host::flush_udp(&mappings, &IpFamily::BOTH),
-    }
-    if deleted_nft
-        && let Some(n) = nft.opened()
-        && let Err(e) = common::linger::hand_off(n)
-    {
-        // Then the last close, at exit, waits for the kernel to free the deleted elements.
-        log::debug!("closing the nf_tables socket at exit: {e}");
     }
     if errors.is_empty() {
         return Ok(());

@@ -190,6 +190,7 @@ both_backends!(
     udp_flow_is_retargeted_after_del_and_readd,
     del_without_runtime_config_removes_the_mapping,
     del_never_fails_on_config_it_does_not_need,
+    del_leaves_no_process_behind,
     a_state_file_that_does_not_parse_counts_as_absent,
     gc_removes_attachments_that_are_not_valid_and_keeps_the_others,
     a_failed_route_localnet_rolls_back_the_mappings,
@@ -227,33 +228,9 @@ fn tcp_and_udp_reach_the_container_via_the_host_address_until_del(
     );
     let left = f.leftovers()?;
     ensure!(left.is_empty(), "left after DEL: {left:?}");
-    // The holder that took DEL's nf_tables socket (common::linger) goes once the plugin exited.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !lingering_holders().is_empty() {
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "holders still running: {:?}",
-            lingering_holders()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
     // DEL is idempotent.
     f.runtime.del(&list, &rt)?;
     Ok(())
-}
-
-/// Pids of running `common::linger` children.
-fn lingering_holders() -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter(|e| {
-            std::fs::read(e.path().join("comm"))
-                .is_ok_and(|c| c.trim_ascii_end() == common::linger::CHILD_NAME.to_bytes())
-        })
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect()
 }
 
 fn a_specific_host_ip_maps_only_that_address(backend: &'static str) -> Result<()> {
@@ -486,6 +463,65 @@ fn del_without_runtime_config_removes_the_mapping(backend: &'static str) -> Resu
         String::from_utf8_lossy(&out.stdout)
     );
     ensure!(get(&f.topo.client, host(8080)).is_err(), "still mapped");
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+    f.runtime.del(&list, &rt)?;
+    Ok(())
+}
+
+/// Runs our portmap under `subreaper` (`tests/src/bin/subreaper.rs`): whatever the plugin
+/// leaves behind, still running or unreaped, is reported. Returns whether the plugin
+/// succeeded, and the report.
+fn run_under_subreaper(
+    f: &Fixture,
+    command: &str,
+    env: &[(&str, &str)],
+    conf: &Value,
+) -> Result<(bool, String)> {
+    let plugin = f.runtime.find_plugin("portmap")?;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_subreaper"));
+    cmd.arg(&plugin);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("CNI_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("CNI_COMMAND", command)
+        .env("CNI_CONTAINERID", "ctr1")
+        .env("CNI_IFNAME", "eth0");
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let done = tests::process::run_in(
+        f.runtime.host(),
+        &mut cmd,
+        conf.to_string().as_bytes(),
+        Duration::from_secs(30),
+    )?;
+    let report = String::from_utf8_lossy(&done.stderr)
+        .lines()
+        .filter(|l| l.starts_with("subreaper: left"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ok((done.status.success(), report))
+}
+
+/// DEL returns when its work is done and leaves no process of ours behind (no detached
+/// holder of its nf_tables socket): a runtime that is a subreaper collects nothing.
+fn del_leaves_no_process_behind(backend: &'static str) -> Result<()> {
+    let f = Fixture::new(backend);
+    let list = f.list(&["10.97.0.0/24"], json!({}));
+    let rt = f.rt(
+        "ctr1",
+        &f.topo.container,
+        json!([tcp(8080, 80), tcp(8081, 81)]),
+    );
+    f.runtime.add(&list, &rt)?;
+    ensure!(!f.leftovers()?.is_empty(), "ADD mapped nothing");
+    let conf = json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "portmap",
+        "backend": backend, "runtimeConfig": {"portMappings": [tcp(8080, 80), tcp(8081, 81)]}});
+    let (ok, left) = run_under_subreaper(&f, "DEL", &[], &conf)?;
+    ensure!(ok, "DEL failed");
+    ensure!(left.is_empty(), "processes left by DEL: {left}");
     ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     f.runtime.del(&list, &rt)?;
     Ok(())

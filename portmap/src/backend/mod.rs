@@ -33,11 +33,6 @@ impl NftSocket {
         Ok(self.0.insert(nft))
     }
 
-    /// The socket, if it was opened.
-    pub fn opened(&self) -> Option<&Nft> {
-        self.0.as_ref()
-    }
-
     /// Whether nf_tables answers here: the socket opens and a table lookup is answered
     /// (found or not).
     pub fn usable(&mut self) -> bool {
