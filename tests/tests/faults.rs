@@ -32,7 +32,8 @@
 //! - **The state directory is read-only** (a read-only bind mount: root ignores permission
 //!   bits): ADD fails naming it and changes nothing; DEL fails naming it and keeps its records
 //!   for the retry, which cleans up once the directory is writable: tuning's `dataDir`,
-//!   portmap's `/run/cni/portmap` and firewall's `/run/cni-firewall`, both backends.
+//!   portmap's `/run/cni/portmap` and firewall's `/run/cni-firewall`, both backends. portmap's
+//!   failing DEL has already removed the kernel objects: it fails only on its record.
 //! - Deterministic versions of what the cases above found: an empty ingress qdisc left by a
 //!   killed bandwidth ADD, and firewall's iptables ADD killed after its rules were committed.
 //!
@@ -1654,10 +1655,11 @@ fn a_held_lock_makes_add_and_del_give_up_with_code_11_and_change_nothing() -> Re
 
 /// ADD with `dir` read-only fails naming it and changes nothing; after an ADD with it
 /// writable, DEL with it read-only fails naming it (and keeps its record for the retry), and
-/// the retry with it writable leaves the state of before the ADD. `del_restores`: the
-/// plugin's DEL puts back what it can identify before failing on the record (tuning's
-/// attributes and sysctls, from the readable backup).
-fn read_only_state_dir(stage: &Stage, dir: &Path, del_restores: bool) -> Result<()> {
+/// the retry with it writable leaves the state of before the ADD. With `del_cleans`, the
+/// failing DEL has already undone what it made and can identify (portmap's rules and elements,
+/// tuning's attributes and sysctls from the readable backup): it fails only on the record it
+/// could not remove.
+fn read_only_state_dir(stage: &Stage, dir: &Path, del_cleans: bool) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let before = stage.warmed_up()?;
     let said = |err: &CniErrorObject| {
@@ -1697,13 +1699,25 @@ fn read_only_state_dir(stage: &Stage, dir: &Path, del_restores: bool) -> Result<
                 dir.display()
             );
         }
-        if del_restores {
+        if del_cleans {
             ensure!(
                 now.attributes == before.attributes,
                 "{} DEL into a read-only {} did not restore what it could: {:#?}",
                 stage.plugin,
                 dir.display(),
                 before.diff(&now)
+            );
+        }
+        for name in ["nftables", "iptables", "ip6tables"]
+            .iter()
+            .filter(|_| del_cleans)
+        {
+            ensure!(
+                now.host.section(name) == before.host.section(name),
+                "{} DEL into a read-only {} left {name} objects: {:#?}",
+                stage.plugin,
+                dir.display(),
+                before.host.diff(&now.host)
             );
         }
     }
@@ -1790,7 +1804,7 @@ fn read_only_state_dir_portmap_both_backends() -> Result<()> {
     isolated(|| {
         for backend in ["nftables", "iptables"] {
             let stage = Stage::new("fropm", "portmap", portmap_keys(backend))?;
-            read_only_state_dir(&stage, Path::new(PORTMAP_RUN), false)
+            read_only_state_dir(&stage, Path::new(PORTMAP_RUN), true)
                 .with_context(|| format!("backend {backend}"))?;
         }
         Ok(())

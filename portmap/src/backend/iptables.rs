@@ -11,6 +11,7 @@ use std::net::IpAddr;
 
 use common::conf::Attachment as Valid;
 use common::iptables::{TableDump, restore_line};
+use common::lock::{FileLock, LockError};
 use common::nft::{CmpOp, Expr, Nft, NftError, PayloadBase, Verdict};
 use ipnet::IpNet;
 use netlink_packet_netfilter::nftables::MetaKey;
@@ -396,11 +397,34 @@ pub fn del_lines(
     Ok(lines)
 }
 
-fn lock() -> Result<common::lock::FileLock, PortmapError> {
-    Ok(common::lock::FileLock::acquire(
-        names::IPT_LOCK_FILE,
-        common::lock::DEFAULT_WAIT,
-    )?)
+/// Our lock around an iptables read-modify-write. Where `/run/cni/portmap` cannot be written
+/// (read-only, full), an existing lock file is locked through a read-only descriptor (`flock`
+/// needs no write access), and without one the call goes on unlocked, since no other call can
+/// take it there either: a DEL must still remove what it can.
+fn lock() -> Result<Option<FileLock>, PortmapError> {
+    let wait = common::lock::DEFAULT_WAIT;
+    match FileLock::acquire(names::IPT_LOCK_FILE, wait) {
+        Ok(lock) => Ok(Some(lock)),
+        Err(LockError::Open { path, source })
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::EROFS | libc::ENOSPC | libc::EDQUOT)
+            ) =>
+        {
+            match std::fs::File::open(&path) {
+                Ok(file) => Ok(Some(FileLock::acquire_file(file, path, wait)?)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    log::warn!(
+                        "no iptables lock: {} cannot be made: {source}",
+                        path.display()
+                    );
+                    Ok(None)
+                }
+                Err(e) => Err(LockError::Open { path, source: e }.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The tools of `family`.
