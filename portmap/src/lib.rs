@@ -98,9 +98,6 @@ fn families(ips: &[IpNet]) -> Vec<IpFamily> {
 fn add(call: &Call) -> Result<CniResult, CniError> {
     let Loaded { config, prev, att } = load(call)?;
     let prev = require_prev(prev, call.command)?;
-    if config.mappings.is_empty() {
-        return Ok(prev);
-    }
     let ips = mapped_ips(&config, &prev, &call.ifname);
     if ips.is_empty() {
         return Ok(prev);
@@ -110,29 +107,38 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
     let mut be = backend::open(kind, nft);
     let store = state::store()?;
     let file = state::file(&att);
-    let old = state::read(&store, &file)?.found();
-    let new = State::new(kind, &config, &att, &ips);
-    if let Some(old) = old.as_ref().filter(|o| **o != new) {
+    // The owner's namespace, to tell later whether it is gone (stat only: never opened).
+    let netns = call.netns.as_deref().and_then(state::NetnsId::of);
+    let new = State::new(kind, &config, &att, &ips, netns);
+    if let Some(old) = state::read(&store, &file)?.found().filter(|o| *o != new) {
         // A re-ADD with other mappings: drop the old ones first so none is left unowned.
-        backend::remove(&mut be, old)?;
+        backend::remove(&mut be, &old)?;
     }
     state::write(&store, &file, &new)?;
-    let result = be.add(&att, &config, &ips).and_then(|()| {
-        match ips.iter().find(|ip| ip.addr().is_ipv4()) {
-            Some(ip) if config.snat => host::enable_route_localnet(ip.addr()).inspect_err(|_| {
-                if let Err(e) = backend::remove(&mut be, &new) {
-                    log::warn!("rollback after a failed ADD failed: {e}");
+    let result = be
+        .add(&att, &config, &ips, &state::Records(&store))
+        .and_then(|taken| {
+            match ips.iter().find(|ip| ip.addr().is_ipv4()) {
+                Some(ip) if config.snat => {
+                    host::enable_route_localnet(ip.addr()).inspect_err(|_| {
+                        if let Err(e) = backend::remove(&mut be, &new) {
+                            log::warn!("rollback after a failed ADD failed: {e}");
+                        }
+                    })?
                 }
-            }),
-            _ => Ok(()),
+                _ => {}
+            }
+            Ok(taken)
+        });
+    match result {
+        Ok(taken) => state::forget_taken(&store, &taken),
+        Err(e) => {
+            if let Err(e) = store.remove(&file) {
+                log::warn!("failed to remove state after a failed ADD: {e}");
+            }
+            state::prune(&store);
+            return Err(e.into());
         }
-    });
-    if let Err(e) = result {
-        if let Err(e) = store.remove(&file) {
-            log::warn!("failed to remove state after a failed ADD: {e}");
-        }
-        state::prune(&store);
-        return Err(e.into());
     }
     host::flush_udp(&config.mappings, &families(&ips));
     Ok(prev)
@@ -237,7 +243,7 @@ fn gc(call: &Call) -> Result<(), CniError> {
     // Recorded attachments first: they also cover owners too long to parse back.
     let store = state::store()?;
     for name in store.list().map_err(PortmapError::Store)? {
-        let Ok(state::Record::Found(st)) = state::read(&store, &name) else {
+        let Ok(Some(st)) = state::read(&store, &name).map(state::Record::found) else {
             continue;
         };
         if st.network != conf.name || live(&st.container_id, &st.ifname) {

@@ -6,6 +6,7 @@
 //! [`nft_del`] turn plans and what the kernel holds at their keys ([`Observed`]) into the
 //! changes of one transaction ([`NftOp`]), refusing a host port another owner holds.
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 
 use common::nft::{Element, Rule, Value, Verdict};
@@ -270,11 +271,35 @@ pub fn lookups(plan: &NftPlan) -> Vec<(&'static str, &[Value])> {
     keys
 }
 
+/// The other owners holding a key that `plans` claim (in the claim's map or its twin), in
+/// the order met: the attachments an ADD conflicts with, unless they are gone.
+pub fn foreign_owners(owner: &str, plans: &[(IpFamily, NftPlan)], seen: &Observed) -> Vec<String> {
+    let mut owners: Vec<String> = Vec::new();
+    for (family, plan) in plans {
+        for claim in &plan.claims {
+            for map in [claim.map, claim.twin] {
+                let held = seen
+                    .element(*family, map, &claim.element.key)
+                    .and_then(|e| e.comment.as_deref())
+                    .filter(|c| !c.is_empty() && *c != owner);
+                if let Some(c) = held
+                    && !owners.iter().any(|o| o == c)
+                {
+                    owners.push(c.to_string());
+                }
+            }
+        }
+    }
+    owners
+}
+
 /// The changes of an ADD of `plans` by `owner`: refuses a host port that another owner (or an
-/// element without owner) holds in the claim's map or its twin; replaces the owner's own
-/// stale elements (a re-ADD with other data or conditions); takes over masquerade elements
-/// of the same pod address (an address is unique among live pods, and the old owner's DEL
-/// checks the owner, so it leaves ours alone); adds only what is not there already.
+/// element without owner) holds in the claim's map or its twin, unless that owner is one of
+/// `gone` (owner comment and plans of an attachment whose namespace is gone), whose objects
+/// are then removed in the same transaction; replaces the owner's own stale elements (a
+/// re-ADD with other data or conditions); takes over masquerade elements of the same pod
+/// address (an address is unique among live pods, and the old owner's DEL checks the owner,
+/// so it leaves ours alone); adds only what is not there already.
 ///
 /// # Errors
 /// [`PortmapError::Conflict`] naming the first host port held by another owner.
@@ -282,8 +307,13 @@ pub fn nft_add(
     owner: &str,
     plans: &[(IpFamily, NftPlan)],
     seen: &Observed,
+    gone: &[(String, Vec<(IpFamily, NftPlan)>)],
 ) -> Result<Vec<NftOp>, PortmapError> {
     let mut ops = Vec::new();
+    for (gone_owner, gone_plans) in gone {
+        ops.extend(nft_del(gone_owner, gone_plans, seen));
+    }
+    let is_gone = |o: &str| gone.iter().any(|(g, _)| g == o);
     for (family, plan) in plans {
         let family = *family;
         if let Some((chain, rules)) = &plan.gate {
@@ -300,7 +330,7 @@ pub fn nft_add(
                     continue;
                 };
                 let have_owner = have.comment.as_deref().unwrap_or_default();
-                if have_owner != owner {
+                if have_owner != owner && !is_gone(have_owner) {
                     return Err(PortmapError::Conflict {
                         what: claim.what.clone(),
                         owner: if have_owner.is_empty() {
@@ -349,8 +379,21 @@ pub fn nft_add(
             });
         }
     }
+    Ok(ordered(ops))
+}
+
+/// `ops` in transaction order ([`NftOp::rank`]), each deletion once: a key or chain freed
+/// twice (by a gone owner's removal and by the claim taking it) would fail the transaction.
+fn ordered(mut ops: Vec<NftOp>) -> Vec<NftOp> {
     ops.sort_by_key(NftOp::rank);
-    Ok(ops)
+    let mut deleted: HashSet<(IpFamily, &str, Vec<Value>)> = HashSet::new();
+    let mut chains: HashSet<(IpFamily, String)> = HashSet::new();
+    ops.retain(|op| match op {
+        NftOp::DelElement { family, set, key } => deleted.insert((*family, set, key.clone())),
+        NftOp::DelChain { family, chain } => chains.insert((*family, chain.clone())),
+        NftOp::PutChain { .. } | NftOp::AddElement { .. } => true,
+    });
+    ops
 }
 
 /// The changes of a DEL of `plans` by `owner`: its elements that still carry its comment (a
@@ -384,8 +427,7 @@ pub fn nft_del(owner: &str, plans: &[(IpFamily, NftPlan)], seen: &Observed) -> V
             });
         }
     }
-    ops.sort_by_key(NftOp::rank);
-    ops
+    ordered(ops)
 }
 
 /// The host ports whose UDP conntrack entries must go after a change: (port, host address).
@@ -540,7 +582,7 @@ mod tests {
     fn made(plans: &[(IpFamily, NftPlan)], seen: &Observed) -> Observed {
         let owner = att().owner();
         let mut after = seen.clone();
-        for op in nft_add(&owner, plans, seen).unwrap() {
+        for op in nft_add(&owner, plans, seen, &[]).unwrap() {
             match op {
                 NftOp::AddElement {
                     family,
@@ -581,7 +623,13 @@ mod tests {
                 HostIp::Addr("10.1.1.1".parse().unwrap()),
             ),
         ]);
-        let ops = nft_add(&att().owner(), &v4_plan(&c, &att()), &Observed::default()).unwrap();
+        let ops = nft_add(
+            &att().owner(),
+            &v4_plan(&c, &att()),
+            &Observed::default(),
+            &[],
+        )
+        .unwrap();
         assert_eq!(
             kinds(&ops),
             [
@@ -598,7 +646,7 @@ mod tests {
         let c = config(vec![mapping(8080, 80, Proto::Tcp, HostIp::All)]);
         let plans = v4_plan(&c, &att());
         let after = made(&plans, &Observed::default());
-        assert_eq!(nft_add(&att().owner(), &plans, &after).unwrap(), []);
+        assert_eq!(nft_add(&att().owner(), &plans, &after, &[]).unwrap(), []);
     }
 
     #[test]
@@ -606,7 +654,7 @@ mod tests {
         let c = config(vec![mapping(8080, 80, Proto::Tcp, HostIp::All)]);
         let theirs = v4_plan(&c, &other());
         let mut seen = Observed::default();
-        for op in nft_add(&other().owner(), &theirs, &Observed::default()).unwrap() {
+        for op in nft_add(&other().owner(), &theirs, &Observed::default(), &[]).unwrap() {
             if let NftOp::AddElement {
                 family,
                 set,
@@ -616,7 +664,7 @@ mod tests {
                 seen.elements.push((family, set, element));
             }
         }
-        let err = nft_add(&att().owner(), &v4_plan(&c, &att()), &seen).unwrap_err();
+        let err = nft_add(&att().owner(), &v4_plan(&c, &att()), &seen, &[]).unwrap_err();
         assert_eq!(
             err.to_string(),
             "host port tcp/8080 is already mapped by net/other/eth0"
@@ -634,14 +682,14 @@ mod tests {
             chains: Vec::new(),
         };
         assert!(matches!(
-            nft_add(&att().owner(), &v4_plan(&c, &att()), &seen),
+            nft_add(&att().owner(), &v4_plan(&c, &att()), &seen, &[]),
             Err(PortmapError::Conflict { owner, .. }) if owner == "net/other/eth0"
         ));
         // An element without owner (made by hand) is never taken.
         let mut bare = seen.clone();
         bare.elements[0].2.comment = None;
         assert!(matches!(
-            nft_add(&att().owner(), &v4_plan(&c, &att()), &bare),
+            nft_add(&att().owner(), &v4_plan(&c, &att()), &bare, &[]),
             Err(PortmapError::Conflict { owner, .. }) if owner.starts_with("an element without owner")
         ));
     }
@@ -651,11 +699,11 @@ mod tests {
         let old = config(vec![mapping(8080, 80, Proto::Tcp, HostIp::All)]);
         let after = made(&v4_plan(&old, &att()), &Observed::default());
         let new = config(vec![mapping(8080, 81, Proto::Tcp, HostIp::All)]);
-        let ops = nft_add(&att().owner(), &v4_plan(&new, &att()), &after).unwrap();
+        let ops = nft_add(&att().owner(), &v4_plan(&new, &att()), &after, &[]).unwrap();
         assert_eq!(kinds(&ops), ["del ports", "add ports"]);
         let mut gated = old.clone();
         gated.conditions_v4 = Conditions::Nftables(vec![NftCondition::IifName("x".into())]);
-        let ops = nft_add(&att().owner(), &v4_plan(&gated, &att()), &after).unwrap();
+        let ops = nft_add(&att().owner(), &v4_plan(&gated, &att()), &after, &[]).unwrap();
         let chain = names::gated_chain(&att().owner());
         assert_eq!(
             kinds(&ops),
@@ -680,7 +728,7 @@ mod tests {
         {
             seen.elements.push((IpFamily::V4, set, element.clone()));
         }
-        let ops = nft_add(&att().owner(), &v4_plan(&c, &att()), &seen).unwrap();
+        let ops = nft_add(&att().owner(), &v4_plan(&c, &att()), &seen, &[]).unwrap();
         assert_eq!(
             kinds(&ops),
             [
@@ -689,6 +737,61 @@ mod tests {
                 "add ports",
                 "add hairpin",
                 "add localhost"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_gone_owner_loses_all_its_objects_in_the_transaction_that_takes_its_port() {
+        // The other owner maps 8080 and 9090 with conditions, on the same pod address (a
+        // vanished pod's address reused).
+        let mut theirs = config(vec![
+            mapping(8080, 80, Proto::Tcp, HostIp::All),
+            mapping(9090, 90, Proto::Tcp, HostIp::All),
+        ]);
+        theirs.conditions_v4 = Conditions::Nftables(vec![NftCondition::IifName("x".into())]);
+        let their_plans = v4_plan(&theirs, &other());
+        let mut seen = Observed::default();
+        for op in nft_add(&other().owner(), &their_plans, &Observed::default(), &[]).unwrap() {
+            match op {
+                NftOp::AddElement {
+                    family,
+                    set,
+                    element,
+                } => seen.elements.push((family, set, element)),
+                NftOp::PutChain { family, chain, .. } => seen.chains.push((family, chain)),
+                _ => {}
+            }
+        }
+        let ours = v4_plan(
+            &config(vec![mapping(8080, 80, Proto::Tcp, HostIp::All)]),
+            &att(),
+        );
+        assert_eq!(
+            foreign_owners(&att().owner(), &ours, &seen),
+            [other().owner()]
+        );
+        // Live: refused, as before.
+        assert!(matches!(
+            nft_add(&att().owner(), &ours, &seen, &[]),
+            Err(PortmapError::Conflict { .. })
+        ));
+        // Gone: its elements (both ports, the masquerade ones once) and its gate chain go, in
+        // the same ops as ours.
+        let gone = vec![(other().owner(), their_plans)];
+        let ops = nft_add(&att().owner(), &ours, &seen, &gone).unwrap();
+        let chain = names::gated_chain(&other().owner());
+        assert_eq!(
+            kinds(&ops),
+            [
+                "del gated_ports".to_string(),
+                "del gated_ports".to_string(),
+                "del hairpin".to_string(),
+                "del localhost".to_string(),
+                format!("delchain {chain}"),
+                "add ports".to_string(),
+                "add hairpin".to_string(),
+                "add localhost".to_string(),
             ]
         );
     }

@@ -5,11 +5,13 @@
 //! state they describe), one directory per network namespace the plugin runs in.
 
 use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 use common::store::StateStore;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{Fate, Holders};
 use crate::config::{
     Backend, BackendChoice, Conditions, Config, DEFAULT_MARK_MASQ_BIT, IpFamily, NftCondition,
     PortMapping,
@@ -45,11 +47,59 @@ pub struct State {
     /// nftables `conditionsV6`.
     #[serde(rename = "conditionsV6", default)]
     pub conditions_v6: Vec<NftCondition>,
+    /// The owner's network namespace as ADD saw it, to tell later whether the owner is gone.
+    /// Absent in records of earlier versions (their owners are never taken over).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<NetnsId>,
+}
+
+/// A network namespace path and the namespace it referred to (`stat`'s device and inode of
+/// the nsfs file). portmap never opens `CNI_NETNS` (it never needs to enter the namespace),
+/// so it records only what `stat` tells, which does not open the path. (The netns cookie would
+/// need a socket inside the namespace.)
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetnsId {
+    /// `CNI_NETNS`.
+    pub path: PathBuf,
+    /// `st_dev` of the path.
+    pub dev: u64,
+    /// `st_ino` of the path: the namespace's inode number.
+    pub ino: u64,
+}
+
+impl NetnsId {
+    /// The identity of the namespace at `path`, when `stat` can tell it.
+    pub fn of(path: &Path) -> Option<NetnsId> {
+        let meta = std::fs::metadata(path)
+            .inspect_err(|e| log::debug!("cannot stat {}: {e}", path.display()))
+            .ok()?;
+        Some(NetnsId {
+            path: path.to_path_buf(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    /// Whether the namespace is gone: its path no longer exists, or no longer refers to it
+    /// (unmounted, or another namespace mounted there). A path that cannot be looked at for
+    /// another reason counts as live: a live owner must never lose its ports.
+    pub fn is_gone(&self) -> bool {
+        match std::fs::metadata(&self.path) {
+            Ok(meta) => (meta.dev(), meta.ino()) != (self.dev, self.ino),
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        }
+    }
 }
 
 impl State {
     /// The record of an ADD.
-    pub fn new(backend: Backend, config: &Config, att: &Attachment, ips: &[IpNet]) -> State {
+    pub fn new(
+        backend: Backend,
+        config: &Config,
+        att: &Attachment,
+        ips: &[IpNet],
+        netns: Option<NetnsId>,
+    ) -> State {
         let nft = |c: &Conditions| match c {
             Conditions::Nftables(v) => v.clone(),
             _ => Vec::new(),
@@ -65,6 +115,7 @@ impl State {
             masq_all: config.masq_all,
             conditions_v4: nft(&config.conditions_v4),
             conditions_v6: nft(&config.conditions_v6),
+            netns,
         }
     }
 
@@ -113,7 +164,7 @@ pub enum Record {
     /// No file.
     Absent,
     /// The record.
-    Found(State),
+    Found(Box<State>),
     /// A file that did not parse (empty, truncated by a crash, garbage): it was logged and
     /// removed, and the attachment's objects must be found from the kernel's owner comments.
     Discarded,
@@ -123,7 +174,7 @@ impl Record {
     /// The record, if there was a valid one.
     pub fn found(self) -> Option<State> {
         match self {
-            Record::Found(s) => Some(s),
+            Record::Found(s) => Some(*s),
             Record::Absent | Record::Discarded => None,
         }
     }
@@ -136,7 +187,7 @@ impl Record {
 /// When the file exists but cannot be read.
 pub fn read(store: &StateStore, name: &str) -> Result<Record, PortmapError> {
     match store.read::<State>(name) {
-        Ok(Some(s)) => Ok(Record::Found(s)),
+        Ok(Some(s)) => Ok(Record::Found(Box::new(s))),
         Ok(None) => Ok(Record::Absent),
         Err(common::store::StoreError::Corrupt { path, source }) => {
             log::warn!(
@@ -149,6 +200,68 @@ pub fn read(store: &StateStore, name: &str) -> Result<Record, PortmapError> {
             Ok(Record::Discarded)
         }
         Err(e) => Err(PortmapError::Store(e)),
+    }
+}
+
+/// The records of a store, telling what became of the holders of host ports.
+#[derive(Debug)]
+pub struct Records<'a>(pub &'a StateStore);
+
+/// Whether the record's owner is gone: it recorded its namespace, and that is gone.
+fn gone(record: &State) -> bool {
+    record.netns.as_ref().is_some_and(NetnsId::is_gone)
+}
+
+impl Holders for Records<'_> {
+    fn by_owner(&self, owner: &str) -> Fate {
+        let Some((network, id, ifname)) = names::parse_owner(owner) else {
+            return Fate::Live;
+        };
+        match read(self.0, &names::state_file(network, id, ifname)) {
+            Ok(Record::Found(record)) if record.attachment().owner() == owner && gone(&record) => {
+                Fate::Gone(vec![*record])
+            }
+            _ => Fate::Live,
+        }
+    }
+
+    fn by_container(&self, network: &str, container_id: &str) -> Fate {
+        let prefix = names::state_file(network, container_id, "");
+        let prefix = prefix.trim_end_matches(".json");
+        let records: Vec<State> = self
+            .0
+            .list()
+            .unwrap_or_default()
+            .iter()
+            .filter(|name| name.starts_with(prefix))
+            .filter_map(|name| read(self.0, name).ok()?.found())
+            .filter(|r| r.network == network && r.container_id == container_id)
+            .collect();
+        if records.is_empty() || !records.iter().all(gone) {
+            return Fate::Live;
+        }
+        Fate::Gone(records)
+    }
+}
+
+/// Removes the records of attachments an ADD took host ports over from (their namespaces
+/// are gone, and so are their mappings), logging each at warn.
+pub fn forget_taken(store: &StateStore, taken: &[State]) {
+    for record in taken {
+        let path = record
+            .netns
+            .as_ref()
+            .map_or_else(String::new, |n| n.path.display().to_string());
+        log::warn!(
+            "took over the host ports of {}: its network namespace {path} is gone",
+            record.attachment().owner()
+        );
+        if let Err(e) = store.remove(&file(&record.attachment())) {
+            log::warn!(
+                "failed to remove the record of {}: {e}",
+                record.container_id
+            );
+        }
     }
 }
 
@@ -255,7 +368,7 @@ mod tests {
             conditions_v6: Conditions::None,
             mappings: Vec::new(),
         };
-        let st = State::new(Backend::Nftables, &config, &att, &[]);
+        let st = State::new(Backend::Nftables, &config, &att, &[], None);
         write(&store, "b.json", &st).unwrap();
         assert_eq!(store.read::<State>("b.json").unwrap(), Some(st));
         assert_eq!(store.list().unwrap(), ["a.json", "b.json"]);
@@ -266,6 +379,62 @@ mod tests {
         prune(&store);
         assert!(!store.dir().exists());
         prune(&store);
+    }
+
+    #[test]
+    fn a_namespace_is_gone_when_its_path_is_gone_or_names_something_else() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("ns");
+        std::fs::write(&path, "").unwrap();
+        let id = NetnsId::of(&path).unwrap();
+        assert!(!id.is_gone());
+        // Something else at the path (an unmounted or recreated namespace path); the original
+        // lives on elsewhere, so its inode cannot have been reused.
+        std::fs::rename(&path, tmp.path().join("moved")).unwrap();
+        std::fs::write(&path, "").unwrap();
+        assert!(id.is_gone());
+        std::fs::remove_file(&path).unwrap();
+        assert!(id.is_gone());
+        assert_eq!(NetnsId::of(&path), None);
+    }
+
+    #[test]
+    fn records_tell_gone_holders_only_when_their_namespace_is_recorded_and_gone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = StateStore::new(tmp.path().join("net-1"));
+        let ns = tmp.path().join("ns");
+        std::fs::write(&ns, "").unwrap();
+        let config = crate::config::Config {
+            network: "n".into(),
+            backend: crate::config::BackendChoice::Auto,
+            snat: true,
+            masq_all: false,
+            mark_masq_bit: 13,
+            external_set_mark_chain: None,
+            conditions_v4: Conditions::None,
+            conditions_v6: Conditions::None,
+            mappings: Vec::new(),
+        };
+        let att = |id: &str| Attachment {
+            network: "n".into(),
+            container_id: id.into(),
+            ifname: "eth0".into(),
+        };
+        let with = State::new(Backend::Iptables, &config, &att("a"), &[], NetnsId::of(&ns));
+        let without = State::new(Backend::Iptables, &config, &att("b"), &[], None);
+        write(&store, &file(&att("a")), &with).unwrap();
+        write(&store, &file(&att("b")), &without).unwrap();
+        let records = Records(&store);
+        assert!(matches!(records.by_owner("n/a/eth0"), Fate::Live));
+        assert!(matches!(records.by_container("n", "a"), Fate::Live));
+        std::fs::remove_file(&ns).unwrap();
+        assert!(matches!(records.by_owner("n/a/eth0"), Fate::Gone(r) if r == [with.clone()]));
+        assert!(matches!(records.by_container("n", "a"), Fate::Gone(r) if r == [with.clone()]));
+        // No namespace recorded (an earlier version), no record (the Go plugin): live.
+        assert!(matches!(records.by_owner("n/b/eth0"), Fate::Live));
+        assert!(matches!(records.by_container("n", "b"), Fate::Live));
+        assert!(matches!(records.by_owner("n/c/eth0"), Fate::Live));
+        assert!(matches!(records.by_container("n", "c"), Fate::Live));
     }
 
     #[test]
@@ -288,7 +457,7 @@ mod tests {
             conditions_v6: Conditions::None,
             mappings: Vec::new(),
         };
-        let st = State::new(Backend::Nftables, &config, &att, &[]);
+        let st = State::new(Backend::Nftables, &config, &att, &[], None);
         // Longer than a file name may be (NAME_MAX, 255 bytes).
         let err = write(&store, &file(&att), &st).unwrap_err();
         assert!(err.to_string().contains("failed to write"), "{err}");

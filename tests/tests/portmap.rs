@@ -187,6 +187,7 @@ both_backends!(
     masq_all_hides_the_client_address,
     conditions_gate_the_mapping,
     a_conflicting_host_port_is_refused_and_changes_nothing,
+    a_vanished_owner_gives_its_host_port_up_and_a_live_one_keeps_it,
     udp_flow_is_retargeted_after_del_and_readd,
     del_without_runtime_config_removes_the_mapping,
     del_never_fails_on_config_it_does_not_need,
@@ -413,6 +414,54 @@ fn a_conflicting_host_port_is_refused_and_changes_nothing(backend: &'static str)
     f.runtime.del(&list, &rt2)?;
     f.runtime.del(&list, &rt1)?;
     ensure!(f.leftovers()?.is_empty());
+    Ok(())
+}
+
+/// A maps 8080 and 8081; while A's namespace lives, B's ADD of 8080 is refused naming A.
+/// Once A's namespace is deleted without a DEL (the runtime lost it), B's ADD takes 8080
+/// over: traffic to the host port reaches B, nothing of A is left (8081 neither), and B's DEL
+/// leaves nothing at all.
+fn a_vanished_owner_gives_its_host_port_up_and_a_live_one_keeps_it(
+    backend: &'static str,
+) -> Result<()> {
+    let f = Fixture::new(backend);
+    let mut a = TestNetns::new("pm-ctra")?;
+    let b = TestNetns::new("pm-ctrb")?;
+    let list = f.list(&["10.97.0.0/24"], json!({}));
+    let rt_a = f.rt("ctra", &a, json!([tcp(8080, 80), tcp(8081, 81)]));
+    let rt_b = f.rt("ctrb", &b, json!([tcp(8080, 80)]));
+    let ip_a = Fixture::ip(&f.runtime.add(&list, &rt_a)?, false);
+    {
+        let _a80 = TcpServer::banner(&a, SocketAddr::new(ip_a, 80), "A")?;
+        let _a81 = TcpServer::banner(&a, SocketAddr::new(ip_a, 81), "A81")?;
+        assert_eq!(get(&f.topo.client, host(8080))?, "A");
+        assert_eq!(get(&f.topo.client, host(8081))?, "A81");
+        let Err(err) = f.runtime.add(&list, &rt_b) else {
+            anyhow::bail!("B took the port of a live A");
+        };
+        let msg = format!("{err:#}");
+        ensure!(msg.contains("tcp/8080") && msg.contains("ctra"), "{msg}");
+        assert_eq!(get(&f.topo.client, host(8080))?, "A");
+        f.runtime.del(&list, &rt_b)?;
+    }
+    // A's namespace goes away without a DEL.
+    a.delete()?;
+    let ip_b = Fixture::ip(&f.runtime.add(&list, &rt_b)?, false);
+    let _b80 = TcpServer::banner(&b, SocketAddr::new(ip_b, 80), "B")?;
+    assert_eq!(get(&f.topo.client, host(8080))?, "B");
+    ensure!(
+        get(&f.topo.client, host(8081)).is_err(),
+        "A's other mapping is left"
+    );
+    let left = f.leftovers()?;
+    ensure!(
+        left.iter()
+            .all(|l| !l.contains("ctra") && !l.contains(&ip_a.to_string())),
+        "A's objects left after the takeover: {left:?}"
+    );
+    f.runtime.check(&list, &rt_b)?;
+    f.runtime.del(&list, &rt_b)?;
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     Ok(())
 }
 

@@ -16,7 +16,7 @@ use common::nft::{CmpOp, Expr, Nft, NftError, PayloadBase, Verdict};
 use ipnet::IpNet;
 use netlink_packet_netfilter::nftables::MetaKey;
 
-use super::{NftSocket, PortmapBackend};
+use super::{Fate, Holders, NftSocket, PortmapBackend};
 use crate::config::{Backend, Conditions, Config, IpFamily, PortMapping, Proto};
 use crate::error::PortmapError;
 use crate::names;
@@ -187,7 +187,55 @@ pub fn add_lines(
     ip: IpNet,
 ) -> Result<Vec<String>, PortmapError> {
     let fam = IpFamily::of(ip.addr());
-    find_conflict(dump, config, container_id, fam)?;
+    if let Some((chain, m)) = conflicts(dump, config, container_id, fam).first() {
+        return Err(refusal(dump, chain, m));
+    }
+    lines_unchecked(dump, config, container_id, ip)
+}
+
+/// The restore lines of an ADD in one family, taking over the host ports of attachments
+/// `holders` says are gone: their chains are removed in the same transaction. Returns the
+/// lines and the records of the attachments taken over.
+///
+/// # Errors
+/// [`PortmapError::Conflict`] naming a holder that is not gone; an argument that cannot be
+/// written in a restore script.
+pub fn add_lines_taking_over(
+    dump: &TableDump,
+    config: &Config,
+    container_id: &str,
+    ip: IpNet,
+    holders: &dyn Holders,
+) -> Result<(Vec<String>, Vec<State>), PortmapError> {
+    let fam = IpFamily::of(ip.addr());
+    let mut lines = Vec::new();
+    let mut taken = Vec::new();
+    for (chain, m) in conflicts(dump, config, container_id, fam) {
+        let Some((network, id)) = entry_owner(dump, &chain)
+            .filter(|(network, id)| names::dnat_chain(network, id) == chain)
+        else {
+            return Err(refusal(dump, &chain, m));
+        };
+        match holders.by_container(&network, &id) {
+            Fate::Gone(records) if records.iter().all(|r| r.backend == Backend::Iptables) => {
+                lines.extend(del_lines(dump, &network, &id)?);
+                taken.extend(records);
+            }
+            _ => return Err(refusal(dump, &chain, m)),
+        }
+    }
+    lines.extend(lines_unchecked(dump, config, container_id, ip)?);
+    Ok((lines, taken))
+}
+
+/// [`add_lines`] without the conflict check.
+fn lines_unchecked(
+    dump: &TableDump,
+    config: &Config,
+    container_id: &str,
+    ip: IpNet,
+) -> Result<Vec<String>, PortmapError> {
+    let fam = IpFamily::of(ip.addr());
     let mut lines = Vec::new();
     let mut created: Vec<String> = Vec::new();
     let mut ensure_chain = |lines: &mut Vec<String>, chain: &str| -> Result<(), PortmapError> {
@@ -305,17 +353,14 @@ fn opt_value<'a>(rule: &'a [String], opt: &str) -> Option<&'a str> {
     rule.get(pos + 1).map(String::as_str)
 }
 
-/// Refuses host ports that another attachment's `CNI-DN-` chain already DNATs (same host
-/// address or both on every address, same protocol and port), naming its owner.
-///
-/// # Errors
-/// [`PortmapError::Conflict`].
-fn find_conflict(
+/// The other attachments' `CNI-DN-` chains that DNAT one of our host ports (same protocol
+/// and port, same host address or both on every address), each with the first such mapping.
+fn conflicts<'c>(
     dump: &TableDump,
-    config: &Config,
+    config: &'c Config,
     container_id: &str,
     fam: IpFamily,
-) -> Result<(), PortmapError> {
+) -> Vec<(String, &'c PortMapping)> {
     let ours = names::dnat_chain(&config.network, container_id);
     // (proto, port, -d) of our mappings, as the DNAT rules of the dump spell them.
     let wanted: HashMap<(&str, String, Option<String>), &PortMapping> = config
@@ -327,40 +372,54 @@ fn find_conflict(
             ((m.proto.name(), m.host_port.to_string(), dst), m)
         })
         .collect();
+    let mut found = Vec::new();
     for chain in dump.chains() {
         if !chain.starts_with("CNI-DN-") || *chain == ours {
             continue;
         }
-        for rule in dump.rules(chain) {
+        let clash = dump.rules(chain).iter().find_map(|rule| {
             if opt_value(rule, "-j") != Some("DNAT") {
-                continue;
+                return None;
             }
-            let (Some(proto), Some(port)) = (opt_value(rule, "-p"), opt_value(rule, "--dport"))
-            else {
-                continue;
-            };
             let key = (
-                proto,
-                port.to_string(),
+                opt_value(rule, "-p")?,
+                opt_value(rule, "--dport")?.to_string(),
                 opt_value(rule, "-d").map(str::to_string),
             );
-            let Some(m) = wanted.get(&key) else { continue };
-            let owner = dump
-                .rules(names::IPT_TOPLEVEL_DNAT)
-                .iter()
-                .find(|r| r.last() == Some(chain))
-                .and_then(|r| opt_value(r, "--comment"))
-                .map_or_else(
-                    || format!("chain {chain}"),
-                    |c| format!("{c} (chain {chain})"),
-                );
-            return Err(PortmapError::Conflict {
-                what: m.host_port_name(),
-                owner,
-            });
+            wanted.get(&key).copied()
+        });
+        if let Some(m) = clash {
+            found.push((chain.clone(), m));
         }
     }
-    Ok(())
+    found
+}
+
+/// The entry comment of `chain` in `CNI-HOSTPORT-DNAT`, if it has one.
+fn entry_comment<'d>(dump: &'d TableDump, chain: &str) -> Option<&'d str> {
+    dump.rules(names::IPT_TOPLEVEL_DNAT)
+        .iter()
+        .find(|r| r.last().is_some_and(|c| c == chain))
+        .and_then(|r| opt_value(r, "--comment"))
+}
+
+/// The (network, container ID) of `chain`, from its entry comment
+/// `dnat name: "<network>" id: "<id>"` (a comment cut to 256 characters does not parse).
+fn entry_owner(dump: &TableDump, chain: &str) -> Option<(String, String)> {
+    let rest = entry_comment(dump, chain)?.strip_prefix("dnat name: \"")?;
+    let (network, id) = rest.split_once("\" id: \"")?;
+    Some((network.to_string(), id.strip_suffix('"')?.to_string()))
+}
+
+/// The refusal of mapping `m`, which `chain` holds, naming the chain's owner.
+fn refusal(dump: &TableDump, chain: &str, m: &PortMapping) -> PortmapError {
+    PortmapError::Conflict {
+        what: m.host_port_name(),
+        owner: entry_comment(dump, chain).map_or_else(
+            || format!("chain {chain}"),
+            |c| format!("{c} (chain {chain})"),
+        ),
+    }
 }
 
 /// The restore lines removing the attachment's chains (and the entry rules jumping to them),
@@ -483,14 +542,15 @@ impl PortmapBackend for Iptables {
         Backend::Iptables
     }
 
-    /// One transaction per container family; a failure in the second family rolls back the
-    /// first.
+    /// One transaction per container family, with the removal of the chains of attachments
+    /// it takes ports over from; a failure in the second family rolls back the first.
     fn add(
         &mut self,
         att: &Attachment,
         config: &Config,
         ips: &[IpNet],
-    ) -> Result<(), PortmapError> {
+        holders: &dyn Holders,
+    ) -> Result<Vec<State>, PortmapError> {
         // No host port our nftables maps hold either (no maps where nf_tables is not usable).
         if let Ok(nft) = self.nft.get() {
             for family in ips.iter().map(|ip| IpFamily::of(ip.addr())) {
@@ -512,24 +572,59 @@ impl PortmapBackend for Iptables {
         }
         let _lock = lock()?;
         let mut done = Vec::new();
+        let mut taken: Vec<State> = Vec::new();
         for ip in ips {
             let ipt = tools(IpFamily::of(ip.addr()));
             let result = ipt
                 .save(NAT)
                 .map_err(ipt_err)
-                .and_then(|dump| add_lines(&dump, config, &att.container_id, *ip))
-                .and_then(|lines| ipt.restore(NAT, &lines).map_err(ipt_err));
-            if let Err(e) = result {
-                for ipt in &done {
-                    if let Err(undo) = teardown(ipt, &config.network, &att.container_id) {
-                        log::warn!("rollback of {} failed: {undo}", ipt.family());
+                .and_then(|dump| {
+                    add_lines_taking_over(&dump, config, &att.container_id, *ip, holders)
+                })
+                .and_then(|(lines, gone)| {
+                    ipt.restore(NAT, &lines).map_err(ipt_err)?;
+                    Ok(gone)
+                });
+            match result {
+                Ok(gone) => {
+                    for record in gone {
+                        if !taken.iter().any(|t| t.attachment() == record.attachment()) {
+                            taken.push(record);
+                        }
                     }
                 }
-                return Err(e);
+                Err(e) => {
+                    for ipt in &done {
+                        if let Err(undo) = teardown(ipt, &config.network, &att.container_id) {
+                            log::warn!("rollback of {} failed: {undo}", ipt.family());
+                        }
+                    }
+                    return Err(e);
+                }
             }
             done.push(ipt);
         }
-        Ok(())
+        // The chains of the attachments taken over in families this ADD does not map.
+        let ours: Vec<IpFamily> = ips.iter().map(|ip| IpFamily::of(ip.addr())).collect();
+        for record in &taken {
+            let rest: Vec<IpFamily> = record
+                .families()
+                .into_iter()
+                .filter(|f| !ours.contains(f))
+                .collect();
+            if rest.is_empty() {
+                continue;
+            }
+            for f in rest {
+                if let Err(e) = teardown(&tools(f), &record.network, &record.container_id) {
+                    log::warn!(
+                        "failed to remove the {f:?} chain of {}: {e}",
+                        record.container_id
+                    );
+                }
+            }
+        }
+        Ok(taken)
     }
 
     /// The chain, each of its rules and each entry rule must exist, and the shared chains

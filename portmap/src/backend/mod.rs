@@ -42,6 +42,27 @@ impl NftSocket {
     }
 }
 
+/// What became of the attachment holding a host port another ADD asks for.
+#[derive(Debug)]
+pub enum Fate {
+    /// Its network namespace is there, or it cannot be told (no record, made by the Go plugin
+    /// or by an earlier version): it keeps its ports and the ADD is refused, naming it.
+    Live,
+    /// Its recorded network namespace is gone: these records (its attachments holding the
+    /// port) are taken over, their mappings removed in the ADD's own transaction.
+    Gone(Vec<State>),
+}
+
+/// Tells what became of the holders of host ports, from their records.
+pub trait Holders {
+    /// The attachment whose owner comment is `owner` (our map layout).
+    fn by_owner(&self, owner: &str) -> Fate;
+
+    /// The attachments of `container_id` on `network`, whose chain the iptables layout
+    /// shares.
+    fn by_container(&self, network: &str, container_id: &str) -> Fate;
+}
+
 /// One mechanism programming an attachment's mappings. Each owns the call's nf_tables socket
 /// (the iptables layout reads nf_tables too where the tools are `iptables-nft`).
 pub trait PortmapBackend {
@@ -49,13 +70,20 @@ pub trait PortmapBackend {
     fn kind(&self) -> Backend;
 
     /// Programs the mappings of `config` to `ips` for `att`, in one transaction per call (per
-    /// family for iptables); refuses a host port that another attachment holds.
+    /// family for iptables); refuses a host port that another attachment holds, unless
+    /// `holders` says that attachment is gone: then its mappings are removed in the same
+    /// transaction, and its records are returned (for the caller to remove).
     ///
     /// # Errors
     /// [`PortmapError::Conflict`] naming the owner; the mechanism's failures. Nothing of the
     /// attachment is left half-made.
-    fn add(&mut self, att: &Attachment, config: &Config, ips: &[IpNet])
-    -> Result<(), PortmapError>;
+    fn add(
+        &mut self,
+        att: &Attachment,
+        config: &Config,
+        ips: &[IpNet],
+        holders: &dyn Holders,
+    ) -> Result<Vec<State>, PortmapError>;
 
     /// Verifies exactly the attachment's objects and the shared ones they need.
     ///

@@ -39,7 +39,7 @@ use common::nft::{
 };
 use ipnet::IpNet;
 
-use super::{NftSocket, PortmapBackend, iptables};
+use super::{Fate, Holders, NftSocket, PortmapBackend, iptables};
 use crate::config::{Backend, Config, IpFamily, PortMapping};
 use crate::error::PortmapError;
 use crate::names;
@@ -190,6 +190,11 @@ fn plans(
         .map(|ip| Ok((IpFamily::of(ip.addr()), plan::nft_plan(config, att, *ip)?)))
         .filter(|p| p.as_ref().map_or(true, |(_, p)| !p.claims.is_empty()))
         .collect()
+}
+
+/// The plans of what `record` says its ADD made.
+fn plans_of(record: &State) -> Result<Vec<(IpFamily, NftPlan)>, PortmapError> {
+    plans(&record.config(), &record.attachment(), &record.ips)
 }
 
 /// The batch making `ops`.
@@ -448,21 +453,42 @@ impl PortmapBackend for Nftables {
     }
 
     /// Adds the attachment's elements for each container address, in one transaction for
-    /// both families.
+    /// both families, with the removal of the attachments it takes ports over from.
     fn add(
         &mut self,
         att: &Attachment,
         config: &Config,
         ips: &[IpNet],
-    ) -> Result<(), PortmapError> {
+        holders: &dyn Holders,
+    ) -> Result<Vec<State>, PortmapError> {
         let plans = plans(config, att, ips)?;
         if plans.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let families: Vec<IpFamily> = plans.iter().map(|(f, _)| *f).collect();
         self.ensure_skeletons(&families)?;
-        let seen = self.observe(&plans)?;
-        let ops = plan::nft_add(&att.owner(), &plans, &seen)?;
+        let owner = att.owner();
+        let mut seen = self.observe(&plans)?;
+        // Holders whose namespace is gone give their ports up: all their objects go.
+        let mut taken: Vec<State> = Vec::new();
+        let mut gone = Vec::new();
+        for holder in plan::foreign_owners(&owner, &plans, &seen) {
+            let Fate::Gone(records) = holders.by_owner(&holder) else {
+                continue;
+            };
+            for record in records
+                .into_iter()
+                .filter(|r| r.backend == Backend::Nftables)
+            {
+                let their = plans_of(&record)?;
+                let their_seen = self.observe(&their)?;
+                seen.elements.extend(their_seen.elements);
+                seen.chains.extend(their_seen.chains);
+                gone.push((record.attachment().owner(), their));
+                taken.push(record);
+            }
+        }
+        let ops = plan::nft_add(&owner, &plans, &seen, &gone)?;
         // Nor may the reference's layout hold one of the ports (read where it is in nf_tables).
         let ours = names::dnat_chain(&att.network, &att.container_id);
         for family in families {
@@ -481,7 +507,8 @@ impl PortmapBackend for Nftables {
                 });
             }
         }
-        self.commit(&ops)
+        self.commit(&ops)?;
+        Ok(taken)
     }
 
     fn check(
@@ -549,10 +576,9 @@ impl PortmapBackend for Nftables {
     }
 
     fn del(&mut self, record: &State) -> Result<(), PortmapError> {
-        let att = record.attachment();
-        let plans = plans(&record.config(), &att, &record.ips)?;
+        let plans = plans_of(record)?;
         let seen = self.observe(&plans)?;
-        let ops = plan::nft_del(&att.owner(), &plans, &seen);
+        let ops = plan::nft_del(&record.attachment().owner(), &plans, &seen);
         self.commit(&ops)
     }
 
