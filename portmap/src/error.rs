@@ -1,6 +1,8 @@
 //! The plugin's errors and their CNI codes.
 
 use common::error::{CniError, ErrorCode};
+use common::skel::Command;
+use common::types::CniResult;
 
 /// A portmap failure.
 #[derive(Debug, thiserror::Error)]
@@ -78,4 +80,37 @@ pub fn joined(errors: Vec<PortmapError>) -> CniError {
         _ => ErrorCode::Internal,
     };
     CniError::new(code, msg.join("; "))
+}
+
+/// prevResult, which ADD and CHECK need; without it, the reference's message for each verb.
+///
+/// # Errors
+/// Code 7.
+pub fn require_prev(prev: Option<CniResult>, verb: Command) -> Result<CniResult, CniError> {
+    prev.ok_or_else(|| {
+        let msg = match verb {
+            Command::Add => "must be called as chained plugin",
+            _ => "Required prevResult missing",
+        };
+        CniError::invalid_config(msg).with_details("the config has no prevResult")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_and_check_without_prev_result_give_the_references_messages() {
+        let add = require_prev(None, Command::Add).unwrap_err();
+        assert_eq!(
+            (add.code.as_u32(), add.msg.as_str()),
+            (7, "must be called as chained plugin")
+        );
+        let check = require_prev(None, Command::Check).unwrap_err();
+        assert_eq!(
+            (check.code.as_u32(), check.msg.as_str()),
+            (7, "Required prevResult missing")
+        );
+    }
 }

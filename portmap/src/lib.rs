@@ -35,9 +35,8 @@ pub mod state;
 
 use common::conf::NetConf;
 use common::error::CniError;
-use common::skel::{Call, Command, Plugin};
+use common::skel::{Call, Plugin};
 use common::types::CniResult;
-use ipnet::IpNet;
 
 use crate::backend::NftSocket;
 use crate::config::{Backend, Config, IpFamily, PortmapKeys};
@@ -70,35 +69,10 @@ fn load(call: &Call) -> Result<Loaded, CniError> {
     })
 }
 
-/// prevResult, which ADD and CHECK need: the reference's message for each verb.
-fn require_prev(prev: Option<CniResult>, verb: Command) -> Result<CniResult, CniError> {
-    prev.ok_or_else(|| {
-        let msg = match verb {
-            Command::Add => "must be called as chained plugin",
-            _ => "Required prevResult missing",
-        };
-        CniError::invalid_config(msg).with_details("the config has no prevResult")
-    })
-}
-
-/// The container addresses of families that have mappings.
-fn mapped_ips(config: &Config, prev: &CniResult, ifname: &str) -> Vec<IpNet> {
-    let (v4, v6) = config::container_ips(prev, ifname);
-    [v4, v6]
-        .into_iter()
-        .flatten()
-        .filter(|ip| plan::has_mappings_for(config, IpFamily::of(ip.addr())))
-        .collect()
-}
-
-fn families(ips: &[IpNet]) -> Vec<IpFamily> {
-    ips.iter().map(|ip| IpFamily::of(ip.addr())).collect()
-}
-
 fn add(call: &Call) -> Result<CniResult, CniError> {
     let Loaded { config, prev, att } = load(call)?;
-    let prev = require_prev(prev, call.command)?;
-    let ips = mapped_ips(&config, &prev, &call.ifname);
+    let prev = error::require_prev(prev, call.command)?;
+    let ips = plan::mapped_ips(&config, &prev, &call.ifname);
     if ips.is_empty() {
         return Ok(prev);
     }
@@ -140,17 +114,17 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
             return Err(e.into());
         }
     }
-    host::flush_udp(&config.mappings, &families(&ips));
+    host::flush_udp(&config.mappings, &plan::families(&ips));
     Ok(prev)
 }
 
 fn check(call: &Call) -> Result<(), CniError> {
     let Loaded { config, prev, att } = load(call)?;
-    let prev = require_prev(prev, call.command)?;
+    let prev = error::require_prev(prev, call.command)?;
     if config.mappings.is_empty() {
         return Ok(());
     }
-    let ips = mapped_ips(&config, &prev, &call.ifname);
+    let ips = plan::mapped_ips(&config, &prev, &call.ifname);
     if ips.is_empty() {
         return Ok(());
     }
@@ -182,44 +156,26 @@ fn del(call: &Call) -> Result<(), CniError> {
     // A discarded record leaves only the kernel's owner comments to find the objects by.
     let list = matches!(record, state::Record::Discarded) || !mappings.is_empty();
     let recorded = record.found();
-    let mut errors: Vec<PortmapError> = Vec::new();
-    // Our own objects first. A commit that deletes nf_tables objects makes the kernel free
-    // them after an RCU grace period, and the last close of the call's socket, at exit, waits
-    // for that: the rest of this DEL overlaps it.
     let mut nft = NftSocket::default();
-    match &recorded {
-        Some(record) => {
-            let mut be = backend::open(record.backend, nft);
-            if let Err(e) = be.del(record) {
-                errors.push(e);
-            }
-            nft = be.into_socket();
-        }
-        None if list && nft.get().is_ok() => {
-            // No record (made by the Go plugin, or the state was lost): find ours by owner.
-            let mut be = backend::open(Backend::Nftables, nft);
-            if let Err(e) = be.del_unrecorded(&att) {
-                errors.push(e);
-            }
-            nft = be.into_socket();
-        }
-        None => {}
-    }
+    let mut errors = backend::del(&mut nft, &att, recorded.as_ref(), list);
     // Then the Go plugin's objects of this attachment (upgrades from the Go plugin): reads,
     // and a commit only when it has some.
     let iptables_done = recorded
         .as_ref()
         .is_some_and(|r| r.backend == Backend::Iptables);
     errors.extend(leftovers::remove(&mut nft, &att, iptables_done));
-    // Also without a record: an ADD killed before the rename of its state file leaves the
-    // temporary file, which this removes.
-    if errors.is_empty() {
-        store.remove(&file).map_err(PortmapError::Store)?;
-        state::prune(&store);
-    }
     match &recorded {
         Some(record) => host::flush_udp(&record.mappings, &record.families()),
         None => host::flush_udp(&mappings, &IpFamily::BOTH),
+    }
+    // The record goes once its objects are gone (also without a record: an ADD killed before
+    // the rename of its state file leaves the temporary file, which this removes). A store
+    // that cannot be written fails the DEL only now, the kernel objects already removed.
+    if errors.is_empty() {
+        match store.remove(&file) {
+            Ok(_) => state::prune(&store),
+            Err(e) => errors.push(PortmapError::Store(e)),
+        }
     }
     if errors.is_empty() {
         return Ok(());
@@ -231,45 +187,9 @@ fn gc(call: &Call) -> Result<(), CniError> {
     let conf: NetConf<PortmapKeys> = call.conf()?;
     let config = config::parse(&conf)?;
     let valid = conf.valid_attachments.clone().unwrap_or_default();
-    let live = |id: &str, ifname: &str| {
-        valid
-            .iter()
-            .any(|a| a.container_id == id && a.ifname == ifname)
-    };
-    let mut errors: Vec<PortmapError> = Vec::new();
     let mut nft = NftSocket::default();
     let kind = backend::select(&config, &mut nft);
-    let mut be = backend::open(Backend::Nftables, nft);
-    // Recorded attachments first: they also cover owners too long to parse back.
-    let store = state::store()?;
-    for name in store.list().map_err(PortmapError::Store)? {
-        let Ok(Some(st)) = state::read(&store, &name).map(state::Record::found) else {
-            continue;
-        };
-        if st.network != conf.name || live(&st.container_id, &st.ifname) {
-            continue;
-        }
-        match backend::remove(&mut be, &st) {
-            Ok(()) => {
-                let _ = store.remove(&name);
-            }
-            Err(e) => errors.push(e),
-        }
-    }
-    state::prune(&store);
-    let mut nft = be.into_socket();
-    if nft.get().is_ok() {
-        let mut be = backend::open(Backend::Nftables, nft);
-        if let Err(e) = be.gc(&conf.name, &valid) {
-            errors.push(e);
-        }
-        nft = be.into_socket();
-    }
-    if kind == Backend::Iptables
-        && let Err(e) = backend::open(Backend::Iptables, nft).gc(&conf.name, &valid)
-    {
-        errors.push(e);
-    }
+    let errors = backend::gc(nft, kind, &state::store()?, &conf.name, &valid);
     if errors.is_empty() {
         return Ok(());
     }
@@ -319,24 +239,5 @@ impl Plugin for Portmap {
 
     fn gc(&self, call: &Call) -> Result<(), CniError> {
         gc(call)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn add_and_check_without_prev_result_give_the_references_messages() {
-        let add = require_prev(None, Command::Add).unwrap_err();
-        assert_eq!(
-            (add.code.as_u32(), add.msg.as_str()),
-            (7, "must be called as chained plugin")
-        );
-        let check = require_prev(None, Command::Check).unwrap_err();
-        assert_eq!(
-            (check.code.as_u32(), check.msg.as_str()),
-            (7, "Required prevResult missing")
-        );
     }
 }

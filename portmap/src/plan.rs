@@ -10,6 +10,7 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 
 use common::nft::{Element, Rule, Value, Verdict};
+use common::types::CniResult;
 use ipnet::IpNet;
 
 #[cfg(test)]
@@ -428,6 +429,21 @@ pub fn nft_del(owner: &str, plans: &[(IpFamily, NftPlan)], seen: &Observed) -> V
         }
     }
     ordered(ops)
+}
+
+/// The container addresses of families that have mappings.
+pub fn mapped_ips(config: &Config, prev: &CniResult, ifname: &str) -> Vec<IpNet> {
+    let (v4, v6) = crate::config::container_ips(prev, ifname);
+    [v4, v6]
+        .into_iter()
+        .flatten()
+        .filter(|ip| has_mappings_for(config, IpFamily::of(ip.addr())))
+        .collect()
+}
+
+/// The families of `ips`.
+pub fn families(ips: &[IpNet]) -> Vec<IpFamily> {
+    ips.iter().map(|ip| IpFamily::of(ip.addr())).collect()
 }
 
 /// The host ports whose UDP conntrack entries must go after a change: (port, host address).

@@ -12,7 +12,8 @@ use crate::config::{Backend, BackendChoice, Config};
 use crate::error::PortmapError;
 use crate::host;
 use crate::plan::Attachment;
-use crate::state::State;
+use crate::state::{self, State};
+use common::store::StateStore;
 
 /// The call's nf_tables socket, opened on first use and kept until the call ends: one socket
 /// per call. Closing a socket of this family while the kernel still frees objects a commit
@@ -161,6 +162,83 @@ pub fn remove(be: &mut Box<dyn PortmapBackend>, record: &State) -> Result<(), Po
     let result = other.del(record);
     *be = open(kind, other.into_socket());
     result
+}
+
+/// Removes the attachment's objects from our layouts: what `record` says, with the backend
+/// that made it; without a record, and when `list` (there are mappings to remove, or the
+/// record was discarded), the elements our maps hold under its owner. Returns what failed.
+pub fn del(
+    nft: &mut NftSocket,
+    att: &Attachment,
+    record: Option<&State>,
+    list: bool,
+) -> Vec<PortmapError> {
+    let kind = match record {
+        Some(record) => record.backend,
+        None if list && nft.get().is_ok() => Backend::Nftables,
+        None => return Vec::new(),
+    };
+    let mut be = open(kind, std::mem::take(nft));
+    let outcome = match record {
+        Some(record) => be.del(record),
+        None => be.del_unrecorded(att),
+    };
+    *nft = be.into_socket();
+    outcome.err().into_iter().collect()
+}
+
+/// GC of `network`: the recorded attachments not in `valid` (through their records, which
+/// also cover owners too long to parse back), then what our maps hold under their owners,
+/// and with the iptables backend (`kind`), the `CNI-DN-` chains of containers not valid.
+/// Returns what failed.
+pub fn gc(
+    nft: NftSocket,
+    kind: Backend,
+    store: &StateStore,
+    network: &str,
+    valid: &[Valid],
+) -> Vec<PortmapError> {
+    let mut errors = Vec::new();
+    let mut be = open(Backend::Nftables, nft);
+    let live = |r: &State| {
+        valid
+            .iter()
+            .any(|a| a.container_id == r.container_id && a.ifname == r.ifname)
+    };
+    let names = match store.list() {
+        Ok(names) => names,
+        Err(e) => {
+            errors.push(PortmapError::Store(e));
+            Vec::new()
+        }
+    };
+    for name in names {
+        let Ok(Some(record)) = state::read(store, &name).map(state::Record::found) else {
+            continue;
+        };
+        if record.network != network || live(&record) {
+            continue;
+        }
+        match remove(&mut be, &record) {
+            Ok(()) => {
+                if let Err(e) = store.remove(&name) {
+                    log::warn!("failed to remove {name}: {e}");
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    state::prune(store);
+    let mut nft = be.into_socket();
+    if nft.get().is_ok() {
+        let mut be = open(Backend::Nftables, nft);
+        errors.extend(be.gc(network, valid).err());
+        nft = be.into_socket();
+    }
+    if kind == Backend::Iptables {
+        errors.extend(open(Backend::Iptables, nft).gc(network, valid).err());
+    }
+    errors
 }
 
 /// The backend `kind`, owning `nft`.
