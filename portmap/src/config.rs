@@ -288,12 +288,37 @@ impl Config {
             || matches!(self.conditions_v6, Conditions::Nftables(_))
     }
 
+    /// The mappings that apply to a container address of `family`.
+    pub fn mappings_for(&self, family: IpFamily) -> Vec<&PortMapping> {
+        self.mappings
+            .iter()
+            .filter(|m| m.host_ip.applies_to(family))
+            .collect()
+    }
+
     /// The conditions of `family`.
     pub fn conditions(&self, family: IpFamily) -> &Conditions {
         match family {
             IpFamily::V4 => &self.conditions_v4,
             IpFamily::V6 => &self.conditions_v6,
         }
+    }
+}
+
+/// A configuration of network `net` with the reference's defaults and `mappings`, for the
+/// unit tests of the modules that plan from one.
+#[cfg(test)]
+pub(crate) fn test_config(mappings: Vec<PortMapping>) -> Config {
+    Config {
+        network: "net".into(),
+        backend: BackendChoice::Auto,
+        snat: true,
+        masq_all: false,
+        mark_masq_bit: DEFAULT_MARK_MASQ_BIT,
+        external_set_mark_chain: None,
+        conditions_v4: Conditions::None,
+        conditions_v6: Conditions::None,
+        mappings,
     }
 }
 

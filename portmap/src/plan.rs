@@ -481,20 +481,10 @@ fn mapping(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{BackendChoice, Proto};
+    use crate::config::Proto;
 
     fn config(mappings: Vec<PortMapping>) -> Config {
-        Config {
-            network: "net".into(),
-            backend: BackendChoice::Auto,
-            snat: true,
-            masq_all: false,
-            mark_masq_bit: 13,
-            external_set_mark_chain: None,
-            conditions_v4: Conditions::None,
-            conditions_v6: Conditions::None,
-            mappings,
-        }
+        crate::config::test_config(mappings)
     }
 
     fn att() -> Attachment {
@@ -594,11 +584,15 @@ mod tests {
         )]
     }
 
-    /// What an ADD of `plans` left in the kernel: the elements and chains it added.
+    /// What an ADD of `plans` left in the kernel.
     fn made(plans: &[(IpFamily, NftPlan)], seen: &Observed) -> Observed {
-        let owner = att().owner();
+        made_by(&att(), plans, seen)
+    }
+
+    /// What an ADD of `plans` by `by` left in the kernel.
+    fn made_by(by: &Attachment, plans: &[(IpFamily, NftPlan)], seen: &Observed) -> Observed {
         let mut after = seen.clone();
-        for op in nft_add(&owner, plans, seen, &[]).unwrap() {
+        for op in nft_add(&by.owner(), plans, seen, &[]).unwrap() {
             match op {
                 NftOp::AddElement {
                     family,
@@ -668,18 +662,7 @@ mod tests {
     #[test]
     fn add_refuses_a_port_another_owner_holds_in_the_map_or_its_twin() {
         let c = config(vec![mapping(8080, 80, Proto::Tcp, HostIp::All)]);
-        let theirs = v4_plan(&c, &other());
-        let mut seen = Observed::default();
-        for op in nft_add(&other().owner(), &theirs, &Observed::default(), &[]).unwrap() {
-            if let NftOp::AddElement {
-                family,
-                set,
-                element,
-            } = op
-            {
-                seen.elements.push((family, set, element));
-            }
-        }
+        let seen = made_by(&other(), &v4_plan(&c, &other()), &Observed::default());
         let err = nft_add(&att().owner(), &v4_plan(&c, &att()), &seen, &[]).unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -767,18 +750,7 @@ mod tests {
         ]);
         theirs.conditions_v4 = Conditions::Nftables(vec![NftCondition::IifName("x".into())]);
         let their_plans = v4_plan(&theirs, &other());
-        let mut seen = Observed::default();
-        for op in nft_add(&other().owner(), &their_plans, &Observed::default(), &[]).unwrap() {
-            match op {
-                NftOp::AddElement {
-                    family,
-                    set,
-                    element,
-                } => seen.elements.push((family, set, element)),
-                NftOp::PutChain { family, chain, .. } => seen.chains.push((family, chain)),
-                _ => {}
-            }
-        }
+        let seen = made_by(&other(), &their_plans, &Observed::default());
         let ours = v4_plan(
             &config(vec![mapping(8080, 80, Proto::Tcp, HostIp::All)]),
             &att(),

@@ -357,17 +357,7 @@ mod tests {
             container_id: "c".into(),
             ifname: "eth0".into(),
         };
-        let config = crate::config::Config {
-            network: "n".into(),
-            backend: crate::config::BackendChoice::Auto,
-            snat: true,
-            masq_all: false,
-            mark_masq_bit: 13,
-            external_set_mark_chain: None,
-            conditions_v4: Conditions::None,
-            conditions_v6: Conditions::None,
-            mappings: Vec::new(),
-        };
+        let config = crate::config::test_config(Vec::new());
         let st = State::new(Backend::Nftables, &config, &att, &[], None);
         write(&store, "b.json", &st).unwrap();
         assert_eq!(store.read::<State>("b.json").unwrap(), Some(st));
@@ -404,17 +394,7 @@ mod tests {
         let store = StateStore::new(tmp.path().join("net-1"));
         let ns = tmp.path().join("ns");
         std::fs::write(&ns, "").unwrap();
-        let config = crate::config::Config {
-            network: "n".into(),
-            backend: crate::config::BackendChoice::Auto,
-            snat: true,
-            masq_all: false,
-            mark_masq_bit: 13,
-            external_set_mark_chain: None,
-            conditions_v4: Conditions::None,
-            conditions_v6: Conditions::None,
-            mappings: Vec::new(),
-        };
+        let config = crate::config::test_config(Vec::new());
         let att = |id: &str| Attachment {
             network: "n".into(),
             container_id: id.into(),
@@ -446,17 +426,7 @@ mod tests {
             container_id: "c".repeat(300),
             ifname: "eth0".into(),
         };
-        let config = crate::config::Config {
-            network: "n".into(),
-            backend: crate::config::BackendChoice::Auto,
-            snat: true,
-            masq_all: false,
-            mark_masq_bit: 13,
-            external_set_mark_chain: None,
-            conditions_v4: Conditions::None,
-            conditions_v6: Conditions::None,
-            mappings: Vec::new(),
-        };
+        let config = crate::config::test_config(Vec::new());
         let st = State::new(Backend::Nftables, &config, &att, &[], None);
         // Longer than a file name may be (NAME_MAX, 255 bytes).
         let err = write(&store, &file(&att), &st).unwrap_err();

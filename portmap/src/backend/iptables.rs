@@ -554,11 +554,7 @@ impl PortmapBackend for Iptables {
         // No host port our nftables maps hold either (no maps where nf_tables is not usable).
         if let Ok(nft) = self.nft.get() {
             for family in ips.iter().map(|ip| IpFamily::of(ip.addr())) {
-                let mappings: Vec<&PortMapping> = config
-                    .mappings
-                    .iter()
-                    .filter(|m| m.host_ip.applies_to(family))
-                    .collect();
+                let mappings = config.mappings_for(family);
                 if let Some((m, owner)) =
                     super::nftables::holder(nft, family, &att.owner(), &mappings)
                         .map_err(PortmapError::Nft)?
@@ -937,20 +933,10 @@ fn stale_containers(dump: &TableDump, network: &str, valid: &[Valid]) -> Vec<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{BackendChoice, HostIp, PortMapping};
+    use crate::config::{HostIp, PortMapping};
 
     fn config(mappings: Vec<PortMapping>) -> Config {
-        Config {
-            network: "net".into(),
-            backend: BackendChoice::Auto,
-            snat: true,
-            masq_all: false,
-            mark_masq_bit: 13,
-            external_set_mark_chain: None,
-            conditions_v4: Conditions::None,
-            conditions_v6: Conditions::None,
-            mappings,
-        }
+        crate::config::test_config(mappings)
     }
 
     fn m(host_port: u16, container_port: u16, proto: Proto, host_ip: HostIp) -> PortMapping {

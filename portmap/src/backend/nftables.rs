@@ -492,11 +492,7 @@ impl PortmapBackend for Nftables {
         // Nor may the reference's layout hold one of the ports (read where it is in nf_tables).
         let ours = names::dnat_chain(&att.network, &att.container_id);
         for family in families {
-            let mappings: Vec<&PortMapping> = config
-                .mappings
-                .iter()
-                .filter(|m| m.host_ip.applies_to(family))
-                .collect();
+            let mappings = config.mappings_for(family);
             if let Some((m, owner)) =
                 iptables::holder_in_nf_tables(self.nft()?, family, &ours, &mappings)
                     .map_err(nft_err)?
