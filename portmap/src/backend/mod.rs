@@ -6,6 +6,7 @@ pub mod nftables;
 
 use common::conf::Attachment as Valid;
 use common::nft::{Nft, NftError};
+use common::store::StateStore;
 use ipnet::IpNet;
 
 use crate::config::{Backend, BackendChoice, Config};
@@ -13,7 +14,6 @@ use crate::error::PortmapError;
 use crate::host;
 use crate::plan::Attachment;
 use crate::state::{self, State};
-use common::store::StateStore;
 
 /// The call's nf_tables socket, opened on first use and kept until the call ends: one socket
 /// per call. Closing a socket of this family while the kernel still frees objects a commit
