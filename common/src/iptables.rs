@@ -431,26 +431,56 @@ fn script(table: &str, lines: &[String]) -> String {
     script
 }
 
+/// Starts `program`. The child is killed when the thread that starts it exits
+/// (`PR_SET_PDEATHSIG`), so a plugin killed while its `iptables-restore` waits for the lock or
+/// reads its script takes the transaction with it instead of leaving it to commit later. The
+/// thread calling this waits for the child ([`finish`]) or kills it, so it outlives the child
+/// in every normal path.
 fn spawn(program: &str, args: &[&str], stdin: bool) -> Result<Child, IptablesError> {
-    Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| {
-            if source.kind() == std::io::ErrorKind::NotFound {
-                IptablesError::Missing {
-                    program: program.to_owned(),
-                    source,
-                }
-            } else {
-                IptablesError::Io {
-                    program: program.to_owned(),
-                    source,
-                }
+        .stderr(Stdio::piped());
+    die_with_parent(&mut command);
+    command.spawn().map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            IptablesError::Missing {
+                program: program.to_owned(),
+                source,
             }
-        })
+        } else {
+            IptablesError::Io {
+                program: program.to_owned(),
+                source,
+            }
+        }
+    })
+}
+
+/// Makes the child of `command` receive SIGKILL when the thread spawning it exits, and exit at
+/// once if its parent is already gone by the time it asks (the race between `fork` and
+/// `prctl`).
+fn die_with_parent(command: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    let parent = std::process::id();
+    let hook = move || {
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+            .map_err(std::io::Error::from)?;
+        if std::os::unix::process::parent_id() != parent {
+            // The parent died before `prctl`: nothing will ever kill this child.
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between `fork` and `exec`; it makes two system calls
+    // (`prctl`, `getppid`), both async-signal-safe, and allocates nothing (its errors are
+    // bare errnos).
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(hook);
+    }
 }
 
 /// Feeds `stdin` to a started tool and waits for it, at most its limit (then kills it).
@@ -578,6 +608,16 @@ COMMIT
         }
         // Exiting 0 with the script unread is no success.
         assert!(matches!(run("exit 0"), Err(IptablesError::Io { .. })));
+    }
+
+    #[test]
+    fn a_tool_is_killed_when_the_thread_that_started_it_exits() {
+        use std::os::unix::process::ExitStatusExt as _;
+        let mut child = std::thread::spawn(|| spawn("sleep", &["30"], false).unwrap())
+            .join()
+            .unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
     }
 
     #[test]

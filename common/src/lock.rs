@@ -6,6 +6,7 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::error::{CniError, ErrorCode};
@@ -87,30 +88,63 @@ impl FileLock {
 
     /// Locks an already open file (for example a directory), waiting at most `wait`.
     ///
+    /// A contended lock is waited for in the kernel (a blocking `flock` on a helper thread),
+    /// not polled: the kernel hands a released lock to a waiter at once, so under contention
+    /// the waiters get through one after the other with no idle gap, where pollers asleep
+    /// between attempts leave the lock free for whoever asks first and time out behind them.
+    ///
     /// # Errors
     /// As [`FileLock::acquire`].
     pub fn acquire_file(file: File, path: PathBuf, wait: Duration) -> Result<FileLock, LockError> {
+        match file.try_lock() {
+            Ok(()) => return Ok(FileLock { file, path }),
+            Err(TryLockError::WouldBlock) => {}
+            Err(TryLockError::Error(source)) => return Err(LockError::Lock { path, source }),
+        }
         let start = Instant::now();
-        let mut pause = Duration::from_millis(1);
-        loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(FileLock { file, path }),
-                Err(TryLockError::WouldBlock) => {
-                    let waited = start.elapsed();
-                    if waited >= wait {
-                        return Err(LockError::Timeout { path, waited });
-                    }
-                    std::thread::sleep(pause.min(wait - waited));
-                    pause = (pause * 2).min(Duration::from_millis(50));
-                }
-                Err(TryLockError::Error(source)) => return Err(LockError::Lock { path, source }),
-            }
+        match wait_for_lock(&file, wait) {
+            Ok(true) => Ok(FileLock { file, path }),
+            Ok(false) => Err(LockError::Timeout {
+                path,
+                waited: start.elapsed(),
+            }),
+            Err(source) => Err(LockError::Lock { path, source }),
         }
     }
 
     /// The locked path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// Blocks in `flock(LOCK_EX)` on another descriptor of `file`'s open file description, on a
+/// helper thread, for at most `wait`: true when the lock is taken. A waiter that outlives its
+/// caller's patience takes the lock, finds no one to hand it to and drops its descriptor;
+/// the caller has dropped `file` by then or drops it on its error path, so the lock, which
+/// belongs to the open file description, goes with the last of the two.
+fn wait_for_lock(file: &File, wait: Duration) -> std::io::Result<bool> {
+    let waiter = file.try_clone()?;
+    let (tx, rx) = mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("lock-wait".to_owned())
+        .spawn(move || {
+            let taken = loop {
+                match waiter.lock() {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    other => break other,
+                }
+            };
+            // A send fails once the caller gave up; dropping `waiter` then leaves the lock to
+            // the caller's descriptor, which is closed or about to be.
+            let _ = tx.send(taken);
+        })?;
+    match rx.recv_timeout(wait) {
+        Ok(taken) => taken.map(|()| true),
+        Err(mpsc::RecvTimeoutError::Timeout) => Ok(false),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Err(std::io::Error::other("the lock waiter thread died"))
+        }
     }
 }
 

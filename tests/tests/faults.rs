@@ -36,6 +36,10 @@
 //!   failing DEL has already removed the kernel objects: it fails only on its record.
 //! - Deterministic versions of what the cases above found: an empty ingress qdisc left by a
 //!   killed bandwidth ADD, and firewall's iptables ADD killed after its rules were committed.
+//! - **An ADD killed before its `iptables-restore` commits** (a wrapper that waits first): the
+//!   tool dies with the plugin and commits nothing afterwards (portmap, firewall).
+//! - **Lockers contending for a `FileLock`** (portmap's iptables lock): all get it within a
+//!   bound a few times their summed holds.
 //!
 //! Covered elsewhere and not repeated: `bandwidth.rs` (DEL after the netns is gone removes the
 //! IFB), `conformance.rs` (DEL of every plugin succeeds after the netns is gone; for sbr that is
@@ -1852,46 +1856,12 @@ fn firewall_iptables_del_finds_the_rules_of_an_add_killed_after_its_commit() -> 
     isolated(|| {
         let stage = Stage::new("fkfwcommit", "firewall", firewall_keys("iptables"))?;
         let before = stage.warmed_up()?;
-        let tools = tempfile::tempdir()?;
-        let committed = tools.path().join("committed");
-        for family in ["iptables", "ip6tables"] {
-            let save = format!("{family}-save");
-            std::os::unix::fs::symlink(which(&save)?, tools.path().join(&save))?;
-            let restore = format!("{family}-restore");
-            let script = format!(
-                "#!/bin/sh\n{} \"$@\" || exit $?\n: > {}.{family}\n/bin/sleep 1\n",
-                which(&restore)?.display(),
-                committed.display()
-            );
-            let path = tools.path().join(&restore);
-            std::fs::write(&path, script)?;
-            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-        }
-        let path = tools.path().to_string_lossy().into_owned();
-        let (mut cmd, stdin) = stage.command("ADD", true, &[("PATH", &path)])?;
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let mut child = process::spawn_in(stage.runtime.host(), &mut cmd)?;
-        if let Some(mut pipe) = child.stdin.take() {
-            std::io::Write::write_all(&mut pipe, &stdin)?;
-        }
-        let deadline = Instant::now() + PLUGIN_DEADLINE;
-        let marker = |family: &str| PathBuf::from(format!("{}.{family}", committed.display()));
-        while !(marker("iptables").exists() && marker("ip6tables").exists()) {
-            ensure!(
-                Instant::now() < deadline,
-                "the wrapped restores never committed"
-            );
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let _ = child.kill();
-        let reaped = process::reap(&mut child, Some(Instant::now() + PLUGIN_DEADLINE))?;
-        ensure!(
-            reaped.status.signal() == Some(libc::SIGKILL),
-            "ADD exited before the kill: {:?}",
-            reaped.status
-        );
+        let tools = WrappedRestore::new(|real, marker| {
+            format!("{real} \"$@\" || exit $?\n: > {marker}\n/bin/sleep 1\n")
+        })?;
+        let mut child = tools.start_add(&stage)?;
+        tools.wait_for(&["iptables", "ip6tables"])?;
+        kill_and_reap(&mut child)?;
         wait_idle(&stage.namespaces())?;
         let rules = stage
             .topo
@@ -1904,6 +1874,185 @@ fn firewall_iptables_del_finds_the_rules_of_an_add_killed_after_its_commit() -> 
         stage.ok("DEL", false, &[])?;
         stage.settles_to(&before, "DEL after an ADD killed after its commit")
     })
+}
+
+/// An ADD killed while its `iptables-restore` has not committed yet (a wrapper that waits,
+/// then runs the real tool on the script the plugin already wrote into its stdin): the tool
+/// dies with the plugin, so nothing is committed once the plugin is gone, where an orphaned
+/// tool would commit half an ADD that no DEL follows. portmap and firewall, iptables backends.
+#[test]
+fn an_iptables_restore_dies_with_the_plugin_that_started_it() -> Result<()> {
+    isolated(|| {
+        for (plugin, keys) in [
+            ("portmap", portmap_keys("iptables")),
+            ("firewall", firewall_keys("iptables")),
+        ] {
+            let stage = Stage::new("fkrestore", plugin, keys)?;
+            stage.warmed_up()?;
+            let tools = WrappedRestore::new(|real, marker| {
+                format!(": > {marker}\n/bin/sleep 1\nexec {real} \"$@\"\n")
+            })?;
+            let mut child = tools.start_add(&stage)?;
+            let family = tools.wait_for_any(&["iptables", "ip6tables"])?;
+            kill_and_reap(&mut child)?;
+            let at_kill = stage.netfilter_lines()?;
+            // The wrapper's sleep, and today a tool committing after it, run to their end.
+            wait_idle(&stage.namespaces())?;
+            let later = stage.netfilter_lines()?;
+            let (gone, added) = snapshot::multiset_difference(&at_kill, &later);
+            let changes: Vec<String> = gone
+                .iter()
+                .map(|l| format!("- {l}"))
+                .chain(added.iter().map(|l| format!("+ {l}")))
+                .collect();
+            ensure!(
+                changes.is_empty(),
+                "{plugin}: the {family}-restore of a killed ADD changed the host afterwards:\n  {}",
+                changes.join("\n  ")
+            );
+        }
+        Ok(())
+    })
+}
+
+/// portmap's iptables lock (any [`FileLock`]) under contention: lockers that arrive together
+/// and each hold it a moment all get it within a bound a few times their summed holds, one
+/// at a time. Waiters that poll sleep between attempts with the lock free, and the last ones
+/// time out behind the others.
+#[test]
+fn contended_lockers_all_get_the_lock_within_their_bound() -> Result<()> {
+    const LOCKERS: usize = 10;
+    const HOLD: Duration = Duration::from_millis(5);
+    const BOUND: Duration = Duration::from_millis(150);
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("iptables.lock");
+    let start = std::sync::Barrier::new(LOCKERS);
+    let holders = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<Result<Duration>> = std::thread::scope(|scope| {
+        let lockers: Vec<_> = (0..LOCKERS)
+            .map(|_| {
+                scope.spawn(|| -> Result<Duration> {
+                    start.wait();
+                    let asked = Instant::now();
+                    let lock = FileLock::acquire(&path, BOUND)?;
+                    let waited = asked.elapsed();
+                    let others = holders.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    std::thread::sleep(HOLD);
+                    holders.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    drop(lock);
+                    ensure!(others == 0, "{others} other holder(s) at the same time");
+                    Ok(waited)
+                })
+            })
+            .collect();
+        lockers
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(anyhow!("a locker panicked")))
+            })
+            .collect()
+    });
+    let failed: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(|e| format!("{e:#}")))
+        .collect();
+    ensure!(
+        failed.is_empty(),
+        "{} of {LOCKERS} lockers failed: {failed:?}",
+        failed.len()
+    );
+    Ok(())
+}
+
+/// A directory of iptables tools for a plugin's `PATH`: the real ones, but `iptables-restore`
+/// and `ip6tables-restore` wrapped in a script, each of which leaves a marker
+/// (`<marker>.<family>`) where its body says.
+struct WrappedRestore {
+    dir: tempfile::TempDir,
+}
+
+impl WrappedRestore {
+    /// `body(real tool, marker)` is the script after `#!/bin/sh`.
+    fn new(body: impl Fn(&str, &str) -> String) -> Result<WrappedRestore> {
+        let dir = tempfile::tempdir()?;
+        for family in ["iptables", "ip6tables"] {
+            for tool in [family.to_owned(), format!("{family}-save")] {
+                std::os::unix::fs::symlink(which(&tool)?, dir.path().join(&tool))?;
+            }
+            let restore = format!("{family}-restore");
+            let marker = dir.path().join(format!("marker.{family}"));
+            let script = format!(
+                "#!/bin/sh\n{}",
+                body(
+                    &which(&restore)?.display().to_string(),
+                    &marker.display().to_string()
+                )
+            );
+            let path = dir.path().join(&restore);
+            std::fs::write(&path, script)?;
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+        }
+        Ok(WrappedRestore { dir })
+    }
+
+    fn marker(&self, family: &str) -> PathBuf {
+        self.dir.path().join(format!("marker.{family}"))
+    }
+
+    /// Starts the stage's ADD with these tools first (and only) on `PATH`.
+    fn start_add(&self, stage: &Stage) -> Result<std::process::Child> {
+        let path = self.dir.path().to_string_lossy().into_owned();
+        let (mut cmd, stdin) = stage.command("ADD", true, &[("PATH", &path)])?;
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = process::spawn_in(stage.runtime.host(), &mut cmd)?;
+        if let Some(mut pipe) = child.stdin.take() {
+            std::io::Write::write_all(&mut pipe, &stdin)?;
+        }
+        Ok(child)
+    }
+
+    /// Waits until the wrappers of all `families` left their marker.
+    fn wait_for(&self, families: &[&str]) -> Result<()> {
+        let deadline = Instant::now() + PLUGIN_DEADLINE;
+        while !families.iter().all(|f| self.marker(f).exists()) {
+            ensure!(
+                Instant::now() < deadline,
+                "the wrapped restores never left {families:?}"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Ok(())
+    }
+
+    /// Waits until the wrapper of one of `families` left its marker; returns that family.
+    fn wait_for_any<'a>(&self, families: &[&'a str]) -> Result<&'a str> {
+        let deadline = Instant::now() + PLUGIN_DEADLINE;
+        loop {
+            if let Some(family) = families.iter().find(|f| self.marker(f).exists()) {
+                return Ok(family);
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "no wrapped restore of {families:?} started"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// SIGKILLs a plugin and reaps it; fails if it had exited on its own before.
+fn kill_and_reap(child: &mut std::process::Child) -> Result<()> {
+    let _ = child.kill();
+    let reaped = process::reap(child, Some(Instant::now() + PLUGIN_DEADLINE))?;
+    ensure!(
+        reaped.status.signal() == Some(libc::SIGKILL),
+        "the plugin exited before the kill: {:?}",
+        reaped.status
+    );
+    Ok(())
 }
 
 /// The absolute path of `tool` on this process's `PATH`.
