@@ -35,7 +35,10 @@ const EXEC_GRACE: Duration = Duration::from_secs(10);
 const RESOURCE_PROBLEM: i32 = 4;
 
 /// IPv4 (`iptables`) or IPv6 (`ip6tables`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Family {
     /// `iptables`.
     V4,
@@ -653,7 +656,7 @@ COMMIT
         ));
     }
 
-    fn in_new_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    pub(in crate::iptables) fn in_new_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
         crate::netns::in_new_netns(f).expect("a fresh network namespace needs root")
     }
 
@@ -884,7 +887,7 @@ COMMIT
                     &[restore_line(
                         "-A",
                         "ISO",
-                        &["-p", "tcp", "-m", "tcp", "--dport", "80", "-j", "DROP"],
+                        &["-p", "tcp", "-m", "tcp", "--sport", "80", "-j", "DROP"],
                     )
                     .unwrap()],
                 )

@@ -24,7 +24,7 @@ use netlink_packet_route::nsid::{NsidAttribute, NsidMessage};
 
 pub use ifb::LinkAlias;
 pub use route::{Address, Route, Rule, TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN};
-pub use socket::{BatchFailure, NetlinkSocket};
+pub use socket::{BatchFailure, BatchReplies, NetlinkSocket};
 
 use crate::netns::{NetNs, NetnsError};
 

@@ -14,7 +14,7 @@ use netlink_packet_core::{
 use netlink_sys::{Socket, SocketAddr};
 
 mod batch;
-pub use batch::BatchFailure;
+pub use batch::{BatchFailure, BatchReplies};
 
 /// Receive buffer size: large enough for any single datagram a dump sends.
 const RECV_BUF: usize = 64 * 1024;
@@ -64,6 +64,19 @@ impl NetlinkSocket {
     pub fn request<I>(&mut self, payload: I, flags: u16) -> io::Result<Vec<I>>
     where
         I: NetlinkSerializable + NetlinkDeserializable,
+    {
+        self.exchange(payload, NLM_F_REQUEST | NLM_F_ACK | flags)
+    }
+
+    /// [`NetlinkSocket::request`] with the replies decoded as `O` rather than as the request's
+    /// type (see [`NetlinkSocket::dump_as`]).
+    ///
+    /// # Errors
+    /// The kernel's errno for a NACK, or an I/O error.
+    pub fn request_as<I, O>(&mut self, payload: I, flags: u16) -> io::Result<Vec<O>>
+    where
+        I: NetlinkSerializable,
+        O: NetlinkDeserializable,
     {
         self.exchange(payload, NLM_F_REQUEST | NLM_F_ACK | flags)
     }

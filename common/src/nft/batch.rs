@@ -1,6 +1,8 @@
 //! Atomic batches: every change of one plugin call in one nfnetlink transaction.
 
-use netlink_packet_core::{Emitable, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, Nla};
+use netlink_packet_core::{
+    DefaultNla, Emitable, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_ECHO, Nla,
+};
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, DataAttribute, Hook, HookNumber, InetHookNumber, ListAttribute,
     NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute, SetElementAttribute, SetElementList,
@@ -181,6 +183,7 @@ enum Op {
         chain: String,
         rule: Rule,
         append: bool,
+        echo: bool,
     },
     DeleteRule {
         table: Table,
@@ -209,6 +212,7 @@ impl Op {
                 chain,
                 rule,
                 append,
+                ..
             } => format!(
                 "{} rule {table} {chain} {}",
                 if *append { "add" } else { "insert" },
@@ -316,22 +320,35 @@ impl Batch {
 
     /// `add rule ip TABLE CHAIN …`: appends the rule.
     pub fn add_rule(&mut self, table: &Table, chain: &str, rule: &Rule) -> &mut Batch {
-        self.ops.push(Op::AddRule {
-            table: table.clone(),
-            chain: chain.to_string(),
-            rule: rule.clone(),
-            append: true,
-        });
-        self
+        self.push_rule(table, chain, rule, true, false)
+    }
+
+    /// `add rule ip TABLE CHAIN …` whose handle the kernel reports back when the batch
+    /// commits ([`Nft::apply_echo`](super::Nft::apply_echo)), for deleting it later by handle
+    /// without listing the chain.
+    pub fn add_rule_echo(&mut self, table: &Table, chain: &str, rule: &Rule) -> &mut Batch {
+        self.push_rule(table, chain, rule, true, true)
     }
 
     /// `insert rule ip TABLE CHAIN …`: puts the rule first in the chain.
     pub fn insert_rule(&mut self, table: &Table, chain: &str, rule: &Rule) -> &mut Batch {
+        self.push_rule(table, chain, rule, false, false)
+    }
+
+    fn push_rule(
+        &mut self,
+        table: &Table,
+        chain: &str,
+        rule: &Rule,
+        append: bool,
+        echo: bool,
+    ) -> &mut Batch {
         self.ops.push(Op::AddRule {
             table: table.clone(),
             chain: chain.to_string(),
             rule: rule.clone(),
-            append: false,
+            append,
+            echo,
         });
         self
     }
@@ -467,14 +484,13 @@ impl Batch {
                     chain,
                     rule,
                     append,
+                    echo,
                 } => (
                     table,
                     one(rule_message(table, chain, rule).map_err(fail)?),
-                    if *append {
-                        NLM_F_CREATE | NLM_F_APPEND
-                    } else {
-                        NLM_F_CREATE
-                    },
+                    NLM_F_CREATE
+                        | if *append { NLM_F_APPEND } else { 0 }
+                        | if *echo { NLM_F_ECHO } else { 0 },
                 ),
                 Op::DeleteRule {
                     table,
@@ -708,6 +724,14 @@ pub(super) fn rule_message(t: &Table, chain: &str, rule: &Rule) -> Result<NfTabl
         RuleAttribute::Chain(chain.to_string()),
         RuleAttribute::Expressions(exprs.iter().map(super::expr::Expr::encode).collect()),
     ];
+    if let Some((proto, negated)) = rule.compat_proto() {
+        // NFTA_RULE_COMPAT_PROTO, NFTA_RULE_COMPAT_FLAGS (NFT_RULE_COMPAT_F_INV).
+        let flags: u32 = if negated { 1 << 1 } else { 0 };
+        attributes.push(RuleAttribute::Compat(vec![
+            DefaultNla::new(1, proto.to_be_bytes().to_vec()),
+            DefaultNla::new(2, flags.to_be_bytes().to_vec()),
+        ]));
+    }
     if let Some(c) = rule.comment_text() {
         attributes.push(RuleAttribute::UserData(userdata::comment(c)));
     }

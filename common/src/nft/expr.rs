@@ -238,6 +238,16 @@ pub enum Expr {
         /// Its `xt_*_info` structure, in host byte order and padded as the kernel keeps it.
         info: Vec<u8>,
     },
+    /// `[ target name DNAT rev 2 ]`: an xtables target, as `iptables-nft` writes the targets
+    /// it has no native form for (`-j DNAT`, `-j MARK`, `-j MASQUERADE`, …).
+    XtTarget {
+        /// The extension's name.
+        name: String,
+        /// Its revision.
+        rev: u32,
+        /// Its `xt_*` target structure, in host byte order and padded as the kernel keeps it.
+        info: Vec<u8>,
+    },
     /// An expression this module does not model, by name.
     Other(String),
 }
@@ -283,6 +293,9 @@ pub(super) const NFTA_COUNTER_PACKETS: u16 = 2;
 pub(super) const NFTA_MATCH_NAME: u16 = 1;
 pub(super) const NFTA_MATCH_REV: u16 = 2;
 pub(super) const NFTA_MATCH_INFO: u16 = 3;
+pub(super) const NFTA_TARGET_NAME: u16 = 1;
+pub(super) const NFTA_TARGET_REV: u16 = 2;
+pub(super) const NFTA_TARGET_INFO: u16 = 3;
 
 fn u32_nla(kind: u16, value: u32) -> DefaultNla {
     DefaultNla::new(kind, value.to_be_bytes().to_vec())
@@ -415,6 +428,18 @@ impl Expr {
                         DefaultNla::new(NFTA_MATCH_NAME, c_name),
                         u32_nla(NFTA_MATCH_REV, *rev),
                         DefaultNla::new(NFTA_MATCH_INFO, info.clone()),
+                    ],
+                )
+            }
+            Expr::XtTarget { name, rev, info } => {
+                let mut c_name = name.as_bytes().to_vec();
+                c_name.push(0);
+                own(
+                    "target",
+                    vec![
+                        DefaultNla::new(NFTA_TARGET_NAME, c_name),
+                        u32_nla(NFTA_TARGET_REV, *rev),
+                        DefaultNla::new(NFTA_TARGET_INFO, info.clone()),
                     ],
                 )
             }

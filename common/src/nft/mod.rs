@@ -495,6 +495,15 @@ impl Nft {
     /// object the kernel refused, with its errno (and the kernel feature it lacks, when the
     /// refusal points at one: [`NftError::is_unsupported`]).
     pub fn apply(&mut self, batch: &Batch) -> Result<(), NftError> {
+        self.transact(batch, true).map(drop)
+    }
+
+    /// [`Nft::apply`], returning the rules added with [`Batch::add_rule_echo`] as the kernel
+    /// committed them (with their handles), in batch order.
+    ///
+    /// # Errors
+    /// As [`Nft::apply`].
+    pub fn apply_echo(&mut self, batch: &Batch) -> Result<Vec<ListedRule>, NftError> {
         self.transact(batch, true)
     }
 
@@ -507,13 +516,22 @@ impl Nft {
     /// # Errors
     /// As [`Nft::apply`] for what the kernel would refuse.
     pub fn validate(&mut self, batch: &Batch) -> Result<(), NftError> {
-        self.transact(batch, false)
+        self.transact(batch, false).map(drop)
     }
 
-    fn transact(&mut self, batch: &Batch, commit: bool) -> Result<(), NftError> {
-        let (encoded, failures) = self.send(batch, commit)?;
-        match failures.into_iter().next() {
-            None => Ok(()),
+    /// Sends `batch` and returns the rules the kernel echoed back, in batch order.
+    fn transact(&mut self, batch: &Batch, commit: bool) -> Result<Vec<ListedRule>, NftError> {
+        let (encoded, replies) = self.send(batch, commit)?;
+        match replies.failures.into_iter().next() {
+            None => {
+                let mut echoed = replies.messages;
+                echoed.sort_by_key(|(index, _)| *index);
+                Ok(echoed
+                    .iter()
+                    .filter(|(_, rule)| rule.is_rule())
+                    .map(|(_, rule)| rule.decode())
+                    .collect())
+            }
             Some(first) => Err(rejected(batch, &encoded, first, commit)),
         }
     }
@@ -524,9 +542,21 @@ impl Nft {
         &mut self,
         batch: &Batch,
         commit: bool,
-    ) -> Result<(Vec<batch::Encoded>, Vec<crate::netlink::BatchFailure>), NftError> {
+    ) -> Result<
+        (
+            Vec<batch::Encoded>,
+            crate::netlink::BatchReplies<raw::DumpedRule>,
+        ),
+        NftError,
+    > {
         if batch.is_empty() {
-            return Ok((Vec::new(), Vec::new()));
+            return Ok((
+                Vec::new(),
+                crate::netlink::BatchReplies {
+                    failures: Vec::new(),
+                    messages: Vec::new(),
+                },
+            ));
         }
         let encoded = batch.encode().map_err(|e| NftError::Invalid {
             object: e.object,
@@ -553,14 +583,14 @@ impl Nft {
             .map(|(m, _)| (NLMSG_HDRLEN + m.0.payload.len() + 3) & !3)
             .sum();
         self.reserve_send_buffer(bytes)?;
-        let failures = self
+        let replies = self
             .socket
-            .send_batch(wire)
+            .send_batch_as::<_, raw::DumpedRule>(wire)
             .map_err(|source| NftError::Request {
                 op: format!("send a batch of {bytes} bytes"),
                 source,
             })?;
-        Ok((encoded, failures))
+        Ok((encoded, replies))
     }
 
     /// Makes the socket's send buffer hold a datagram of `bytes`.
@@ -665,6 +695,70 @@ impl Nft {
             ],
         });
         self.exists(table.family, msg, format!("chain {table} {chain}"))
+    }
+
+    /// The handle of a table (`nft -a list table …`), or `None` when it does not exist. The
+    /// kernel numbers the tables of a namespace from one counter, so a table deleted and made
+    /// again has another handle: rule handles recorded with one are void with the other.
+    ///
+    /// # Errors
+    /// The kernel's errno other than ENOENT.
+    pub fn table_handle(&mut self, table: &Table) -> Result<Option<u64>, NftError> {
+        let msg = NfTablesMessage::GetTable(TableMessage {
+            attributes: vec![TableAttribute::Name(table.name.clone())],
+        });
+        match self.request(
+            &|| format!("look up table {table}"),
+            table.family,
+            msg,
+            false,
+        ) {
+            Ok(replies) => Ok(replies
+                .iter()
+                .filter(|reply| reply.nft_kind() == Some(raw::NFT_MSG_NEWTABLE))
+                .find_map(|reply| {
+                    raw::attributes(reply.attrs())
+                        .find(|(kind, _)| *kind == raw::NFTA_TABLE_HANDLE)
+                        .and_then(|(_, v)| v.try_into().ok().map(u64::from_be_bytes))
+                })),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The rule with `handle` in a chain (`nft -a list chain …` without the others: the
+    /// kernel finds it by handle and sends that rule alone), or `None` when the table, chain
+    /// or rule does not exist.
+    ///
+    /// # Errors
+    /// The kernel's errno other than ENOENT.
+    pub fn rule(
+        &mut self,
+        table: &Table,
+        chain: &str,
+        handle: u64,
+    ) -> Result<Option<ListedRule>, NftError> {
+        let msg = NfTablesMessage::GetRule(RuleMessage {
+            attributes: vec![
+                RuleAttribute::Table(table.name.clone()),
+                RuleAttribute::Chain(chain.to_string()),
+                RuleAttribute::Handle(handle),
+            ],
+        });
+        match self
+            .socket
+            .request_as::<_, raw::DumpedRule>(batch::nft_message(table.family, msg), 0)
+        {
+            Ok(replies) => Ok(replies
+                .iter()
+                .find(|r| r.is_in(&table.name, chain))
+                .map(raw::DumpedRule::decode)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(source) => Err(NftError::Request {
+                op: format!("get rule {table} {chain} handle {handle}"),
+                source,
+            }),
+        }
     }
 
     /// The rules of a chain in order, with handles and comments (`nft -a list chain …`).

@@ -98,9 +98,9 @@ impl Nft {
                 _ => batch.add_rule(&table, PROBE_CHAIN, &probe_rule(*feature, family)),
             };
         }
-        let (encoded, failures) = self.send(&batch, false)?;
+        let (encoded, replies) = self.send(&batch, false)?;
         let mut missing = Vec::new();
-        for failure in failures {
+        for failure in replies.failures {
             let errno = failure.error.raw_os_error();
             let op = failure
                 .index
@@ -138,6 +138,6 @@ fn probe_rule(feature: Feature, family: Family) -> Rule {
         Feature::Masquerade => Rule::new().masquerade(),
         Feature::Ct => Rule::new().ct_state(CtStateFlags::ESTABLISHED).accept(),
         Feature::Counter | Feature::NatChain => Rule::new().counter(),
-        Feature::Expression(name) => Rule::new().raw(Expr::Other(name.to_string())),
+        Feature::Expression(name) => Rule::new().expr(Expr::Other(name.to_string())),
     }
 }

@@ -120,8 +120,11 @@ fn string(value: &[u8]) -> Option<String> {
 
 // linux/netfilter/nfnetlink.h and nf_tables.h
 pub(crate) const NFNL_SUBSYS_NFTABLES: u16 = 10;
+/// `NFTA_TABLE_HANDLE` (u64, big-endian).
+pub(crate) const NFTA_TABLE_HANDLE: u16 = 4;
 pub(crate) const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 pub(crate) const NFNL_MSG_BATCH_END: u16 = 0x11;
+pub(crate) const NFT_MSG_NEWTABLE: u16 = 0;
 pub(crate) const NFT_MSG_NEWCHAIN: u16 = 3;
 pub(crate) const NFT_MSG_NEWRULE: u16 = 6;
 pub(crate) const NFT_MSG_NEWSET: u16 = 9;
@@ -171,6 +174,11 @@ impl NetlinkDeserializable for DumpedRule {
 }
 
 impl DumpedRule {
+    /// Whether this is a rule message at all.
+    pub(crate) fn is_rule(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// Whether this is a rule of `chain` in `table` (old kernels ignore a dump's filter).
     pub(crate) fn is_in(&self, table: &str, chain: &str) -> bool {
         let Some(attrs) = &self.0 else {
@@ -465,6 +473,11 @@ fn decode_data(name: &str, d: &[u8]) -> Option<Expr> {
             rev: u32_of(d, NFTA_MATCH_REV)?,
             info: find(d, NFTA_MATCH_INFO)?.to_vec(),
         },
+        "target" => Expr::XtTarget {
+            name: find(d, NFTA_TARGET_NAME).and_then(string)?,
+            rev: u32_of(d, NFTA_TARGET_REV)?,
+            info: find(d, NFTA_TARGET_INFO)?.to_vec(),
+        },
         _ => return None,
     })
 }
@@ -554,6 +567,11 @@ mod tests {
                 name: "comment".into(),
                 rev: 0,
                 info: vec![b'x'; 256],
+            },
+            Expr::XtTarget {
+                name: "MARK".into(),
+                rev: 2,
+                info: vec![0, 0x20, 0, 0, 0, 0x20, 0, 0],
             },
             Expr::Other("quota".into()),
         ];

@@ -302,8 +302,7 @@ enum Stmt {
         map: String,
     },
     Masquerade,
-    /// An expression as is, for probes of the kernel.
-    Raw(Expr),
+    Expr(Expr),
 }
 
 /// A rule: matches, then at most one terminal statement. Build it in `nft` order; each
@@ -324,6 +323,7 @@ enum Stmt {
 pub struct Rule {
     stmts: Vec<Stmt>,
     comment: Option<String>,
+    compat: Option<(u32, bool)>,
 }
 
 /// A rule that cannot be encoded for its table, with the reason.
@@ -503,6 +503,13 @@ impl Rule {
         })
     }
 
+    /// One expression as it is, for encoders that reproduce another tool's expansion
+    /// expression for expression (`iptables-nft`'s, in [`crate::iptables::native`]).
+    #[must_use]
+    pub fn expr(self, expr: Expr) -> Rule {
+        self.push(Stmt::Expr(expr))
+    }
+
     /// `accept`.
     #[must_use]
     pub fn accept(self) -> Rule {
@@ -591,12 +598,6 @@ impl Rule {
         self.push(Stmt::Masquerade)
     }
 
-    /// The expression `expr` as is (no dependency, no check): for probes of the kernel.
-    #[must_use]
-    pub(crate) fn raw(self, expr: Expr) -> Rule {
-        self.push(Stmt::Raw(expr))
-    }
-
     /// `comment "TEXT"` (at most [`COMMENT_MAX`] bytes).
     #[must_use]
     pub fn comment(mut self, comment: &str) -> Rule {
@@ -607,6 +608,21 @@ impl Rule {
     /// The rule's comment.
     pub fn comment_text(&self) -> Option<&str> {
         self.comment.as_deref()
+    }
+
+    /// The layer-4 protocol an `iptables-nft` rule states for the xtables extensions in it
+    /// (`NFTA_RULE_COMPAT`: the `-p` number and whether it is negated), which the kernel
+    /// checks them against (`-m sctp` needs `-p sctp`, `-m multiport` a protocol with ports)
+    /// and does not keep.
+    #[must_use]
+    pub fn compat(mut self, proto: u32, negated: bool) -> Rule {
+        self.compat = Some((proto, negated));
+        self
+    }
+
+    /// The protocol stated with [`Rule::compat`].
+    pub fn compat_proto(&self) -> Option<(u32, bool)> {
+        self.compat
     }
 
     /// The rule as `nft list` prints it (modulo nft's own abbreviations).
@@ -827,6 +843,7 @@ impl Encoder {
                 info: info.clone(),
             }),
             Stmt::Verdict(v) => self.exprs.push(Expr::ImmediateVerdict(v.clone())),
+            Stmt::Expr(e) => self.exprs.push(e.clone()),
             Stmt::NatTo { kind, addr, port } => {
                 let version = NfProto::of(*addr);
                 self.nat_family(version)?;
@@ -874,7 +891,6 @@ impl Encoder {
                 });
             }
             Stmt::Masquerade => self.exprs.push(Expr::Masquerade),
-            Stmt::Raw(expr) => self.exprs.push(expr.clone()),
         }
         Ok(())
     }
@@ -971,7 +987,10 @@ fn stmt_to_nft(stmt: &Stmt) -> String {
         Stmt::Vmap { keys, map } => format!("{} vmap @{map}", concat_to_nft(keys)),
         Stmt::Counter => "counter".to_string(),
         Stmt::XtMatch { name, .. } => format!("xt match {name:?}"),
-        Stmt::Verdict(v) => verdict_to_nft(v),
+        Stmt::Expr(Expr::XtMatch { name, .. }) => format!("xt match {name:?}"),
+        Stmt::Expr(Expr::XtTarget { name, .. }) => format!("xt target {name:?}"),
+        Stmt::Expr(Expr::ImmediateVerdict(v)) | Stmt::Verdict(v) => verdict_to_nft(v),
+        Stmt::Expr(e) => format!("[ {e:?} ]"),
         Stmt::NatTo { kind, addr, port } => {
             let target = match (addr, port) {
                 (IpAddr::V4(a), Some(p)) => format!("{a}:{p}"),
@@ -996,7 +1015,6 @@ fn stmt_to_nft(stmt: &Stmt) -> String {
             concat_to_nft(keys)
         ),
         Stmt::Masquerade => "masquerade".to_string(),
-        Stmt::Raw(expr) => format!("{expr:?}"),
     }
 }
 

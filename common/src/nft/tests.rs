@@ -997,7 +997,7 @@ fn a_refusal_at_an_unknown_expression_names_it_and_one_at_a_missing_chain_does_n
         "c",
         &Rule::new()
             .counter()
-            .raw(Expr::Other("nosuchexpr".into()))
+            .expr(Expr::Other("nosuchexpr".into()))
             .jump("c2"),
     );
     let encoded = b.encode().unwrap();
@@ -1022,7 +1022,7 @@ fn a_refusal_at_an_unknown_expression_names_it_and_one_at_a_missing_chain_does_n
         unknown.add_rule(
             &t,
             "c",
-            &Rule::new().counter().raw(Expr::Other("nosuchexpr".into())),
+            &Rule::new().counter().expr(Expr::Other("nosuchexpr".into())),
         );
         let err = nl.apply(&unknown).unwrap_err();
         assert_eq!(err.errno(), Some(libc::ENOENT), "{err}");

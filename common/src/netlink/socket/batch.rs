@@ -39,7 +39,21 @@ impl NetlinkSocket {
     /// nothing was refused.
     pub fn send_batch<I>(&mut self, messages: Vec<(I, u16)>) -> io::Result<Vec<BatchFailure>>
     where
-        I: NetlinkSerializable + NetlinkDeserializable,
+        I: NetlinkSerializable,
+    {
+        Ok(self.send_batch_as::<I, Ignored>(messages)?.failures)
+    }
+
+    /// [`NetlinkSocket::send_batch`] that also returns the other messages the kernel sent
+    /// back for the batch before its acknowledgements (what it echoes for `NLM_F_ECHO`),
+    /// decoded as `O`, each with the position of the batch message it answers.
+    ///
+    /// # Errors
+    /// As [`NetlinkSocket::send_batch`].
+    pub fn send_batch_as<I, O>(&mut self, messages: Vec<(I, u16)>) -> io::Result<BatchReplies<O>>
+    where
+        I: NetlinkSerializable,
+        O: NetlinkDeserializable,
     {
         let first = self.seq.wrapping_add(1);
         let count = messages.len();
@@ -62,6 +76,7 @@ impl NetlinkSocket {
 
         let mut pending = wants_ack.iter().filter(|w| **w).count();
         let mut failures = Vec::new();
+        let mut replies = Vec::new();
         while pending > 0 {
             self.buf.clear();
             // Nothing can still be in flight (see the module doc): never block.
@@ -87,7 +102,7 @@ impl NetlinkSocket {
             }
             let mut offset = 0;
             while offset < self.buf.len() {
-                let reply = NetlinkMessage::<I>::deserialize(&self.buf[offset..])
+                let reply = NetlinkMessage::<O>::deserialize(&self.buf[offset..])
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
                 let len = reply.header.length as usize;
                 if len == 0 {
@@ -101,22 +116,49 @@ impl NetlinkSocket {
                 if index >= count {
                     continue;
                 }
-                if let NetlinkPayload::Error(err) = reply.payload {
-                    if wants_ack[index] {
-                        pending -= 1;
+                match reply.payload {
+                    NetlinkPayload::Error(err) => {
+                        if wants_ack[index] {
+                            pending -= 1;
+                        }
+                        if err.code.is_some() {
+                            failures.push(BatchFailure {
+                                index,
+                                bad_attr_offset: bad_attr_offset(reply.header.flags, &err.header),
+                                error: err.to_io(),
+                            });
+                        }
                     }
-                    if err.code.is_some() {
-                        failures.push(BatchFailure {
-                            index,
-                            bad_attr_offset: bad_attr_offset(reply.header.flags, &err.header),
-                            error: err.to_io(),
-                        });
-                    }
+                    NetlinkPayload::InnerMessage(inner) => replies.push((index, inner)),
+                    _ => {}
                 }
             }
         }
         failures.sort_by_key(|f| f.index);
-        Ok(failures)
+        Ok(BatchReplies {
+            failures,
+            messages: replies,
+        })
+    }
+}
+
+/// What the kernel answered to a batch ([`NetlinkSocket::send_batch_as`]).
+#[derive(Debug)]
+pub struct BatchReplies<O> {
+    /// The refused messages, in batch order.
+    pub failures: Vec<BatchFailure>,
+    /// The other messages it sent back, with the position of the message each answers.
+    pub messages: Vec<(usize, O)>,
+}
+
+/// A reply [`NetlinkSocket::send_batch`] has no use for.
+struct Ignored;
+
+impl NetlinkDeserializable for Ignored {
+    type Error = io::Error;
+
+    fn deserialize(_: &NetlinkHeader, _: &[u8]) -> Result<Self, Self::Error> {
+        Ok(Ignored)
     }
 }
 

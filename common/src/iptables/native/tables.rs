@@ -1,0 +1,585 @@
+//! Reading and writing one iptables table (`nat`, `filter`) of both families over nf_tables
+//! netlink, as `iptables-nft` keeps it, a chain or a rule at a time.
+//!
+//! A caller builds a [`Transaction`] (chains to create, rules to append or insert in
+//! `iptables-save`'s words, rules to delete by handle, chains to flush and delete), lets
+//! [`NativeTables::ensure`] add what the kernel lacks of a layout reading only the chains
+//! concerned, and commits it with [`NativeTables::commit`]: one nfnetlink batch for both
+//! families, all of it or nothing. Rules appended with [`Transaction::append_recorded`] come
+//! back with their handles ([`Recorded`]), so that a later call finds them with one lookup
+//! each ([`NativeTables::jumps_to`]) instead of listing a chain that grows with every
+//! attachment on the node.
+//!
+//! Only for tools that are `iptables-nft` ([`super::variant`]): with legacy iptables the
+//! kernel tables are not nf_tables at all, and the caller keeps `iptables-restore`.
+
+use std::collections::HashSet;
+
+use super::codec::{Unsupported, canonical, encode};
+use super::{Family, Wanted, nft_table};
+use crate::nft::{Batch, Chain, ChainHook, ChainType, Nft, NftError, Table, priority};
+
+/// A failure of a native read or write.
+#[derive(Debug, thiserror::Error)]
+pub enum NativeError {
+    /// nf_tables refused a request or the batch.
+    #[error(transparent)]
+    Nft(#[from] NftError),
+    /// A rule is outside the forms written natively: write it with `iptables-restore`.
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
+    /// A rule was to go into a chain that neither exists nor is created.
+    #[error("{family} table {table} has no chain {chain}")]
+    NoChain {
+        /// The family.
+        family: Family,
+        /// The iptables table.
+        table: String,
+        /// The chain.
+        chain: String,
+    },
+}
+
+impl NativeError {
+    /// Whether the native path does not apply and `iptables-restore` should do the work.
+    #[must_use]
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, NativeError::Unsupported(_))
+    }
+}
+
+/// Where [`NativeTables::ensure`] puts a missing rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Position {
+    /// At the end (`-A CHAIN`).
+    Append,
+    /// First (`-I CHAIN 1`).
+    Insert,
+}
+
+/// A rule a layout wants in a chain, in `iptables-save`'s words (or any the tools take).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleSpec {
+    /// The chain.
+    pub chain: String,
+    /// The rule's arguments, without `-A CHAIN`.
+    pub args: Vec<String>,
+    /// Where it goes when missing.
+    pub position: Position,
+    /// Whether its handle is returned by [`NativeTables::commit`] when it is appended
+    /// ([`Transaction::append_recorded`]).
+    pub recorded: bool,
+}
+
+impl RuleSpec {
+    /// `-A CHAIN ARGS…`.
+    #[must_use]
+    pub fn append(chain: &str, args: &[String]) -> RuleSpec {
+        RuleSpec {
+            chain: chain.to_owned(),
+            args: args.to_vec(),
+            position: Position::Append,
+            recorded: false,
+        }
+    }
+
+    /// `-A CHAIN ARGS…`, its handle returned by [`NativeTables::commit`] when it is added.
+    #[must_use]
+    pub fn append_recorded(chain: &str, args: &[String]) -> RuleSpec {
+        RuleSpec {
+            recorded: true,
+            ..RuleSpec::append(chain, args)
+        }
+    }
+
+    /// `-I CHAIN 1 ARGS…`.
+    #[must_use]
+    pub fn insert(chain: &str, args: &[String]) -> RuleSpec {
+        RuleSpec {
+            position: Position::Insert,
+            ..RuleSpec::append(chain, args)
+        }
+    }
+
+    /// The chain this rule jumps or goes to, if any.
+    fn target_chain(&self) -> Option<&str> {
+        let n = self.args.len();
+        match self.args.get(n.wrapping_sub(2)..) {
+            Some([flag, chain]) if matches!(flag.as_str(), "-j" | "-g") => Some(chain),
+            _ => None,
+        }
+    }
+}
+
+/// A rule as listed: its handle, and its arguments in `iptables-save`'s words when it is in a
+/// form the codec reads (`None` for any other: not a rule of ours).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The handle, for [`Transaction::delete_rule`].
+    pub handle: u64,
+    /// The arguments, without `-A CHAIN`.
+    pub args: Option<Vec<String>>,
+}
+
+/// The handles of rules appended with [`Transaction::append_recorded`] in one family's
+/// table, and which incarnation of the table they belong to (its handle: a table deleted and
+/// made again numbers its rules anew). For a caller's state, to find the rules again with
+/// [`NativeTables::jumps_to`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Recorded {
+    /// The family.
+    pub family: Family,
+    /// The nf_tables handle of the table.
+    pub table: u64,
+    /// The rule handles, in the order the rules were appended.
+    pub rules: Vec<u64>,
+}
+
+/// Changes to the iptables tables of both families, committed as one nf_tables transaction.
+#[derive(Debug, Clone)]
+pub struct Transaction {
+    table: String,
+    batch: Batch,
+    /// The family of each recorded rule, in batch order.
+    recorded: Vec<Family>,
+    /// What the batch creates: (family, chain), and the tables ("" as chain).
+    created: HashSet<(Family, String)>,
+}
+
+impl Transaction {
+    /// An empty transaction on the iptables table `table` (`nat`, `filter`).
+    #[must_use]
+    pub fn new(table: &str) -> Transaction {
+        Transaction {
+            table: table.to_owned(),
+            batch: Batch::new(),
+            recorded: Vec::new(),
+            created: HashSet::new(),
+        }
+    }
+
+    /// Whether there is nothing to commit.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
+    /// The number of nf_tables operations.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.batch.len()
+    }
+
+    fn nft(&self, family: Family) -> Table {
+        nft_table(family, &self.table)
+    }
+
+    fn creates(&self, family: Family, chain: &str) -> bool {
+        self.created.contains(&(family, chain.to_owned()))
+    }
+
+    fn add_table(&mut self, family: Family) {
+        if self.created.insert((family, String::new())) {
+            self.batch.add_table(&self.nft(family));
+        }
+    }
+
+    /// `-N CHAIN` (adding a chain that exists is not an error).
+    pub fn add_chain(&mut self, family: Family, chain: &str) -> &mut Transaction {
+        if self.created.insert((family, chain.to_owned())) {
+            let table = self.nft(family);
+            self.batch.add_chain(&table, &Chain::regular(chain));
+        }
+        self
+    }
+
+    /// A built-in chain (`PREROUTING`, …) as `iptables-nft` creates it on first use.
+    fn add_builtin(&mut self, family: Family, chain: &str) -> Result<(), Unsupported> {
+        let base = builtin(&self.table, chain).ok_or_else(|| Unsupported {
+            rule: format!("-t {} {chain}", self.table),
+            reason: "not a built-in chain of a table written natively".to_owned(),
+        })?;
+        if self.created.insert((family, chain.to_owned())) {
+            let table = self.nft(family);
+            self.batch.add_chain(&table, &base);
+        }
+        Ok(())
+    }
+
+    fn rule(&self, family: Family, args: &[String]) -> Result<crate::nft::Rule, Unsupported> {
+        // The tools refuse DROP in nat; so must we, or our table would hold what theirs cannot.
+        if self.table == "nat" && args.last().is_some_and(|a| a == "DROP") {
+            return Err(Unsupported {
+                rule: args.join(" "),
+                reason: "DROP in table nat".to_owned(),
+            });
+        }
+        encode(family, args)
+    }
+
+    /// `-A CHAIN ARGS…`.
+    ///
+    /// # Errors
+    /// [`Unsupported`] for a rule outside the codec's forms.
+    pub fn append(
+        &mut self,
+        family: Family,
+        chain: &str,
+        args: &[String],
+    ) -> Result<&mut Transaction, Unsupported> {
+        let rule = self.rule(family, args)?;
+        let table = self.nft(family);
+        self.batch.add_rule(&table, chain, &rule);
+        Ok(self)
+    }
+
+    /// `-A CHAIN ARGS…`, with the rule's handle returned by [`NativeTables::commit`].
+    ///
+    /// # Errors
+    /// [`Unsupported`] for a rule outside the codec's forms.
+    pub fn append_recorded(
+        &mut self,
+        family: Family,
+        chain: &str,
+        args: &[String],
+    ) -> Result<&mut Transaction, Unsupported> {
+        let rule = self.rule(family, args)?;
+        let table = self.nft(family);
+        self.batch.add_rule_echo(&table, chain, &rule);
+        self.recorded.push(family);
+        Ok(self)
+    }
+
+    /// `-I CHAIN 1 ARGS…`.
+    ///
+    /// # Errors
+    /// [`Unsupported`] for a rule outside the codec's forms.
+    pub fn insert(
+        &mut self,
+        family: Family,
+        chain: &str,
+        args: &[String],
+    ) -> Result<&mut Transaction, Unsupported> {
+        let rule = self.rule(family, args)?;
+        let table = self.nft(family);
+        self.batch.insert_rule(&table, chain, &rule);
+        Ok(self)
+    }
+
+    /// Deletes the rule with `handle` from `chain` (the transaction fails if it is gone).
+    pub fn delete_rule(&mut self, family: Family, chain: &str, handle: u64) -> &mut Transaction {
+        let table = self.nft(family);
+        self.batch.delete_rule(&table, chain, handle);
+        self
+    }
+
+    /// `-F CHAIN` then `-X CHAIN` (the transaction fails if a rule still jumps to it).
+    pub fn delete_chain(&mut self, family: Family, chain: &str) -> &mut Transaction {
+        let table = self.nft(family);
+        self.batch.flush_chain(&table, chain);
+        self.batch.delete_chain(&table, chain);
+        self
+    }
+}
+
+/// The built-in chain `chain` of iptables table `table`, as `iptables-nft` declares it.
+fn builtin(table: &str, chain: &str) -> Option<Chain> {
+    let (kind, hook, prio) = match (table, chain) {
+        ("nat", "PREROUTING") => (ChainType::Nat, ChainHook::Prerouting, priority::DSTNAT),
+        ("nat", "INPUT") => (ChainType::Nat, ChainHook::Input, priority::SRCNAT),
+        ("nat", "OUTPUT") => (ChainType::Nat, ChainHook::Output, priority::DSTNAT),
+        ("nat", "POSTROUTING") => (ChainType::Nat, ChainHook::Postrouting, priority::SRCNAT),
+        ("filter", "INPUT") => (ChainType::Filter, ChainHook::Input, priority::FILTER),
+        ("filter", "FORWARD") => (ChainType::Filter, ChainHook::Forward, priority::FILTER),
+        ("filter", "OUTPUT") => (ChainType::Filter, ChainHook::Output, priority::FILTER),
+        _ => return None,
+    };
+    Some(Chain::base(chain, kind, hook, prio))
+}
+
+/// The iptables table `name` of both families, read and written over nf_tables netlink in
+/// the network namespace of the thread that opened it.
+#[derive(Debug)]
+pub struct NativeTables {
+    nft: Nft,
+    name: String,
+}
+
+impl NativeTables {
+    /// The table `name` (`nat`, `filter`) in the calling thread's namespace.
+    ///
+    /// # Errors
+    /// When the netfilter socket cannot be opened.
+    pub fn open(name: &str) -> Result<NativeTables, NativeError> {
+        Ok(NativeTables {
+            nft: Nft::new()?,
+            name: name.to_owned(),
+        })
+    }
+
+    /// A new transaction on this table.
+    #[must_use]
+    pub fn transaction(&self) -> Transaction {
+        Transaction::new(&self.name)
+    }
+
+    fn nft_table(&self, family: Family) -> Table {
+        nft_table(family, &self.name)
+    }
+
+    /// Whether `chain` exists in `family`'s table.
+    ///
+    /// # Errors
+    /// nf_tables failures other than a missing table.
+    pub fn chain_exists(&mut self, family: Family, chain: &str) -> Result<bool, NativeError> {
+        let table = self.nft_table(family);
+        Ok(self.nft.chain_exists(&table, chain)?)
+    }
+
+    /// The handle of `family`'s table (see [`Recorded::table`]), `None` when it does not
+    /// exist.
+    ///
+    /// # Errors
+    /// nf_tables failures other than a missing table.
+    pub fn generation(&mut self, family: Family) -> Result<Option<u64>, NativeError> {
+        let table = self.nft_table(family);
+        Ok(self.nft.table_handle(&table)?)
+    }
+
+    /// The rules of `chain` that `wanted` asks for, in order; `None` when the chain does not
+    /// exist.
+    ///
+    /// # Errors
+    /// nf_tables failures other than a missing chain.
+    pub fn rules(
+        &mut self,
+        family: Family,
+        chain: &str,
+        wanted: Wanted<'_>,
+    ) -> Result<Option<Vec<Listed>>, NativeError> {
+        let table = self.nft_table(family);
+        let listed = match wanted {
+            Wanted::All => self.nft.rules(&table, chain),
+            Wanted::Containing(needles) => {
+                let needles: Vec<&[u8]> = needles.iter().map(Vec::as_slice).collect();
+                self.nft.rules_containing(&table, chain, &needles)
+            }
+            Wanted::FirstContaining(needles) => {
+                let needles: Vec<&[u8]> = needles.iter().map(Vec::as_slice).collect();
+                Nft::first_rule_containing(&table, chain, &needles).map(Vec::from_iter)
+            }
+        };
+        match listed {
+            Ok(listed) => Ok(Some(
+                listed
+                    .iter()
+                    .map(|rule| listed_rule(family, rule))
+                    .collect(),
+            )),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The rule with `handle` in `chain`, if it exists (one lookup; the chain is not listed).
+    ///
+    /// # Errors
+    /// nf_tables failures other than a missing table, chain or rule.
+    pub fn rule(
+        &mut self,
+        family: Family,
+        chain: &str,
+        handle: u64,
+    ) -> Result<Option<Listed>, NativeError> {
+        let table = self.nft_table(family);
+        Ok(self
+            .nft
+            .rule(&table, chain, handle)?
+            .map(|rule| listed_rule(family, &rule)))
+    }
+
+    /// Adds to `tx` what `family`'s table lacks of a layout: the regular `chains`, the
+    /// built-in chains the `rules` go into, and the `rules` themselves (compared in
+    /// `iptables-save`'s words; a rule present is not added again). Reads only what it must:
+    /// nothing of a chain it creates, nor for a rule that jumps to a chain it creates (no rule
+    /// can jump to a chain that does not exist yet); otherwise the rules of the chain that
+    /// contain the jump's target (a built-in chain holds a handful), or all of a chain
+    /// without jumps.
+    ///
+    /// # Errors
+    /// [`NativeError::Unsupported`] for a rule outside the codec's forms or a built-in chain
+    /// it does not know, [`NativeError::NoChain`] for a rule into a chain that is neither
+    /// there nor among `chains`, nf_tables failures.
+    pub fn ensure(
+        &mut self,
+        tx: &mut Transaction,
+        family: Family,
+        chains: &[&str],
+        rules: &[RuleSpec],
+    ) -> Result<(), NativeError> {
+        let table_exists =
+            !tx.creates(family, "") && self.nft.table_exists(&self.nft_table(family))?;
+        if !table_exists {
+            tx.add_table(family);
+        }
+        let mut present: HashSet<String> = HashSet::new();
+        let mut exists = |nft: &mut Self, tx: &Transaction, chain: &str| {
+            if tx.creates(family, chain) {
+                return Ok::<_, NativeError>(false);
+            }
+            if present.contains(chain) {
+                return Ok(true);
+            }
+            let there = table_exists && nft.chain_exists(family, chain)?;
+            if there {
+                present.insert(chain.to_owned());
+            }
+            Ok(there)
+        };
+        for chain in chains {
+            if !exists(self, tx, chain)? {
+                tx.add_chain(family, chain);
+            }
+        }
+        // The rules read so far, per chain and needle ("" for all of the chain).
+        let mut read: Vec<(String, String, Vec<Listed>)> = Vec::new();
+        for spec in rules {
+            let want = canonical(family, &spec.args)?;
+            let chain_new = if tx.creates(family, &spec.chain) {
+                true
+            } else if exists(self, tx, &spec.chain)? {
+                false
+            } else if builtin(&tx.table, &spec.chain).is_some() {
+                tx.add_builtin(family, &spec.chain)?;
+                true
+            } else {
+                return Err(NativeError::NoChain {
+                    family,
+                    table: tx.table.clone(),
+                    chain: spec.chain.clone(),
+                });
+            };
+            let target = spec.target_chain();
+            let missing = if chain_new || target.is_some_and(|t| tx.creates(family, t)) {
+                true
+            } else {
+                let needle = target.unwrap_or_default();
+                let at = match read
+                    .iter()
+                    .position(|(c, n, _)| *c == spec.chain && n == needle)
+                {
+                    Some(at) => at,
+                    None => {
+                        let needles = [needle.as_bytes().to_vec()];
+                        let wanted = if needle.is_empty() {
+                            Wanted::All
+                        } else {
+                            Wanted::Containing(&needles)
+                        };
+                        let listed = self.rules(family, &spec.chain, wanted)?.unwrap_or_default();
+                        read.push((spec.chain.clone(), needle.to_owned(), listed));
+                        read.len() - 1
+                    }
+                };
+                !read[at].2.iter().any(|r| r.args.as_ref() == Some(&want))
+            };
+            if missing {
+                match spec.position {
+                    Position::Append if spec.recorded => {
+                        tx.append_recorded(family, &spec.chain, &spec.args)?
+                    }
+                    Position::Append => tx.append(family, &spec.chain, &spec.args)?,
+                    Position::Insert => tx.insert(family, &spec.chain, &spec.args)?,
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// The rules of `from` that jump (or go) to `target`, decoded. With `recorded` handles of
+    /// this table's incarnation, each is looked up by handle and the chain is not listed;
+    /// when one of them is gone or no longer such a jump (or the table was made anew), the
+    /// rules are found by listing `from` instead, decoding only those that name `target`.
+    /// A rule that jumps to `target` in a form the codec does not read is returned with
+    /// `args: None` (it names `target`; a caller deleting the chain deletes it too).
+    ///
+    /// # Errors
+    /// nf_tables failures.
+    pub fn jumps_to(
+        &mut self,
+        family: Family,
+        from: &str,
+        target: &str,
+        recorded: Option<&Recorded>,
+    ) -> Result<Vec<Listed>, NativeError> {
+        let is_jump = |r: &Listed| match &r.args {
+            Some(args) => matches!(
+                args.get(args.len().wrapping_sub(2)..),
+                Some([flag, chain]) if matches!(flag.as_str(), "-j" | "-g") && chain == target
+            ),
+            None => false,
+        };
+        if let Some(recorded) = recorded.filter(|r| r.family == family && !r.rules.is_empty())
+            && self.generation(family)? == Some(recorded.table)
+        {
+            let mut found = Vec::with_capacity(recorded.rules.len());
+            for handle in &recorded.rules {
+                match self.rule(family, from, *handle)? {
+                    Some(rule) if is_jump(&rule) => found.push(rule),
+                    _ => {
+                        found.clear();
+                        break;
+                    }
+                }
+            }
+            if !found.is_empty() {
+                return Ok(found);
+            }
+        }
+        let needles = [target.as_bytes().to_vec()];
+        let listed = self
+            .rules(family, from, Wanted::Containing(&needles))?
+            .unwrap_or_default();
+        Ok(listed
+            .into_iter()
+            .filter(|r| is_jump(r) || r.args.is_none())
+            .collect())
+    }
+
+    /// Commits `tx` as one transaction (both families): all of it or nothing. Returns the
+    /// handles of the rules appended with [`Transaction::append_recorded`], per family.
+    ///
+    /// # Errors
+    /// The kernel's refusal, naming the operation.
+    pub fn commit(&mut self, tx: &Transaction) -> Result<Vec<Recorded>, NativeError> {
+        let echoed = self.nft.apply_echo(&tx.batch)?;
+        let mut out: Vec<Recorded> = Vec::new();
+        for (rule, family) in echoed.iter().zip(&tx.recorded) {
+            match out.iter_mut().find(|r| r.family == *family) {
+                Some(r) => r.rules.push(rule.handle),
+                None => out.push(Recorded {
+                    family: *family,
+                    table: 0,
+                    rules: vec![rule.handle],
+                }),
+            }
+        }
+        for recorded in &mut out {
+            recorded.table = self.generation(recorded.family)?.unwrap_or(0);
+        }
+        Ok(out)
+    }
+}
+
+fn listed_rule(family: Family, rule: &crate::nft::ListedRule) -> Listed {
+    // iptables-nft keeps `-m comment` as an xtables match; a rule comment in user data was
+    // written by something else.
+    let args = match rule.comment {
+        None => super::codec::decode(family, &rule.exprs),
+        Some(_) => None,
+    };
+    Listed {
+        handle: rule.handle,
+        args,
+    }
+}

@@ -1,0 +1,439 @@
+//! Kernel tests: what this module writes natively against what `iptables-restore` writes, in
+//! throwaway network namespaces, expression for expression and line for line.
+
+use super::*;
+use crate::iptables::tests::in_new_netns;
+use crate::iptables::{Iptables, restore_line, split_args};
+
+/// Every form of portmap's layout and of the conditions the codec takes, for `family`, in
+/// the words a caller may give them (not necessarily `iptables-save`'s).
+fn nat_forms(family: Family) -> Vec<String> {
+    let ports: Vec<String> = (1..=15).map(|p| (8000 + p).to_string()).collect();
+    let ports = ports.join(",");
+    let (cidr, host, other, wide, to, to_bare) = match family {
+        Family::V4 => (
+            "10.0.0.2/24",
+            "10.1.1.1",
+            "192.168.0.0/16",
+            "10.9.1.2/20",
+            "10.0.0.2:80",
+            "10.0.0.3",
+        ),
+        Family::V6 => (
+            "fd00::2/64",
+            "fd01::1",
+            "fd02::/48",
+            "fd09::1/60",
+            "[fd00::2]:80",
+            "fd00::3",
+        ),
+    };
+    let mut forms = vec![
+        r#"-m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000"#
+            .to_owned(),
+        "-m mark --mark 0x2000/0x2000 -j MASQUERADE".to_owned(),
+        r#"-m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ"#
+            .to_owned(),
+        "-m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT".to_owned(),
+        format!("-s {cidr} -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK"),
+        format!("-s {host} -d {host}/32 -p udp -m udp --dport 53 -j CNI-HOSTPORT-SETMARK"),
+        format!("-p tcp -m tcp --dport 8080 -j DNAT --to-destination {to}"),
+        format!("-d {host} -p sctp -m sctp --dport 9 -j DNAT --to-destination {to}"),
+        format!("-j DNAT --to-destination {to_bare}"),
+        format!(
+            r#"-p tcp -m comment --comment "dnat name: \"net\" id: \"c1\"" -m multiport --dports {ports} -j CNI-DN-0123456789abcdef01234"#
+        ),
+        format!(
+            "-m comment --comment x -m multiport -p udp --destination-ports 53,5353 ! -s {wide} \
+             -d {other} -i eth0 ! -o br+ -m mark ! --mark 1 -m mark --mark 0x10/0x30 \
+             -m addrtype ! --src-type LOCAL -j CNI-DN-0123456789abcdef01234"
+        ),
+        "-m conntrack ! --ctstate NEW,INVALID -g CNI-HOSTPORT-MASQ".to_owned(),
+        "-p udp -m udp ! --dport 1 -m addrtype --src-type UNICAST --dst-type LOCAL -j RETURN"
+            .to_owned(),
+        "-p tcp --dport 443 -m mark --mark 0x1 -j ACCEPT".to_owned(),
+        "! -p udp -j RETURN".to_owned(),
+    ];
+    if family == Family::V4 {
+        forms.push("-s 127.0.0.1/32 -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK".to_owned());
+    }
+    forms
+}
+
+#[test]
+fn natively_written_nat_rules_equal_the_restore_s_in_the_kernel() {
+    assert!(writes_nf_tables(Family::V4), "this test needs iptables-nft");
+    in_new_netns(|| {
+        for family in Family::BOTH {
+            let ipt = Iptables::new(family);
+            let forms: Vec<Vec<String>> = nat_forms(family)
+                .iter()
+                .map(|f| split_args(f).unwrap())
+                .collect();
+            let chains = [
+                "T",
+                "CNI-HOSTPORT-MASQ",
+                "CNI-HOSTPORT-DNAT",
+                "CNI-HOSTPORT-SETMARK",
+                "CNI-DN-0123456789abcdef01234",
+            ];
+            let mut lines: Vec<String> = chains
+                .iter()
+                .map(|c| restore_line::<&str>("-N", c, &[]).unwrap())
+                .collect();
+            for form in &forms {
+                lines.push(restore_line("-A", "T", form).unwrap());
+            }
+            ipt.restore("nat", &lines).unwrap();
+
+            let table = nft_table(family, "nat");
+            let mut batch = crate::nft::Batch::new();
+            for form in &forms {
+                let rule = encode(family, form).unwrap_or_else(|e| panic!("{e}"));
+                batch.add_rule(&table, "T", &rule);
+            }
+            let mut nft = Nft::new().unwrap();
+            nft.apply(&batch).unwrap();
+
+            let listed = nft.rules(&table, "T").unwrap();
+            assert_eq!(listed.len(), 2 * forms.len(), "{family}");
+            let (theirs, ours) = listed.split_at(forms.len());
+            for ((t, o), form) in theirs.iter().zip(ours).zip(&forms) {
+                assert_eq!(
+                    (&t.exprs, &t.comment),
+                    (&o.exprs, &o.comment),
+                    "{family}: {form:?}"
+                );
+            }
+            let saved = ipt.save("nat").unwrap();
+            let rules = saved.rules("T");
+            for (i, form) in forms.iter().enumerate() {
+                let want = canonical(family, form).unwrap();
+                assert_eq!(rules[i], want, "{family}: the tool's line for {form:?}");
+                assert_eq!(
+                    rules[forms.len() + i],
+                    want,
+                    "{family}: our line for {form:?}"
+                );
+                assert_eq!(
+                    decode(family, &theirs[i].exprs).as_ref(),
+                    Some(&want),
+                    "{family}: decoding the tool's {form:?}"
+                );
+            }
+        }
+    });
+}
+
+const SETMARK: &str = "CNI-HOSTPORT-SETMARK";
+const MASQ: &str = "CNI-HOSTPORT-MASQ";
+const DNAT: &str = "CNI-HOSTPORT-DNAT";
+
+fn words(line: &str) -> Vec<String> {
+    split_args(line).unwrap()
+}
+
+/// The reference's layout in `nat` (portmap with snat, mark bit 13): the shared chains and
+/// their rules, written once.
+fn skeleton() -> Vec<RuleSpec> {
+    vec![
+        RuleSpec::append(
+            SETMARK,
+            &words(
+                r#"-m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000"#,
+            ),
+        ),
+        RuleSpec::append(MASQ, &words("-m mark --mark 0x2000/0x2000 -j MASQUERADE")),
+        RuleSpec::insert(
+            "POSTROUTING",
+            &words(
+                r#"-m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ"#,
+            ),
+        ),
+        RuleSpec::append(
+            "PREROUTING",
+            &words("-m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT"),
+        ),
+        RuleSpec::append(
+            "OUTPUT",
+            &words("-m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT"),
+        ),
+    ]
+}
+
+/// One attachment's chain (`CNI-DN-<id>`), its rules for 8080→80/tcp on every address and
+/// 53→53/udp on one host address, and its entry rules (recorded), for container address
+/// `ip` (`.2` of its subnet, in the form the reference passes: with the subnet's prefix).
+fn attachment(family: Family, id: &str) -> (String, Vec<RuleSpec>) {
+    let chain = format!("CNI-DN-{id}");
+    let (cidr, host, to80, to53) = match family {
+        Family::V4 => ("10.0.0.2/24", "10.1.1.1", "10.0.0.2:80", "10.0.0.2:53"),
+        Family::V6 => ("fd00::2/64", "fd01::1", "[fd00::2]:80", "[fd00::2]:53"),
+    };
+    let mut lines = vec![
+        format!("-s {cidr} -p tcp -m tcp --dport 8080 -j {SETMARK}"),
+        format!("-p tcp -m tcp --dport 8080 -j DNAT --to-destination {to80}"),
+        format!("-s {cidr} -d {host} -p udp -m udp --dport 53 -j {SETMARK}"),
+        format!("-d {host} -p udp -m udp --dport 53 -j DNAT --to-destination {to53}"),
+    ];
+    if family == Family::V4 {
+        lines.insert(
+            1,
+            format!("-s 127.0.0.1 -p tcp -m tcp --dport 8080 -j {SETMARK}"),
+        );
+        lines.insert(
+            4,
+            format!("-s 127.0.0.1 -d {host} -p udp -m udp --dport 53 -j {SETMARK}"),
+        );
+    }
+    let mut specs: Vec<RuleSpec> = lines
+        .iter()
+        .map(|l| RuleSpec::append(&chain, &words(l)))
+        .collect();
+    for proto in ["tcp", "udp"] {
+        let port = if proto == "tcp" { 8080 } else { 53 };
+        specs.push(RuleSpec::append_recorded(
+            DNAT,
+            &words(&format!(
+                r#"-m comment --comment "dnat name: \"net\" id: \"{id}\"" -m multiport -p {proto} --destination-ports {port} -j {chain}"#
+            )),
+        ));
+    }
+    (chain, specs)
+}
+
+/// The restore lines writing the skeleton and the attachments `ids` into an empty table.
+fn restore_script(family: Family, ids: &[&str]) -> Vec<String> {
+    let mut lines: Vec<String> = [SETMARK, MASQ, DNAT]
+        .iter()
+        .map(|c| restore_line::<&str>("-N", c, &[]).unwrap())
+        .collect();
+    let mut specs = skeleton();
+    for id in ids {
+        let (chain, rules) = attachment(family, id);
+        lines.push(restore_line::<&str>("-N", &chain, &[]).unwrap());
+        specs.extend(rules);
+    }
+    for spec in specs {
+        lines.push(match spec.position {
+            Position::Append => restore_line("-A", &spec.chain, &spec.args).unwrap(),
+            Position::Insert => {
+                let mut args = vec!["1".to_owned()];
+                args.extend(spec.args);
+                restore_line("-I", &spec.chain, &args).unwrap()
+            }
+        });
+    }
+    lines
+}
+
+/// Adds to `tx` what the table lacks of the skeleton and of attachment `id`, both families.
+fn ensure_attachment(tables: &mut NativeTables, tx: &mut Transaction, id: &str) {
+    for family in Family::BOTH {
+        tables
+            .ensure(tx, family, &[SETMARK, MASQ, DNAT], &skeleton())
+            .unwrap();
+        let (chain, rules) = attachment(family, id);
+        tables.ensure(tx, family, &[&chain], &rules).unwrap();
+    }
+}
+
+/// What another program sees of the namespace's `nat` tables: `iptables-save` of both
+/// families (without comments and counters) and the nf_tables chains with their hooks.
+fn seen() -> Vec<String> {
+    let mut out = Vec::new();
+    for family in Family::BOTH {
+        let tool = format!("{family}-save");
+        let saved = std::process::Command::new(&tool)
+            .args(["-t", "nat"])
+            .output()
+            .unwrap();
+        assert!(saved.status.success(), "{tool}: {saved:?}");
+        for line in String::from_utf8(saved.stdout).unwrap().lines() {
+            if line.starts_with('#') {
+                continue;
+            }
+            out.push(match line.find(" [") {
+                Some(i) if line.starts_with(':') => line[..i].to_owned(),
+                _ => line.to_owned(),
+            });
+        }
+    }
+    let listed = std::process::Command::new("nft")
+        .args(["-j", "list", "ruleset"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    // Tables and chains (rules are in the save above), in any order.
+    let mut objects: Vec<String> = json["nftables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o.get("table").is_some() || o.get("chain").is_some())
+        .map(|o| {
+            let mut o = o.clone();
+            for v in o.as_object_mut().unwrap().values_mut() {
+                v.as_object_mut().unwrap().remove("handle");
+            }
+            o.to_string()
+        })
+        .collect();
+    objects.sort();
+    out.extend(objects);
+    out
+}
+
+#[test]
+fn the_native_layout_is_what_the_restore_writes_from_an_empty_table() {
+    assert!(writes_nf_tables(Family::V4), "this test needs iptables-nft");
+    let by_restore = in_new_netns(|| {
+        for family in Family::BOTH {
+            Iptables::new(family)
+                .restore("nat", &restore_script(family, &["c1"]))
+                .unwrap();
+        }
+        seen()
+    });
+    let (natively, recorded) = in_new_netns(|| {
+        let mut tables = NativeTables::open("nat").unwrap();
+        let mut tx = tables.transaction();
+        ensure_attachment(&mut tables, &mut tx, "c1");
+        let recorded = tables.commit(&tx).unwrap();
+        // Everything is there now: a second ADD adds nothing.
+        let mut again = tables.transaction();
+        ensure_attachment(&mut tables, &mut again, "c1");
+        assert!(again.is_empty(), "{again:?}");
+        (seen(), recorded)
+    });
+    assert_eq!(natively, by_restore);
+    assert_eq!(recorded.len(), 2, "{recorded:?}");
+    for r in &recorded {
+        assert_eq!(r.rules.len(), 2, "{r:?}");
+        assert_ne!(r.table, 0);
+    }
+}
+
+#[test]
+fn a_second_attachment_reads_the_shared_chains_and_writes_only_its_own() {
+    in_new_netns(|| {
+        for family in Family::BOTH {
+            Iptables::new(family)
+                .restore("nat", &restore_script(family, &["c1"]))
+                .unwrap();
+        }
+        let before = seen();
+        let mut tables = NativeTables::open("nat").unwrap();
+        let mut tx = tables.transaction();
+        ensure_attachment(&mut tables, &mut tx, "c2");
+        // Per family: the chain, its rules and the two entry rules; nothing shared.
+        let per_family = |f: Family| 1 + attachment(f, "c2").1.len();
+        assert_eq!(
+            tx.len(),
+            per_family(Family::V4) + per_family(Family::V6),
+            "{tx:?}"
+        );
+        tables.commit(&tx).unwrap();
+        let both = seen();
+        let by_restore = in_new_netns(|| {
+            for family in Family::BOTH {
+                Iptables::new(family)
+                    .restore("nat", &restore_script(family, &["c1", "c2"]))
+                    .unwrap();
+            }
+            seen()
+        });
+        assert_eq!(both, by_restore);
+        assert_ne!(both, before);
+    });
+}
+
+#[test]
+fn an_attachment_is_removed_by_its_recorded_handles_or_found_by_lookup() {
+    in_new_netns(|| {
+        let mut tables = NativeTables::open("nat").unwrap();
+        let empty = seen();
+        let mut tx = tables.transaction();
+        ensure_attachment(&mut tables, &mut tx, "c1");
+        let first = tables.commit(&tx).unwrap();
+        let skeleton_only = in_new_netns(|| {
+            let mut tables = NativeTables::open("nat").unwrap();
+            let mut tx = tables.transaction();
+            for family in Family::BOTH {
+                tables
+                    .ensure(&mut tx, family, &[SETMARK, MASQ, DNAT], &skeleton())
+                    .unwrap();
+            }
+            tables.commit(&tx).unwrap();
+            seen()
+        });
+        let mut tx = tables.transaction();
+        ensure_attachment(&mut tables, &mut tx, "c2");
+        let second = tables.commit(&tx).unwrap();
+        let recorded = |all: &[Recorded], f: Family| all.iter().find(|r| r.family == f).cloned();
+
+        // Recorded handles: found without listing, equal to what was written.
+        let mut tx = tables.transaction();
+        for family in Family::BOTH {
+            let (chain, specs) = attachment(family, "c1");
+            let rec = recorded(&first, family);
+            let found = tables.jumps_to(family, DNAT, &chain, rec.as_ref()).unwrap();
+            let handles: Vec<u64> = found.iter().map(|r| r.handle).collect();
+            assert_eq!(handles, rec.unwrap().rules, "{family}");
+            let want: Vec<Vec<String>> = specs
+                .iter()
+                .filter(|s| s.chain == DNAT)
+                .map(|s| canonical(family, &s.args).unwrap())
+                .collect();
+            let got: Vec<Vec<String>> = found.into_iter().map(|r| r.args.unwrap()).collect();
+            assert_eq!(got, want, "{family}");
+            // Handles of another attachment's rules, or of another table, are not taken for
+            // this one's: the lookup finds the right ones.
+            for wrong in [
+                recorded(&second, family).unwrap(),
+                Recorded {
+                    table: rec_table(&first, family) + 1000,
+                    ..recorded(&first, family).unwrap()
+                },
+            ] {
+                let found = tables.jumps_to(family, DNAT, &chain, Some(&wrong)).unwrap();
+                let handles: Vec<u64> = found.iter().map(|r| r.handle).collect();
+                assert_eq!(handles, recorded(&first, family).unwrap().rules, "{family}");
+            }
+            for rule in tables.jumps_to(family, DNAT, &chain, None).unwrap() {
+                tx.delete_rule(family, DNAT, rule.handle);
+            }
+            tx.delete_chain(family, &chain);
+        }
+        tables.commit(&tx).unwrap();
+        let after_c1 = seen();
+        assert!(!after_c1.iter().any(|l| l.contains("c1")), "{after_c1:#?}");
+        assert!(after_c1.iter().any(|l| l.contains("c2")));
+
+        // Without records (an attachment the Go plugin made): by lookup.
+        let mut tx = tables.transaction();
+        for family in Family::BOTH {
+            let (chain, _) = attachment(family, "c2");
+            let found = tables.jumps_to(family, DNAT, &chain, None).unwrap();
+            assert_eq!(found.len(), 2, "{family}");
+            for rule in found {
+                tx.delete_rule(family, DNAT, rule.handle);
+            }
+            tx.delete_chain(family, &chain);
+        }
+        tables.commit(&tx).unwrap();
+        assert_eq!(seen(), skeleton_only);
+        assert_ne!(seen(), empty);
+
+        // A chain still jumped to is not deleted: the whole transaction fails.
+        let mut tx = tables.transaction();
+        ensure_attachment(&mut tables, &mut tx, "c3");
+        tables.commit(&tx).unwrap();
+        let mut tx = tables.transaction();
+        tx.delete_chain(Family::V4, "CNI-DN-c3");
+        assert!(tables.commit(&tx).is_err());
+    });
+}
+
+fn rec_table(all: &[Recorded], family: Family) -> u64 {
+    all.iter().find(|r| r.family == family).unwrap().table
+}
