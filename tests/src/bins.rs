@@ -62,6 +62,19 @@ pub fn reference_binary(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// The absolute path of `tool` on this process's `PATH` (for a test that builds a `PATH` of
+/// its own from some of the machine's tools).
+///
+/// # Errors
+/// When no directory of `PATH` holds it.
+pub fn on_path(tool: &str) -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(tool))
+        .find(|p| p.exists())
+        .with_context(|| format!("{tool} is not on PATH"))
+}
+
 /// Fails with a message naming `path` and `hint` unless `path` is an executable file.
 ///
 /// # Errors

@@ -1978,14 +1978,14 @@ impl WrappedRestore {
         let dir = tempfile::tempdir()?;
         for family in ["iptables", "ip6tables"] {
             for tool in [family.to_owned(), format!("{family}-save")] {
-                std::os::unix::fs::symlink(which(&tool)?, dir.path().join(&tool))?;
+                std::os::unix::fs::symlink(bins::on_path(&tool)?, dir.path().join(&tool))?;
             }
             let restore = format!("{family}-restore");
             let marker = dir.path().join(format!("marker.{family}"));
             let script = format!(
                 "#!/bin/sh\n{}",
                 body(
-                    &which(&restore)?.display().to_string(),
+                    &bins::on_path(&restore)?.display().to_string(),
                     &marker.display().to_string()
                 )
             );
@@ -2053,13 +2053,4 @@ fn kill_and_reap(child: &mut std::process::Child) -> Result<()> {
         reaped.status
     );
     Ok(())
-}
-
-/// The absolute path of `tool` on this process's `PATH`.
-fn which(tool: &str) -> Result<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(tool))
-        .find(|p| p.exists())
-        .with_context(|| format!("{tool} is not on PATH"))
 }
