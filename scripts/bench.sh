@@ -10,7 +10,8 @@
 #   --reference-max-size N   largest size of the series whose installs grow with N: the Go
 #                            firewall's own and portmap's iptables layout (default 1000; 5000
 #                            adds over an hour); larger sizes have the other series only
-#   --only x,y               suites to run (tuning, bandwidth, sbr, firewall, nft, portmap)
+#   --only x,y               suites to run (tuning, bandwidth, sbr, firewall, nft,
+#                            iptables-native, portmap)
 #   --out DIR                also write DIR/BENCHMARKS.md, DIR/bench-scale.png (gnuplot), its
 #                            data and script, and every sample in DIR/bench-data.json
 # The full default run takes 20-30 minutes on 2 cores; BENCHMARKS.md is made with

@@ -1,6 +1,11 @@
 //! A thin layer over the iptables tools: one read of a table (`iptables-save -t <table>`, or
 //! for `iptables-nft` the chains wanted over nf_tables netlink, [`native`]), one
-//! `iptables-restore --noflush` transaction to write, per family per call.
+//! `iptables-restore --noflush` transaction to write, per family per call. Where the tools are
+//! `iptables-nft`, [`native::NativeTables`] writes the same rules without them, one chain or
+//! rule at a time.
+//!
+//! A tool started here dies with the thread that started it (`PR_SET_PDEATHSIG`), which waits
+//! for it: a plugin killed mid-call leaves no `iptables-restore` behind to commit later.
 //!
 //! The iptables backends of `portmap` and `firewall` keep the reference's layout (so a node can
 //! switch binaries with containers running) but never exec once per rule as go-iptables does:

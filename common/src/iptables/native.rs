@@ -1,11 +1,23 @@
-//! Reading chains of an `iptables-nft` table over nf_tables netlink instead of `iptables-save`.
+//! The iptables tables of `iptables-nft` read and written over nf_tables netlink, as the tools
+//! would, without starting them and without reading whole tables.
+//!
+//! Where the tools are the nf_tables variant ([`variant`]: the `*-restore` on `PATH` resolves
+//! to `xtables-nft-multi`), an iptables table is an nf_tables table (`ip nat`, `ip6 filter`)
+//! and each rule an nf_tables rule. [`codec`] turns a rule in the tools' words into the
+//! expressions `iptables-nft` 1.8.9 makes of it, and a listed rule back into
+//! `iptables-save`'s words, for the forms the plugins write: the whole of portmap's layout
+//! and firewall's accepts, with the conditions a user may add (see the module for the list;
+//! anything else is [`Unsupported`] and goes through `iptables-restore`). [`NativeTables`]
+//! reads the chains a call needs (a rule by handle, the rules naming a chain, a chain's
+//! existence) and commits a [`Transaction`] for both families at once; [`snapshot`] reads
+//! chains into a [`TableDump`] for callers written against `iptables-save`'s output.
+//! Kernel tests write every form once with `iptables-restore` and once natively and require
+//! the same expressions and the same `iptables-save` lines.
 //!
 //! `iptables-save` formats the whole table, so its cost grows with every rule in it (20–30 ms
-//! at 2000 rules here), while a caller usually needs a handful of chains. Where the iptables
-//! tools are the nf_tables variant, their rules are nf_tables rules, and the few forms the
-//! plugins write decode back to `iptables-save`'s canonical arguments exactly. A chain holding
-//! a rule outside those forms makes the whole read give up, so the caller falls back to
-//! `iptables-save` rather than guess.
+//! at 2000 rules here), and `iptables-restore` reloads it; a call of ours reads and writes its
+//! own objects only. With legacy iptables ([`Variant::Legacy`]) none of this applies: those
+//! tables are x_tables, and the tools remain the only writer.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -20,7 +32,9 @@ mod tests;
 mod xt;
 
 pub use codec::{Unsupported, canonical, decode, encode};
-pub use tables::{Listed, NativeError, NativeTables, Position, Recorded, RuleSpec, Transaction};
+pub use tables::{
+    Listed, NativeError, NativeTables, Position, Recorded, Removal, RuleSpec, Transaction,
+};
 pub use xt::MULTIPORT_MAX;
 
 /// Which iptables the tools of a family on `PATH` are.

@@ -44,6 +44,7 @@
 
 pub mod bandwidth;
 pub mod firewall;
+pub mod iptables_native;
 pub mod nft;
 pub mod portmap;
 pub mod report;
@@ -167,6 +168,7 @@ pub const SUITES: &[Suite] = &[
     ("sbr", sbr::run),
     ("firewall", firewall::run),
     ("nft", nft::run),
+    ("iptables-native", iptables_native::run),
     ("portmap", portmap::run),
 ];
 

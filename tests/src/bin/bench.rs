@@ -9,7 +9,8 @@
 //! - `--reference-max-size N`: the largest size of the series whose installs grow with N: the
 //!   Go firewall's own, and portmap's iptables layout (default 1000; larger sizes get the
 //!   other series only, with a note). 5000 adds over an hour to the run.
-//! - `--only x,y`: the suites to run (tuning, bandwidth, sbr, firewall, nft, portmap).
+//! - `--only x,y`: the suites to run (tuning, bandwidth, sbr, firewall, nft, iptables-native,
+//!   portmap).
 //! - `--out DIR`: also write `DIR/BENCHMARKS.md`, the plot `DIR/bench-scale.png` (with
 //!   `gnuplot`), its data and script, and every sample in `DIR/bench-data.json`.
 //! - `--help`: prints this and exits.

@@ -17,7 +17,9 @@ use std::collections::HashSet;
 
 use super::codec::{Unsupported, canonical, encode};
 use super::{Family, Wanted, nft_table};
-use crate::nft::{Batch, Chain, ChainHook, ChainType, Nft, NftError, Table, priority};
+use crate::nft::{
+    Batch, Chain, ChainHook, ChainType, Expr, Nft, NftError, Table, Verdict, priority,
+};
 
 /// A failure of a native read or write.
 #[derive(Debug, thiserror::Error)]
@@ -111,12 +113,15 @@ impl RuleSpec {
     }
 }
 
-/// A rule as listed: its handle, and its arguments in `iptables-save`'s words when it is in a
-/// form the codec reads (`None` for any other: not a rule of ours).
+/// A rule as listed: its handle, the chain it jumps or goes to, and its arguments in
+/// `iptables-save`'s words when it is in a form the codec reads (`None` for any other: not a
+/// rule this module wrote).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
     /// The handle, for [`Transaction::delete_rule`].
     pub handle: u64,
+    /// The chain of its `-j CHAIN` or `-g CHAIN`, whatever its other expressions.
+    pub target: Option<String>,
     /// The arguments, without `-A CHAIN`.
     pub args: Option<Vec<String>>,
 }
@@ -135,7 +140,23 @@ pub struct Recorded {
     pub rules: Vec<u64>,
 }
 
+/// A chain to remove with the rules that jump to it ([`NativeTables::remove_chains`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Removal<'a> {
+    /// The family.
+    pub family: Family,
+    /// The chain holding the jumps (`CNI-HOSTPORT-DNAT`).
+    pub from: &'a str,
+    /// The chain to remove (`CNI-DN-…`).
+    pub chain: &'a str,
+    /// The jumps' handles recorded when they were added, if any.
+    pub recorded: Option<&'a Recorded>,
+}
+
 /// Changes to the iptables tables of both families, committed as one nf_tables transaction.
+/// It travels in one netlink datagram, so it holds what one call changes (an attachment's
+/// chains and rules), not thousands of rules: past the socket's send buffer the kernel
+/// refuses it (`EMSGSIZE`).
 #[derive(Debug, Clone)]
 pub struct Transaction {
     table: String,
@@ -496,12 +517,13 @@ impl NativeTables {
         Ok(())
     }
 
-    /// The rules of `from` that jump (or go) to `target`, decoded. With `recorded` handles of
-    /// this table's incarnation, each is looked up by handle and the chain is not listed;
-    /// when one of them is gone or no longer such a jump (or the table was made anew), the
-    /// rules are found by listing `from` instead, decoding only those that name `target`.
-    /// A rule that jumps to `target` in a form the codec does not read is returned with
-    /// `args: None` (it names `target`; a caller deleting the chain deletes it too).
+    /// The rules of `from` that jump (or go) to `target`. With `recorded` handles of this
+    /// table's incarnation, each is looked up by handle and the chain is not listed; when one
+    /// of them is gone or no longer such a jump (or the table was made anew), the rules are
+    /// found by listing `from` instead, decoding only those that name `target`. A jump in a
+    /// form the codec does not read (an entry rule with conditions outside its forms, written
+    /// by the Go plugin) is returned with `args: None`: a caller deleting the chain deletes it
+    /// too.
     ///
     /// # Errors
     /// nf_tables failures.
@@ -512,13 +534,7 @@ impl NativeTables {
         target: &str,
         recorded: Option<&Recorded>,
     ) -> Result<Vec<Listed>, NativeError> {
-        let is_jump = |r: &Listed| match &r.args {
-            Some(args) => matches!(
-                args.get(args.len().wrapping_sub(2)..),
-                Some([flag, chain]) if matches!(flag.as_str(), "-j" | "-g") && chain == target
-            ),
-            None => false,
-        };
+        let is_jump = |r: &Listed| r.target.as_deref() == Some(target);
         if let Some(recorded) = recorded.filter(|r| r.family == family && !r.rules.is_empty())
             && self.generation(family)? == Some(recorded.table)
         {
@@ -540,10 +556,51 @@ impl NativeTables {
         let listed = self
             .rules(family, from, Wanted::Containing(&needles))?
             .unwrap_or_default();
-        Ok(listed
-            .into_iter()
-            .filter(|r| is_jump(r) || r.args.is_none())
-            .collect())
+        Ok(listed.into_iter().filter(is_jump).collect())
+    }
+
+    /// Removes each of `removals` (its chain and the rules of its `from` that jump to it), in
+    /// one transaction for all: a chain that does not exist is left alone (no rule can jump to
+    /// it), the jumps are found by their recorded handles ([`NativeTables::jumps_to`]), and when
+    /// the kernel refuses the transaction because a chain is still jumped to (a jump that was
+    /// not recorded: another implementation's, another call's) or a rule is gone, it is made
+    /// again from lookups and committed once more.
+    ///
+    /// # Errors
+    /// nf_tables failures.
+    pub fn remove_chains(&mut self, removals: &[Removal<'_>]) -> Result<(), NativeError> {
+        let tx = self.removal(removals, true)?;
+        match self.commit(&tx) {
+            Ok(_) => Ok(()),
+            Err(NativeError::Nft(e))
+                if matches!(e.errno(), Some(libc::EBUSY | libc::ENOENT))
+                    && removals.iter().any(|r| r.recorded.is_some()) =>
+            {
+                log::debug!("removal by recorded handles refused ({e}); looking the jumps up");
+                let tx = self.removal(removals, false)?;
+                self.commit(&tx).map(drop)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn removal(
+        &mut self,
+        removals: &[Removal<'_>],
+        use_records: bool,
+    ) -> Result<Transaction, NativeError> {
+        let mut tx = self.transaction();
+        for r in removals {
+            if !self.chain_exists(r.family, r.chain)? {
+                continue;
+            }
+            let recorded = r.recorded.filter(|_| use_records);
+            for rule in self.jumps_to(r.family, r.from, r.chain, recorded)? {
+                tx.delete_rule(r.family, r.from, rule.handle);
+            }
+            tx.delete_chain(r.family, r.chain);
+        }
+        Ok(tx)
     }
 
     /// Commits `tx` as one transaction (both families): all of it or nothing. Returns the
@@ -578,8 +635,15 @@ fn listed_rule(family: Family, rule: &crate::nft::ListedRule) -> Listed {
         None => super::codec::decode(family, &rule.exprs),
         Some(_) => None,
     };
+    let target = match rule.exprs.last() {
+        Some(Expr::ImmediateVerdict(Verdict::Jump(chain) | Verdict::Goto(chain))) => {
+            Some(chain.clone())
+        }
+        _ => None,
+    };
     Listed {
         handle: rule.handle,
+        target,
         args,
     }
 }

@@ -427,10 +427,49 @@ fn an_attachment_is_removed_by_its_recorded_handles_or_found_by_lookup() {
         // A chain still jumped to is not deleted: the whole transaction fails.
         let mut tx = tables.transaction();
         ensure_attachment(&mut tables, &mut tx, "c3");
-        tables.commit(&tx).unwrap();
+        let third = tables.commit(&tx).unwrap();
         let mut tx = tables.transaction();
         tx.delete_chain(Family::V4, "CNI-DN-c3");
         assert!(tables.commit(&tx).is_err());
+
+        // A jump that was not recorded, in a form the codec does not read (the Go plugin's,
+        // with conditions of the user's): the removal by records is refused, the one by
+        // lookup finds it too.
+        let extra = words("-p tcp -m limit --limit 5/s -j CNI-DN-c3");
+        for family in Family::BOTH {
+            Iptables::new(family)
+                .restore("nat", &[restore_line("-A", DNAT, &extra).unwrap()])
+                .unwrap();
+            let found = tables.jumps_to(family, DNAT, "CNI-DN-c3", None).unwrap();
+            assert_eq!(found.len(), 3, "{family}: {found:?}");
+            assert_eq!(found[2].args, None);
+            assert_eq!(found[2].target.as_deref(), Some("CNI-DN-c3"));
+        }
+        let removals: Vec<Removal> = Family::BOTH
+            .iter()
+            .flat_map(|f| {
+                let rec = third.iter().find(|r| r.family == *f);
+                [
+                    Removal {
+                        family: *f,
+                        from: DNAT,
+                        chain: "CNI-DN-c3",
+                        recorded: rec,
+                    },
+                    // Absent: left alone.
+                    Removal {
+                        family: *f,
+                        from: "CNI-HOSTPORT-SNAT",
+                        chain: "CNI-SN-c3",
+                        recorded: None,
+                    },
+                ]
+            })
+            .collect();
+        tables.remove_chains(&removals).unwrap();
+        assert_eq!(seen(), skeleton_only);
+        // Again: nothing left to remove is no error.
+        tables.remove_chains(&removals).unwrap();
     });
 }
 
