@@ -33,7 +33,7 @@ mod xt;
 
 pub use codec::{Unsupported, canonical, decode, encode};
 pub use tables::{
-    Listed, NativeError, NativeTables, Position, Recorded, Removal, RuleSpec, Transaction,
+    Listed, Missing, NativeError, NativeTables, Position, Recorded, Removal, RuleSpec, Transaction,
 };
 pub use xt::MULTIPORT_MAX;
 

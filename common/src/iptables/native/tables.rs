@@ -113,6 +113,23 @@ impl RuleSpec {
     }
 }
 
+/// What [`NativeTables::ensure`] found missing and added to the transaction.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Missing {
+    /// The chains created (regular and built-in), in the order they were found missing.
+    pub chains: Vec<String>,
+    /// The positions, in the `rules` given, of the rules added.
+    pub rules: Vec<usize>,
+}
+
+impl Missing {
+    /// Whether nothing was missing.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.chains.is_empty() && self.rules.is_empty()
+    }
+}
+
 /// A rule as listed: its handle, the chain it jumps or goes to, and its arguments in
 /// `iptables-save`'s words when it is in a form the codec reads (`None` for any other: not a
 /// rule this module wrote).
@@ -420,12 +437,12 @@ impl NativeTables {
     }
 
     /// Adds to `tx` what `family`'s table lacks of a layout: the regular `chains`, the
-    /// built-in chains the `rules` go into, and the `rules` themselves (compared in
-    /// `iptables-save`'s words; a rule present is not added again). Reads only what it must:
-    /// nothing of a chain it creates, nor for a rule that jumps to a chain it creates (no rule
-    /// can jump to a chain that does not exist yet); otherwise the rules of the chain that
-    /// contain the jump's target (a built-in chain holds a handful), or all of a chain
-    /// without jumps.
+    /// built-in chains the `rules` go into (and the table), and the `rules` themselves
+    /// (compared in `iptables-save`'s words; a rule present is not added again). Returns what
+    /// was missing, for a CHECK to name. Reads only what it must: nothing of a chain it
+    /// creates, nor for a rule that jumps to a chain it creates (no rule can jump to a chain
+    /// that does not exist yet); otherwise the rules of the chain that contain the jump's
+    /// target (a built-in chain holds a handful), or all of a chain without jumps.
     ///
     /// # Errors
     /// [`NativeError::Unsupported`] for a rule outside the codec's forms or a built-in chain
@@ -437,34 +454,35 @@ impl NativeTables {
         family: Family,
         chains: &[&str],
         rules: &[RuleSpec],
-    ) -> Result<(), NativeError> {
-        let table_exists =
-            !tx.creates(family, "") && self.nft.table_exists(&self.nft_table(family))?;
-        if !table_exists {
-            tx.add_table(family);
-        }
+    ) -> Result<Missing, NativeError> {
+        let mut missing = Missing::default();
         let mut present: HashSet<String> = HashSet::new();
-        let mut exists = |nft: &mut Self, tx: &Transaction, chain: &str| {
+        // Whether the chain is there, creating the table in `tx` the first time one is not.
+        let mut exists = |tables: &mut Self, tx: &mut Transaction, chain: &str| {
             if tx.creates(family, chain) {
                 return Ok::<_, NativeError>(false);
             }
             if present.contains(chain) {
                 return Ok(true);
             }
-            let there = table_exists && nft.chain_exists(family, chain)?;
-            if there {
+            if !tx.creates(family, "") && tables.chain_exists(family, chain)? {
                 present.insert(chain.to_owned());
+                return Ok(true);
             }
-            Ok(there)
+            if !tx.creates(family, "") && !tables.nft.table_exists(&tables.nft_table(family))? {
+                tx.add_table(family);
+            }
+            Ok(false)
         };
         for chain in chains {
             if !exists(self, tx, chain)? {
                 tx.add_chain(family, chain);
+                missing.chains.push((*chain).to_owned());
             }
         }
         // The rules read so far, per chain and needle ("" for all of the chain).
         let mut read: Vec<(String, String, Vec<Listed>)> = Vec::new();
-        for spec in rules {
+        for (index, spec) in rules.iter().enumerate() {
             let want = canonical(family, &spec.args)?;
             let chain_new = if tx.creates(family, &spec.chain) {
                 true
@@ -472,6 +490,7 @@ impl NativeTables {
                 false
             } else if builtin(&tx.table, &spec.chain).is_some() {
                 tx.add_builtin(family, &spec.chain)?;
+                missing.chains.push(spec.chain.clone());
                 true
             } else {
                 return Err(NativeError::NoChain {
@@ -481,7 +500,7 @@ impl NativeTables {
                 });
             };
             let target = spec.target_chain();
-            let missing = if chain_new || target.is_some_and(|t| tx.creates(family, t)) {
+            let absent = if chain_new || target.is_some_and(|t| tx.creates(family, t)) {
                 true
             } else {
                 let needle = target.unwrap_or_default();
@@ -504,7 +523,7 @@ impl NativeTables {
                 };
                 !read[at].2.iter().any(|r| r.args.as_ref() == Some(&want))
             };
-            if missing {
+            if absent {
                 match spec.position {
                     Position::Append if spec.recorded => {
                         tx.append_recorded(family, &spec.chain, &spec.args)?
@@ -512,9 +531,10 @@ impl NativeTables {
                     Position::Append => tx.append(family, &spec.chain, &spec.args)?,
                     Position::Insert => tx.insert(family, &spec.chain, &spec.args)?,
                 };
+                missing.rules.push(index);
             }
         }
-        Ok(())
+        Ok(missing)
     }
 
     /// The rules of `from` that jump (or go) to `target`. With `recorded` handles of this

@@ -227,15 +227,26 @@ fn restore_script(family: Family, ids: &[&str]) -> Vec<String> {
     lines
 }
 
-/// Adds to `tx` what the table lacks of the skeleton and of attachment `id`, both families.
-fn ensure_attachment(tables: &mut NativeTables, tx: &mut Transaction, id: &str) {
-    for family in Family::BOTH {
-        tables
-            .ensure(tx, family, &[SETMARK, MASQ, DNAT], &skeleton())
-            .unwrap();
-        let (chain, rules) = attachment(family, id);
-        tables.ensure(tx, family, &[&chain], &rules).unwrap();
-    }
+/// Adds to `tx` what the table lacks of the skeleton and of attachment `id`, both families;
+/// returns what was missing of each, per family.
+fn ensure_attachment(
+    tables: &mut NativeTables,
+    tx: &mut Transaction,
+    id: &str,
+) -> Vec<(Missing, Missing)> {
+    Family::BOTH
+        .iter()
+        .map(|family| {
+            let shared = tables
+                .ensure(tx, *family, &[SETMARK, MASQ, DNAT], &skeleton())
+                .unwrap();
+            let (chain, rules) = attachment(*family, id);
+            (
+                shared,
+                tables.ensure(tx, *family, &[&chain], &rules).unwrap(),
+            )
+        })
+        .collect()
 }
 
 /// What another program sees of the namespace's `nat` tables: `iptables-save` of both
@@ -297,7 +308,17 @@ fn the_native_layout_is_what_the_restore_writes_from_an_empty_table() {
     let (natively, recorded) = in_new_netns(|| {
         let mut tables = NativeTables::open("nat").unwrap();
         let mut tx = tables.transaction();
-        ensure_attachment(&mut tables, &mut tx, "c1");
+        for (family, (shared, own)) in
+            Family::BOTH
+                .iter()
+                .zip(ensure_attachment(&mut tables, &mut tx, "c1"))
+        {
+            let chains = [SETMARK, MASQ, DNAT, "POSTROUTING", "PREROUTING", "OUTPUT"];
+            assert_eq!(shared.chains, chains, "{family}");
+            assert_eq!(shared.rules, [0, 1, 2, 3, 4], "{family}");
+            assert_eq!(own.chains, ["CNI-DN-c1"], "{family}");
+            assert_eq!(own.rules.len(), attachment(*family, "c1").1.len());
+        }
         let recorded = tables.commit(&tx).unwrap();
         // Everything is there now: a second ADD adds nothing.
         let mut again = tables.transaction();
@@ -324,7 +345,10 @@ fn a_second_attachment_reads_the_shared_chains_and_writes_only_its_own() {
         let before = seen();
         let mut tables = NativeTables::open("nat").unwrap();
         let mut tx = tables.transaction();
-        ensure_attachment(&mut tables, &mut tx, "c2");
+        for (shared, own) in ensure_attachment(&mut tables, &mut tx, "c2") {
+            assert!(shared.is_empty(), "{shared:?}");
+            assert_eq!(own.chains, ["CNI-DN-c2"]);
+        }
         // Per family: the chain, its rules and the two entry rules; nothing shared.
         let per_family = |f: Family| 1 + attachment(f, "c2").1.len();
         assert_eq!(
