@@ -15,6 +15,8 @@
 //! - [`mounts`]: private mount namespaces for tests that change mounts.
 //! - [`seccomp`]: a kernel without nf_tables, as a plugin sees it (a seccomp filter).
 //! - [`cleanup`]: what a harness binary made, removed on a signal or a panic as well.
+//! - [`iptables_layout`]: the reference portmap's shared iptables chains and rules, for the
+//!   tests and bench of `common::iptables::native`.
 //!
 //! Everything needs root and fails (never skips) without it. Nothing here touches the machine's
 //! own network namespace: namespaces are created on throwaway threads, commands and plugins are
@@ -24,6 +26,7 @@
 pub mod bench;
 pub mod bins;
 pub mod cleanup;
+pub mod iptables_layout;
 pub mod main_plugin;
 pub mod mounts;
 pub mod netns;

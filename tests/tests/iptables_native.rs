@@ -18,18 +18,11 @@ use anyhow::{Context, Result, ensure};
 use common::iptables::Family;
 use common::iptables::native::{self, NativeTables, RuleSpec};
 use serde_json::{Value, json};
+use tests::iptables_layout::{DNAT, SETMARK, SHARED_CHAINS, skeleton, words};
 use tests::{PluginOutput, Runtime, TestNetns, bins};
 
 const NETWORK: &str = "nativenet";
 const ID: &str = "0123456789abcdef0123456789abcdef";
-const SETMARK: &str = "CNI-HOSTPORT-SETMARK";
-const MASQ: &str = "CNI-HOSTPORT-MASQ";
-const DNAT: &str = "CNI-HOSTPORT-DNAT";
-
-fn words(line: &str) -> Vec<String> {
-    common::iptables::split_args(line).unwrap_or_default()
-}
-
 /// The reference's per-attachment chain: `CNI-DN-` and SHA-512(name + id), 28 characters.
 fn dnat_chain() -> Result<String> {
     let out = std::process::Command::new("sh")
@@ -42,41 +35,16 @@ fn dnat_chain() -> Result<String> {
     ))
 }
 
-/// The mappings: on every address, on one IPv4 host address, on one IPv6 host address.
+/// The mappings: on every address, on one IPv4 host address, on one IPv6 host address; TCP,
+/// UDP and SCTP (an xtables match where TCP and UDP ports are native expressions).
 fn mappings() -> Value {
     json!([
         {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
         {"hostPort": 8443, "containerPort": 443, "protocol": "tcp", "hostIP": "10.98.0.1"},
         {"hostPort": 5353, "containerPort": 53, "protocol": "udp"},
-        {"hostPort": 9000, "containerPort": 9000, "protocol": "tcp", "hostIP": "fd98::1"}
+        {"hostPort": 9000, "containerPort": 9000, "protocol": "sctp", "hostIP": "fd98::1"},
+        {"hostPort": 3868, "containerPort": 3868, "protocol": "sctp"}
     ])
-}
-
-/// The shared chains' rules (snat, mark bit 13).
-fn skeleton() -> Vec<RuleSpec> {
-    vec![
-        RuleSpec::append(
-            SETMARK,
-            &words(
-                r#"-m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000"#,
-            ),
-        ),
-        RuleSpec::append(MASQ, &words("-m mark --mark 0x2000/0x2000 -j MASQUERADE")),
-        RuleSpec::insert(
-            "POSTROUTING",
-            &words(
-                r#"-m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ"#,
-            ),
-        ),
-        RuleSpec::append(
-            "PREROUTING",
-            &words(&format!("-m addrtype --dst-type LOCAL -j {DNAT}")),
-        ),
-        RuleSpec::append(
-            "OUTPUT",
-            &words(&format!("-m addrtype --dst-type LOCAL -j {DNAT}")),
-        ),
-    ]
 }
 
 /// The attachment's chain rules (mapping order: hairpin mark, localhost mark for IPv4,
@@ -108,15 +76,18 @@ fn attachment(family: Family, chain: &str) -> (Vec<String>, Vec<String>) {
     }
     mapping(None, "udp", 5353, 53);
     if !v4 {
-        mapping(Some(host), "tcp", 9000, 9000);
+        mapping(Some(host), "sctp", 9000, 9000);
     }
+    mapping(None, "sctp", 3868, 3868);
     let comment = format!(r#""dnat name: \"{NETWORK}\" id: \"{ID}\"""#);
-    let entries = vec![
-        format!(
-            "-p tcp -m comment --comment {comment} -m multiport --dports 8080,8443,9000 -j {chain}"
-        ),
-        format!("-p udp -m comment --comment {comment} -m multiport --dports 5353 -j {chain}"),
-    ];
+    let entries = [("sctp", "9000,3868"), ("tcp", "8080,8443"), ("udp", "5353")]
+        .iter()
+        .map(|(proto, ports)| {
+            format!(
+                "-p {proto} -m comment --comment {comment} -m multiport --dports {ports} -j {chain}"
+            )
+        })
+        .collect();
     (rules, entries)
 }
 
@@ -215,7 +186,7 @@ impl Host {
             let mut tables = NativeTables::open("nat")?;
             let mut tx = tables.transaction();
             for family in Family::BOTH {
-                tables.ensure(&mut tx, family, &[SETMARK, MASQ, DNAT], &skeleton())?;
+                tables.ensure(&mut tx, family, &SHARED_CHAINS, &skeleton())?;
                 if attachment {
                     let (rules, entries) = self::attachment(family, &chain);
                     let mut specs: Vec<RuleSpec> = rules
@@ -325,7 +296,7 @@ fn what_the_go_add_made_is_found_read_back_and_deleted_natively() -> Result<()> 
             ensure!(found == want, "{family} {DNAT}: {found:?}");
             // Our ADD on top of the Go one adds nothing.
             let mut add = tables.transaction();
-            tables.ensure(&mut add, family, &[SETMARK, MASQ, DNAT], &skeleton())?;
+            tables.ensure(&mut add, family, &SHARED_CHAINS, &skeleton())?;
             let specs: Vec<RuleSpec> = rules
                 .iter()
                 .map(|r| RuleSpec::append(&chain, &words(r)))

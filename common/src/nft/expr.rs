@@ -301,6 +301,18 @@ fn u32_nla(kind: u16, value: u32) -> DefaultNla {
     DefaultNla::new(kind, value.to_be_bytes().to_vec())
 }
 
+/// The attributes of an xtables match or target: its NUL-terminated name, its revision and
+/// its info (`NFTA_MATCH_*` and `NFTA_TARGET_*` number them alike).
+fn xt_attributes(name: &str, rev: u32, info: &[u8]) -> Vec<DefaultNla> {
+    let mut c_name = name.as_bytes().to_vec();
+    c_name.push(0);
+    vec![
+        DefaultNla::new(NFTA_MATCH_NAME, c_name),
+        u32_nla(NFTA_MATCH_REV, rev),
+        DefaultNla::new(NFTA_MATCH_INFO, info.to_vec()),
+    ]
+}
+
 fn own(name: &str, attributes: Vec<DefaultNla>) -> Expressions {
     Expressions::Other {
         expression_type: name.to_string(),
@@ -419,30 +431,8 @@ impl Expr {
             Expr::Masquerade => own("masq", vec![]),
             // `nft` sends a counter without initial values; the kernel starts at zero.
             Expr::Counter { .. } => own("counter", vec![]),
-            Expr::XtMatch { name, rev, info } => {
-                let mut c_name = name.as_bytes().to_vec();
-                c_name.push(0);
-                own(
-                    "match",
-                    vec![
-                        DefaultNla::new(NFTA_MATCH_NAME, c_name),
-                        u32_nla(NFTA_MATCH_REV, *rev),
-                        DefaultNla::new(NFTA_MATCH_INFO, info.clone()),
-                    ],
-                )
-            }
-            Expr::XtTarget { name, rev, info } => {
-                let mut c_name = name.as_bytes().to_vec();
-                c_name.push(0);
-                own(
-                    "target",
-                    vec![
-                        DefaultNla::new(NFTA_TARGET_NAME, c_name),
-                        u32_nla(NFTA_TARGET_REV, *rev),
-                        DefaultNla::new(NFTA_TARGET_INFO, info.clone()),
-                    ],
-                )
-            }
+            Expr::XtMatch { name, rev, info } => own("match", xt_attributes(name, *rev, info)),
+            Expr::XtTarget { name, rev, info } => own("target", xt_attributes(name, *rev, info)),
             Expr::Other(name) => own(name, vec![]),
         };
         ListAttribute::from(exprs)

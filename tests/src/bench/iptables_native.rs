@@ -22,49 +22,16 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use common::iptables::native::{NativeTables, Recorded, Removal, RuleSpec, Transaction};
-use common::iptables::{Family, Iptables, restore_line, split_args};
+use common::iptables::{Family, Iptables, restore_line};
 
 use super::{Options, Results, Row, Samples};
+use crate::iptables_layout::{DNAT, SETMARK, SHARED_CHAINS, skeleton, words};
 use crate::netns::TestNetns;
 
 const SUITE: &str = "iptables-native";
-const SETMARK: &str = "CNI-HOSTPORT-SETMARK";
-const MASQ: &str = "CNI-HOSTPORT-MASQ";
-const DNAT: &str = "CNI-HOSTPORT-DNAT";
 /// Attachments per transaction while installing the others.
 const INSTALL_BATCH: usize = 25;
 const MEASURED: usize = 0xbe_ef;
-
-fn words(line: &str) -> Vec<String> {
-    split_args(line).unwrap_or_default()
-}
-
-/// The shared chains' rules of the reference's layout (snat, mark bit 13).
-fn skeleton() -> Vec<RuleSpec> {
-    vec![
-        RuleSpec::append(
-            SETMARK,
-            &words(
-                r#"-m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000"#,
-            ),
-        ),
-        RuleSpec::append(MASQ, &words("-m mark --mark 0x2000/0x2000 -j MASQUERADE")),
-        RuleSpec::insert(
-            "POSTROUTING",
-            &words(
-                r#"-m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ"#,
-            ),
-        ),
-        RuleSpec::append(
-            "PREROUTING",
-            &words(&format!("-m addrtype --dst-type LOCAL -j {DNAT}")),
-        ),
-        RuleSpec::append(
-            "OUTPUT",
-            &words(&format!("-m addrtype --dst-type LOCAL -j {DNAT}")),
-        ),
-    ]
-}
 
 /// Attachment `n`: its chain, the chain's rules and its entry rules (recorded), for container
 /// address `10.(n/65536).(n/256%256).(n%256)` or `fd00::n`.
@@ -107,7 +74,7 @@ fn attachment(family: Family, n: usize) -> (String, Vec<RuleSpec>) {
 /// Adds what the tables lack of the skeleton and of attachment `n`, both families.
 fn ensure(tables: &mut NativeTables, tx: &mut Transaction, n: usize) -> Result<()> {
     for family in Family::BOTH {
-        tables.ensure(tx, family, &[SETMARK, MASQ, DNAT], &skeleton())?;
+        tables.ensure(tx, family, &SHARED_CHAINS, &skeleton())?;
         let (chain, specs) = attachment(family, n);
         tables.ensure(tx, family, &[&chain], &specs)?;
     }
@@ -186,7 +153,7 @@ fn install(others: usize) -> Result<()> {
     loop {
         let mut tx = tables.transaction();
         for family in Family::BOTH {
-            tables.ensure(&mut tx, family, &[SETMARK, MASQ, DNAT], &skeleton())?;
+            tables.ensure(&mut tx, family, &SHARED_CHAINS, &skeleton())?;
         }
         for n in start..others.min(start + INSTALL_BATCH) {
             for family in Family::BOTH {

@@ -265,10 +265,7 @@ impl Transaction {
         chain: &str,
         args: &[String],
     ) -> Result<&mut Transaction, Unsupported> {
-        let rule = self.rule(family, args)?;
-        let table = self.nft(family);
-        self.batch.add_rule(&table, chain, &rule);
-        Ok(self)
+        self.add(family, chain, args, Placement::Append)
     }
 
     /// `-A CHAIN ARGS…`, with the rule's handle returned by [`NativeTables::commit`].
@@ -281,11 +278,7 @@ impl Transaction {
         chain: &str,
         args: &[String],
     ) -> Result<&mut Transaction, Unsupported> {
-        let rule = self.rule(family, args)?;
-        let table = self.nft(family);
-        self.batch.add_rule_echo(&table, chain, &rule);
-        self.recorded.push(family);
-        Ok(self)
+        self.add(family, chain, args, Placement::AppendRecorded)
     }
 
     /// `-I CHAIN 1 ARGS…`.
@@ -298,9 +291,26 @@ impl Transaction {
         chain: &str,
         args: &[String],
     ) -> Result<&mut Transaction, Unsupported> {
+        self.add(family, chain, args, Placement::Insert)
+    }
+
+    fn add(
+        &mut self,
+        family: Family,
+        chain: &str,
+        args: &[String],
+        placement: Placement,
+    ) -> Result<&mut Transaction, Unsupported> {
         let rule = self.rule(family, args)?;
         let table = self.nft(family);
-        self.batch.insert_rule(&table, chain, &rule);
+        match placement {
+            Placement::Append => self.batch.add_rule(&table, chain, &rule),
+            Placement::AppendRecorded => {
+                self.recorded.push(family);
+                self.batch.add_rule_echo(&table, chain, &rule)
+            }
+            Placement::Insert => self.batch.insert_rule(&table, chain, &rule),
+        };
         Ok(self)
     }
 
@@ -318,6 +328,14 @@ impl Transaction {
         self.batch.delete_chain(&table, chain);
         self
     }
+}
+
+/// Where [`Transaction::add`] puts a rule.
+#[derive(Debug, Clone, Copy)]
+enum Placement {
+    Append,
+    AppendRecorded,
+    Insert,
 }
 
 /// The built-in chain `chain` of iptables table `table`, as `iptables-nft` declares it.
@@ -524,13 +542,12 @@ impl NativeTables {
                 !read[at].2.iter().any(|r| r.args.as_ref() == Some(&want))
             };
             if absent {
-                match spec.position {
-                    Position::Append if spec.recorded => {
-                        tx.append_recorded(family, &spec.chain, &spec.args)?
-                    }
-                    Position::Append => tx.append(family, &spec.chain, &spec.args)?,
-                    Position::Insert => tx.insert(family, &spec.chain, &spec.args)?,
+                let placement = match spec.position {
+                    Position::Append if spec.recorded => Placement::AppendRecorded,
+                    Position::Append => Placement::Append,
+                    Position::Insert => Placement::Insert,
                 };
+                tx.add(family, &spec.chain, &spec.args, placement)?;
                 missing.rules.push(index);
             }
         }

@@ -500,3 +500,19 @@ fn an_attachment_is_removed_by_its_recorded_handles_or_found_by_lookup() {
 fn rec_table(all: &[Recorded], family: Family) -> u64 {
     all.iter().find(|r| r.family == family).unwrap().table
 }
+
+#[test]
+fn the_variant_is_read_from_the_binary_the_tools_resolve_to() {
+    for (path, want) in [
+        ("/usr/sbin/xtables-nft-multi", Variant::Nft),
+        ("/sbin/iptables-nft-restore", Variant::Nft),
+        ("/usr/sbin/xtables-legacy-multi", Variant::Legacy),
+        ("/usr/sbin/ip6tables-legacy-restore", Variant::Legacy),
+        ("/tmp/wrapper/iptables-restore", Variant::Other),
+    ] {
+        assert_eq!(variant_of(std::path::Path::new(path)), want, "{path}");
+    }
+    // This machine's: Debian's alternatives point at iptables-nft.
+    assert_eq!(variant(Family::V4), Variant::Nft);
+    assert_eq!(variant(Family::V6), Variant::Nft);
+}
