@@ -461,11 +461,11 @@ fn build_match(
     let Loaded { name, options } = loaded;
     let name = *name;
     let known = match_options(name).unwrap_or_default();
-    let single = match options.as_slice() {
+    // The value of a match that takes exactly one option.
+    let one = || match options.as_slice() {
         [(negated, _, value)] => Ok((*negated, *value)),
         _ => Err(tokens.fail(format!("-m {name} needs exactly one of {known:?}"))),
     };
-    let one = || single.clone();
     let bad = |what: &str| tokens.fail(format!("-m {name}: {what}"));
     Ok(match name {
         "comment" => {
