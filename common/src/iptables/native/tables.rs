@@ -456,7 +456,8 @@ impl NativeTables {
 
     /// Adds to `tx` what `family`'s table lacks of a layout: the regular `chains`, the
     /// built-in chains the `rules` go into (and the table), and the `rules` themselves
-    /// (compared in `iptables-save`'s words; a rule present is not added again). Returns what
+    /// (compared in `iptables-save`'s words; a rule present, or given twice, is added once at
+    /// most). Returns what
     /// was missing, for a CHECK to name. Reads only what it must: nothing of a chain it
     /// creates, nor for a rule that jumps to a chain it creates (no rule can jump to a chain
     /// that does not exist yet); otherwise the rules of the chain that contain the jump's
@@ -500,8 +501,14 @@ impl NativeTables {
         }
         // The rules read so far, per chain and needle ("" for all of the chain).
         let mut read: Vec<(String, String, Vec<Listed>)> = Vec::new();
+        // The rules added by this call: a rule given twice goes in once, as the tools'
+        // check-then-append does.
+        let mut added: Vec<(&str, Vec<String>)> = Vec::new();
         for (index, spec) in rules.iter().enumerate() {
             let want = canonical(family, &spec.args)?;
+            if added.iter().any(|(c, a)| *c == spec.chain && *a == want) {
+                continue;
+            }
             let chain_new = if tx.creates(family, &spec.chain) {
                 true
             } else if exists(self, tx, &spec.chain)? {
@@ -549,6 +556,7 @@ impl NativeTables {
                 };
                 tx.add(family, &spec.chain, &spec.args, placement)?;
                 missing.rules.push(index);
+                added.push((&spec.chain, want));
             }
         }
         Ok(missing)

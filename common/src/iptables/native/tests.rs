@@ -349,6 +349,13 @@ fn a_second_attachment_reads_the_shared_chains_and_writes_only_its_own() {
             assert!(shared.is_empty(), "{shared:?}");
             assert_eq!(own.chains, ["CNI-DN-c2"]);
         }
+        // A rule given twice (a mapping listed twice) goes in once.
+        let (chain, rules) = attachment(Family::V4, "c2");
+        let twice = [rules[0].clone(), rules[0].clone()];
+        let mut probe = tables.transaction();
+        probe.add_chain(Family::V4, &chain);
+        let missing = tables.ensure(&mut probe, Family::V4, &[], &twice).unwrap();
+        assert_eq!(missing.rules, [0]);
         // Per family: the chain, its rules and the two entry rules; nothing shared.
         let per_family = |f: Family| 1 + attachment(f, "c2").1.len();
         assert_eq!(
