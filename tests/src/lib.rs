@@ -17,6 +17,7 @@
 //! - [`cleanup`]: what a harness binary made, removed on a signal or a panic as well.
 //! - [`iptables_layout`]: the reference portmap's shared iptables chains and rules, for the
 //!   tests and bench of `common::iptables::native`.
+//! - [`snapshot`]: normalised snapshots of the kernel objects and files plugins leave behind.
 //!
 //! Everything needs root and fails (never skips) without it. Nothing here touches the machine's
 //! own network namespace: namespaces are created on throwaway threads, commands and plugins are
@@ -34,6 +35,7 @@ pub mod process;
 pub mod result;
 pub mod runtime;
 pub mod seccomp;
+pub mod snapshot;
 pub mod traffic;
 
 pub use netns::{TestNetns, Topology, veth_pair};

@@ -30,11 +30,6 @@
 #![allow(clippy::tests_outside_test_module)]
 
 #[cfg(test)]
-#[allow(dead_code)] // shared with soak.rs and faults.rs, which use other parts
-#[path = "harness/snapshot.rs"]
-mod snapshot;
-
-#[cfg(test)]
 #[allow(dead_code)] // shared with soak.rs
 #[path = "harness/chain.rs"]
 mod chain;
@@ -49,10 +44,10 @@ use anyhow::{Context, Result, bail, ensure};
 use bandwidth::names::{Owner, reference_ifb_name};
 use serde_json::{Value, json};
 use tests::result::{address, host_veth};
+use tests::snapshot::{self, Scope};
 use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, main_plugin};
 
 use chain::Chain;
-use snapshot::Scope;
 
 /// Attachments per test, all racing.
 const CONTAINERS: usize = 50;

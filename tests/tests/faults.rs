@@ -1,6 +1,6 @@
 //! Fault injection: each plugin after Debian's Go `bridge` + `host-local`, facing what goes
 //! wrong on a node, with the kernel state and state files afterwards compared with the state
-//! before (`harness/snapshot.rs`, plus the container interface's attributes, the sysctls tuning
+//! before (`tests::snapshot`, plus the container interface's attributes, the sysctls tuning
 //! sets and the ingress filters of the host).
 //!
 //! - **The netns is deleted between ADD and DEL**: DEL (with the cached result, as a runtime
@@ -56,11 +56,6 @@
 // An integration test crate is a test module of its own.
 #![allow(clippy::tests_outside_test_module)]
 
-#[cfg(test)]
-#[allow(dead_code)] // each test binary uses a different part
-#[path = "harness/snapshot.rs"]
-mod snapshot;
-
 use std::os::unix::fs::MetadataExt as _;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
@@ -71,8 +66,8 @@ use anyhow::{Context, Result, anyhow, bail, ensure};
 use common::lock::FileLock;
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use serde_json::{Value, json};
-use snapshot::{Scope, Snapshot};
 use tests::mounts::{bind, with_private_mounts};
+use tests::snapshot::{self, Scope, Snapshot};
 use tests::{
     CniErrorObject, NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology,
     bins, main_plugin, process,

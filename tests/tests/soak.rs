@@ -32,11 +32,6 @@
 #![allow(clippy::tests_outside_test_module)]
 
 #[cfg(test)]
-#[allow(dead_code)] // shared with concurrency.rs and faults.rs, which use other parts
-#[path = "harness/snapshot.rs"]
-mod snapshot;
-
-#[cfg(test)]
 #[allow(dead_code)] // shared with concurrency.rs
 #[path = "harness/chain.rs"]
 mod chain;
@@ -51,11 +46,11 @@ use common::nft::{L4Proto, NfProto};
 use serde_json::{Value, json};
 use tests::netns::HOST_UPLINK_V4;
 use tests::netns::StateDirs;
+use tests::snapshot::{self, Scope, Snapshot};
 use tests::traffic::{TcpServer, UdpServer, tcp_request, udp_request};
 use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, Topology, main_plugin};
 
 use chain::{Chain, RssSample};
-use snapshot::{Scope, Snapshot};
 
 /// ADD/DEL cycles.
 const CYCLES: usize = 1000;

@@ -12,8 +12,8 @@
 //!   deadline is reported with its kernel stacks.
 //!
 //! Unlike [`Runtime`] it keeps no result cache: [`Chain::add`] returns the final result and
-//! the caller passes it to CHECK and DEL. Shared by `concurrency.rs` and `soak.rs`; include it
-//! as `harness/snapshot.rs` is included (see there).
+//! the caller passes it to CHECK and DEL. Shared by `concurrency.rs` and `soak.rs`, which include
+//! it with `#[path]`.
 
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::process::CommandExt as _;

@@ -1,15 +1,8 @@
 //! Snapshots of what plugins can leave behind in a network namespace and in directories,
 //! normalised so that two snapshots of the same state compare equal.
 //!
-//! Shared by the reliability tests (`concurrency.rs`, `soak.rs`, `faults.rs`); it is not part of
-//! the `harness` test binary. Include it with
-//!
-//! ```ignore
-//! #[cfg(test)]
-//! #[allow(dead_code)] // each test binary uses a different part
-//! #[path = "harness/snapshot.rs"]
-//! mod snapshot;
-//! ```
+//! Shared by the reliability tests (`concurrency.rs`, `faults.rs`) and the differential suites
+//! ([`crate::differential`], `diff_*.rs`).
 //!
 //! A [`Snapshot`] is a map of named sections, each a list of normalised lines:
 //!
@@ -35,9 +28,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::netns::TestNetns;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use tests::TestNetns;
 
 /// What a snapshot covers: one namespace, optionally its netfilter state, and directories.
 #[derive(Debug, Clone)]
@@ -98,12 +91,22 @@ impl<'a> Scope<'a> {
 }
 
 /// Normalised state, section by section (see the module docs).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
     sections: BTreeMap<String, Vec<String>>,
 }
 
 impl Snapshot {
+    /// An empty snapshot, to fill with [`Snapshot::insert`].
+    pub fn new() -> Snapshot {
+        Snapshot::default()
+    }
+
+    /// Sets section `name` to `lines`.
+    pub fn insert(&mut self, name: impl Into<String>, lines: Vec<String>) {
+        self.sections.insert(name.into(), lines);
+    }
+
     /// The lines of one section (empty when the section was not taken).
     pub fn section(&self, name: &str) -> &[String] {
         self.sections.get(name).map_or(&[], Vec::as_slice)
@@ -366,7 +369,12 @@ fn address_lines(ns: &TestNetns) -> Result<Vec<String>> {
     Ok(lines)
 }
 
-fn route_lines(ns: &TestNetns) -> Result<Vec<String>> {
+/// `ip -j route show table all` of both families: one JSON line per route without `flags` and
+/// `expires`, IPv6 link-local host routes left out (they embed MACs), sorted.
+///
+/// # Errors
+/// When `ip` fails.
+pub fn route_lines(ns: &TestNetns) -> Result<Vec<String>> {
     let mut lines = Vec::new();
     for family in ["-4", "-6"] {
         for mut route in array(ns.ip_json(&[family, "route", "show", "table", "all"])?)? {
@@ -386,7 +394,11 @@ fn route_lines(ns: &TestNetns) -> Result<Vec<String>> {
     Ok(lines)
 }
 
-fn rule_lines(ns: &TestNetns) -> Result<Vec<String>> {
+/// `ip -j rule show` of both families: one line per rule (`-4 {json}`), sorted.
+///
+/// # Errors
+/// When `ip` fails.
+pub fn rule_lines(ns: &TestNetns) -> Result<Vec<String>> {
     let mut lines = Vec::new();
     for family in ["-4", "-6"] {
         for rule in array(ns.ip_json(&[family, "rule", "show"])?)? {
@@ -440,6 +452,162 @@ fn nft_lines(ruleset: &[Value]) -> Vec<String> {
         .collect();
     objects.sort_by(|a, b| a.0.cmp(&b.0));
     objects.into_iter().map(|(_, line)| line).collect()
+}
+
+/// One line per nftables object of `ruleset` (see [`nft_ruleset`]), without handles and
+/// counter values, in an order that does not depend on the order the objects were created in:
+/// tables by family and name; in each table the table, then its chains, sets, maps and other
+/// objects by kind and name, then the rules of each chain (chains by name, each chain's rules in
+/// their order, which matters). Two rulesets holding the same objects compare equal whoever
+/// created them in whichever order.
+pub fn nft_sorted_lines(ruleset: &[Value]) -> Vec<String> {
+    /// (family, table, rank, name, position): rank 0 the table, 1 named objects, 2 rules.
+    type Key = (String, String, u8, String, usize);
+    let mut objects: Vec<(Key, String)> = Vec::new();
+    for (position, object) in ruleset.iter().enumerate() {
+        let Some((kind, body)) = object.as_object().and_then(|m| m.iter().next()) else {
+            continue;
+        };
+        if kind == "metainfo" {
+            continue;
+        }
+        let field = |key: &str| body[key].as_str().unwrap_or_default().to_owned();
+        let family = field("family");
+        let (table, rank, name) = match kind.as_str() {
+            "table" => (field("name"), 0, String::new()),
+            "rule" => (field("table"), 2, field("chain")),
+            _ => (field("table"), 1, format!("{kind} {}", field("name"))),
+        };
+        let mut object = object.clone();
+        strip_volatile(&mut object);
+        objects.push(((family, table, rank, name, position), object.to_string()));
+    }
+    objects.sort_by(|a, b| a.0.cmp(&b.0));
+    objects.into_iter().map(|(_, line)| line).collect()
+}
+
+/// `ruleset` without the tables that hold nothing (no chain, set, map, rule or other object):
+/// `iptables-nft` creates an empty table when a chain of a missing table is merely listed, so
+/// an implementation that execs `iptables -S` leaves empty tables where one that does not
+/// leaves nothing, and neither is behaviour.
+pub fn without_empty_nft_tables(ruleset: &[Value]) -> Vec<Value> {
+    let owner = |o: &Value| -> Option<(String, String)> {
+        let (kind, body) = o.as_object()?.iter().next()?;
+        let table = if kind == "table" {
+            &body["name"]
+        } else {
+            &body["table"]
+        };
+        Some((
+            body["family"].as_str()?.to_owned(),
+            table.as_str()?.to_owned(),
+        ))
+    };
+    let used: std::collections::BTreeSet<(String, String)> = ruleset
+        .iter()
+        .filter(|o| o.get("table").is_none())
+        .filter_map(owner)
+        .collect();
+    ruleset
+        .iter()
+        .filter(|o| o.get("table").is_none() || owner(o).is_some_and(|t| used.contains(&t)))
+        .cloned()
+        .collect()
+}
+
+/// `iptables-save -t <table>` and `ip6tables-save -t <table>` of `ns` for each of `tables`, as
+/// sections `iptables <table>` and `ip6tables <table>` (see [`iptables_save_args`]).
+///
+/// # Errors
+/// When a tool fails.
+pub fn iptables_tables(ns: &TestNetns, tables: &[&str]) -> Result<Vec<(String, Vec<String>)>> {
+    let mut out = Vec::new();
+    for tool in ["iptables", "ip6tables"] {
+        for table in tables {
+            let lines = iptables_save_args(ns, &format!("{tool}-save"), &["-t", table])?;
+            out.push((format!("{tool} {table}"), lines));
+        }
+    }
+    Ok(out)
+}
+
+/// The attributes of every link of `ns` a plugin may set, one line each (`<name> <attribute>
+/// <value>`): kind, MTU, transmit queue length, flags (sorted), alias and master when set, and
+/// the MAC of the links for which `keep_mac` says so (a MAC the kernel chose at random differs
+/// between two namespaces holding the same objects). No interface index.
+///
+/// # Errors
+/// When `ip` fails.
+pub fn link_attr_lines(ns: &TestNetns, keep_mac: impl Fn(&str) -> bool) -> Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for link in links(ns)? {
+        let name = link["ifname"].as_str().unwrap_or("?");
+        let kind = link["linkinfo"]["info_kind"]
+            .as_str()
+            .or_else(|| link["link_type"].as_str())
+            .unwrap_or("?");
+        let mut flags: Vec<&str> = link["flags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        flags.sort_unstable();
+        lines.push(format!("{name} kind {kind}"));
+        lines.push(format!("{name} mtu {}", link["mtu"]));
+        // `ip -j` leaves txqlen out when it is 0.
+        lines.push(format!(
+            "{name} txqlen {}",
+            link["txqlen"].as_u64().unwrap_or(0)
+        ));
+        lines.push(format!("{name} flags {}", flags.join(",")));
+        for key in ["ifalias", "master"] {
+            if let Some(value) = link[key].as_str() {
+                lines.push(format!("{name} {key} {value}"));
+            }
+        }
+        if keep_mac(name) {
+            lines.push(format!(
+                "{name} address {}",
+                link["address"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    lines.sort();
+    Ok(lines)
+}
+
+/// `tc -j <args>` in `ns` (e.g. `qdisc show dev eth0`), one JSON line per object without
+/// `refcnt`, in the order `tc` lists them.
+///
+/// # Errors
+/// When `tc` fails or prints no JSON.
+pub fn tc_lines(ns: &TestNetns, args: &[&str]) -> Result<Vec<String>> {
+    let mut full = vec!["-j"];
+    full.extend_from_slice(args);
+    let out = ns.exec_ok("tc", &full)?;
+    Ok(array(parse_json(&out, &format!("tc {}", full.join(" ")))?)?
+        .into_iter()
+        .map(|mut o| {
+            if let Some(obj) = o.as_object_mut() {
+                obj.remove("refcnt");
+            }
+            o.to_string()
+        })
+        .collect())
+}
+
+/// The netfilter state of `ns` as a differential test compares it: section `nft` (every
+/// nftables object, [`nft_sorted_lines`], empty tables left out: [`without_empty_nft_tables`])
+/// and the [`iptables_tables`] sections of `tables`.
+///
+/// # Errors
+/// When a tool fails.
+pub fn netfilter_sections(ns: &TestNetns, tables: &[&str]) -> Result<Vec<(String, Vec<String>)>> {
+    let ruleset = without_empty_nft_tables(&nft_ruleset(ns)?);
+    let mut sections = vec![("nft".to_owned(), nft_sorted_lines(&ruleset))];
+    sections.extend(iptables_tables(ns, tables)?);
+    Ok(sections)
 }
 
 /// Removes what changes without any object changing: handles, counter values, timeouts left.
