@@ -18,6 +18,7 @@
 //! - [`iptables_layout`]: the reference portmap's shared iptables chains and rules, for the
 //!   tests and bench of `common::iptables::native`.
 //! - [`snapshot`]: normalised snapshots of the kernel objects and files plugins leave behind.
+//! - [`differential`]: the same calls to a Go reference plugin and to ours, compared.
 //!
 //! Everything needs root and fails (never skips) without it. Nothing here touches the machine's
 //! own network namespace: namespaces are created on throwaway threads, commands and plugins are
@@ -28,6 +29,7 @@ pub mod bench;
 pub mod bins;
 pub mod cleanup;
 pub mod iptables_layout;
+pub mod differential;
 pub mod main_plugin;
 pub mod mounts;
 pub mod netns;

@@ -409,6 +409,7 @@ pub struct Runtime {
     overrides: BTreeMap<String, PathBuf>,
     cache: tempfile::TempDir,
     timeout: Duration,
+    env: Vec<(String, String)>,
 }
 
 impl Runtime {
@@ -447,6 +448,7 @@ impl Runtime {
                 .tempdir()
                 .context("failed to create the runtime's cache dir")?,
             timeout: PLUGIN_TIMEOUT,
+            env: Vec::new(),
         })
     }
 
@@ -483,6 +485,14 @@ impl Runtime {
     #[must_use]
     pub fn use_binary(mut self, plugin_type: &str, path: impl Into<PathBuf>) -> Runtime {
         self.overrides.insert(plugin_type.to_owned(), path.into());
+        self
+    }
+
+    /// Adds `key=value` to the environment of every plugin a list call runs (ADD, CHECK, DEL,
+    /// STATUS, GC, VERSION), e.g. `DBUS_SYSTEM_BUS_ADDRESS`.
+    #[must_use]
+    pub fn with_env(mut self, key: &str, value: &str) -> Runtime {
+        self.env.push((key.to_owned(), value.to_owned()));
         self
     }
 
@@ -760,18 +770,16 @@ impl Runtime {
         let cni_path = self.cni_path();
         let cni_args = rt.cni_args();
         let stdin = serde_json::to_vec(conf).context("failed to serialize plugin config")?;
-        let out = self.exec_plugin(
-            plugin_type,
-            Some(command),
-            &[
-                ("CNI_CONTAINERID", &rt.container_id),
-                ("CNI_NETNS", &netns),
-                ("CNI_IFNAME", &rt.ifname),
-                ("CNI_ARGS", &cni_args),
-                ("CNI_PATH", &cni_path.to_string_lossy()),
-            ],
-            &stdin,
-        )?;
+        let cni_path = cni_path.to_string_lossy();
+        let mut env: Vec<(&str, &str)> = vec![
+            ("CNI_CONTAINERID", &rt.container_id),
+            ("CNI_NETNS", &netns),
+            ("CNI_IFNAME", &rt.ifname),
+            ("CNI_ARGS", &cni_args),
+            ("CNI_PATH", &cni_path),
+        ];
+        env.extend(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let out = self.exec_plugin(plugin_type, Some(command), &env, &stdin)?;
         if out.status.success() {
             Ok(out.stdout)
         } else {
