@@ -23,7 +23,9 @@
 //!
 //! Every difference of every case is collected; at the end the run fails listing each differing
 //! case by name with a readable diff (Go's lines `-`, ours `+`). `DIFF_CASE=<text>` runs only the
-//! cases whose name contains `<text>`.
+//! cases whose name contains `<text>`; `DIFF_WORKERS=<n>` runs `n` cases at a time (default 2).
+//! A step in which one side succeeds and the other fails ends its case: the sides no longer
+//! hold the same state.
 //!
 //! # Where Go 1.1.1 is not the reference
 //!
@@ -33,8 +35,12 @@
 //! side at another version and compares (for `1.1.0`, whose results only differ from `1.0.0` in
 //! `cniVersion`), [`Expect::Literal`] checks ours against a literal from
 //! `reference-behaviour.md` ([`Why::Head`]) or from the plugin's README ([`Why::Readme`]) and does
-//! not run the Go side at all. Every README row cited must be found in the README, so a case
-//! cannot lean on a row that does not exist.
+//! not run the Go side at all; a literal step that asks for a snapshot compares ours with the
+//! Go side as it stands, which did not run the step: that checks that a refused call changed
+//! nothing. Every README row cited must be found in the README, so a case
+//! cannot lean on a row that does not exist. One difference is taken care of for every call: a
+//! 1.x result Go printed with an empty `"dns": {}` is compared without it, as HEAD prints it
+//! (`reference-behaviour.md` §1.8).
 //!
 //! # Fresh namespaces per side
 //!
