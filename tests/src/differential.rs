@@ -626,6 +626,17 @@ impl<S: Stage> Suite<S> {
         }
     }
 
+    /// The CNI variables of an attachment `container_id`/`ifname` in the stage's container
+    /// namespace (`@NETNS@`), with `CNI_PATH` the Go plugins' directory.
+    #[must_use]
+    pub fn cni_env(self, container_id: &str, ifname: &str) -> Suite<S> {
+        let cni_path = bins::reference_dir();
+        self.env("CNI_CONTAINERID", container_id)
+            .env("CNI_NETNS", "@NETNS@")
+            .env("CNI_IFNAME", ifname)
+            .env("CNI_PATH", &cni_path.to_string_lossy())
+    }
+
     /// Adds a variable to the base environment of every call (placeholders substituted).
     #[must_use]
     pub fn env(mut self, key: &str, value: &str) -> Suite<S> {
@@ -1072,6 +1083,64 @@ pub fn skel_cases<S: Stage>(conf: &Value, versions: &[&str]) -> Vec<Case<S>> {
                 .head(VERSION_WHY, Want::Result(version_reply)),
         ),
     ]
+}
+
+/// A 1.0.0 config of `plugin` on `network` with `prev` as its prevResult, and `keys` set on top
+/// (a `null` value stays `null`; [`without`] removes a key).
+pub fn config(plugin: &str, network: &str, prev: Value, keys: Value) -> Value {
+    let conf = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": network,
+        "type": plugin,
+        "prevResult": prev,
+    });
+    with_keys(conf, &keys)
+}
+
+/// `conf` with each key of the object `keys` set to its value (a `null` value stays `null`).
+pub fn with_keys(mut conf: Value, keys: &Value) -> Value {
+    for (k, v) in keys.as_object().into_iter().flatten() {
+        conf[k] = v.clone();
+    }
+    conf
+}
+
+/// `conf` in `version`, its prevResult converted to that version ([`result_in_version`]).
+///
+/// # Errors
+/// When the prevResult cannot be converted.
+pub fn in_version(conf: &Value, version: &str) -> Result<Value> {
+    let mut conf = conf.clone();
+    if conf.get("prevResult").is_some() {
+        conf["prevResult"] = result_in_version(&conf["prevResult"], version)?;
+    }
+    conf["cniVersion"] = Value::String(version.to_owned());
+    Ok(conf)
+}
+
+/// `conf` without `key`.
+pub fn without(mut conf: Value, key: &str) -> Value {
+    if let Some(o) = conf.as_object_mut() {
+        o.remove(key);
+    }
+    conf
+}
+
+/// The case `name`: ADD with the kernel compared, CHECK when `conf`'s version allows it
+/// (0.4.0 on), DEL with the kernel compared; `check` and `del` adjust those two steps (a README
+/// row, an exception).
+pub fn lifecycle<S: Stage>(
+    name: &str,
+    conf: &Value,
+    check: impl FnOnce(Step) -> Step,
+    del: impl FnOnce(Step) -> Step,
+) -> Case<S> {
+    let version = conf["cniVersion"].as_str().unwrap_or_default();
+    let mut case = Case::new(name).step(Step::add(conf.clone()).snap());
+    if ["0.4.0", "1.0.0", "1.1.0"].contains(&version) {
+        case = case.step(check(Step::check(conf.clone())));
+    }
+    case.step(del(Step::del(conf.clone()).snap()))
 }
 
 /// `<workspace>/<plugin>/README.md`.

@@ -22,7 +22,8 @@ use anyhow::{Result, ensure};
 use serde_json::{Value, json};
 use tests::Runtime;
 use tests::differential::{
-    By, Case, Impl, Namespaces, Stage, Step, Suite, Want, result_in_version, skel_cases,
+    self, By, Case, Impl, Namespaces, Stage, Step, Suite, Want, config, in_version, skel_cases,
+    without,
 };
 use tests::snapshot::{self, Snapshot};
 
@@ -132,11 +133,7 @@ fn build(_: Impl) -> Result<BandwidthStage> {
 }
 
 fn suite() -> Suite<BandwidthStage> {
-    Suite::new("bandwidth", build)
-        .env("CNI_CONTAINERID", ID)
-        .env("CNI_NETNS", "@NETNS@")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/usr/lib/cni")
+    Suite::new("bandwidth", build).cni_env(ID, "eth0")
 }
 
 /// What a veth main plugin prints: the host veth (no sandbox), the container's `eth0`.
@@ -159,45 +156,22 @@ fn limits() -> Value {
 
 /// A 1.0.0 config with [`prev`] and `keys` (e.g. [`limits`]).
 fn conf(keys: Value) -> Value {
-    let mut conf = json!({
-        "cniVersion": "1.0.0",
-        "name": NETWORK,
-        "type": "bandwidth",
-        "prevResult": prev(),
-    });
-    for (k, v) in keys.as_object().into_iter().flatten() {
-        conf[k] = v.clone();
-    }
-    conf
+    config("bandwidth", NETWORK, prev(), keys)
 }
 
 fn conf_at(version: &str, keys: Value) -> Result<Value> {
-    let mut c = conf(keys);
-    c["prevResult"] = result_in_version(&c["prevResult"], version)?;
-    c["cniVersion"] = json!(version);
-    Ok(c)
-}
-
-fn without(mut conf: Value, key: &str) -> Value {
-    if let Some(o) = conf.as_object_mut() {
-        o.remove(key);
-    }
-    conf
+    in_version(&conf(keys), version)
 }
 
 /// ADD, CHECK (from 0.4.0) and DEL, the kernel compared after ADD and DEL; after DEL the host
 /// veth's qdiscs are ours to remove (README), and the IFB's queue length is the kernel's.
 fn lifecycle(name: &str, conf: &Value) -> Case<BandwidthStage> {
-    let version = conf["cniVersion"].as_str().unwrap_or_default().to_owned();
-    let mut case = Case::new(name).step(Step::add(conf.clone()).snap());
-    if ["0.4.0", "1.0.0"].contains(&version.as_str()) {
-        case = case.step(Step::check(conf.clone()));
-    }
-    with_ifb_rows(case.step(Step::del(conf.clone()).snap_except(
-        &format!("tc {HOST_IF}"),
-        "",
-        DEL_KEEPS_QDISCS,
-    )))
+    with_ifb_rows(differential::lifecycle(
+        name,
+        conf,
+        |check| check,
+        |del| del.snap_except(&format!("tc {HOST_IF}"), "", DEL_KEEPS_QDISCS),
+    ))
 }
 
 /// The README's rows on the IFB's attributes: queue length and owner alias.

@@ -18,7 +18,8 @@ use anyhow::{Result, ensure};
 use serde_json::{Value, json};
 use tests::Runtime;
 use tests::differential::{
-    By, Case, Impl, Namespaces, Stage, Step, Suite, Want, result_in_version, skel_cases,
+    self, By, Case, Impl, Namespaces, Stage, Step, Suite, Want, config, in_version, skel_cases,
+    without,
 };
 use tests::snapshot::{self, Snapshot};
 
@@ -66,15 +67,10 @@ fn build(_: Impl) -> Result<FirewallStage> {
 }
 
 fn suite() -> Suite<FirewallStage> {
-    Suite::new("firewall", build)
-        .env("CNI_CONTAINERID", ID)
-        .env("CNI_NETNS", "@NETNS@")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/usr/lib/cni")
-        .env(
-            "DBUS_SYSTEM_BUS_ADDRESS",
-            "unix:path=/nonexistent/system_bus_socket",
-        )
+    Suite::new("firewall", build).cni_env(ID, "eth0").env(
+        "DBUS_SYSTEM_BUS_ADDRESS",
+        "unix:path=/nonexistent/system_bus_socket",
+    )
 }
 
 /// What `bridge` prints: the bridge, the host veth, the container's `eth0` with one address of
@@ -111,37 +107,15 @@ fn prev_with(ips: &[(&str, Option<u64>)]) -> Value {
 }
 
 fn conf(keys: Value) -> Value {
-    let mut conf = json!({
-        "cniVersion": "1.0.0",
-        "name": NETWORK,
-        "type": "firewall",
-        "prevResult": prev(),
-    });
-    for (k, v) in keys.as_object().into_iter().flatten() {
-        conf[k] = v.clone();
-    }
-    conf
+    config("firewall", NETWORK, prev(), keys)
 }
 
 fn conf_at(version: &str, keys: Value) -> Result<Value> {
-    let mut c = conf(keys);
-    c["prevResult"] = result_in_version(&c["prevResult"], version)?;
-    c["cniVersion"] = json!(version);
-    Ok(c)
-}
-
-fn without(mut conf: Value, key: &str) -> Value {
-    if let Some(o) = conf.as_object_mut() {
-        o.remove(key);
-    }
-    conf
+    in_version(&conf(keys), version)
 }
 
 fn lifecycle(name: &str, conf: &Value) -> Case<FirewallStage> {
-    Case::new(name)
-        .step(Step::add(conf.clone()).snap())
-        .step(Step::check(conf.clone()))
-        .step(Step::del(conf.clone()).snap())
+    differential::lifecycle(name, conf, |check| check, |del| del)
 }
 
 /// Fails unless the IPv4 `filter` table has a line with all of `parts`.

@@ -20,7 +20,8 @@ use anyhow::{Result, ensure};
 use serde_json::{Value, json};
 use tests::Runtime;
 use tests::differential::{
-    By, Case, Impl, Namespaces, Stage, Step, Suite, Want, result_in_version, skel_cases,
+    self, By, Case, Impl, Namespaces, Stage, Step, Suite, Want, config, in_version,
+    result_in_version, skel_cases, with_keys, without,
 };
 use tests::snapshot::{self, Snapshot};
 
@@ -87,11 +88,7 @@ fn build(_: Impl) -> Result<PortmapStage> {
 }
 
 fn suite() -> Suite<PortmapStage> {
-    Suite::new("portmap", build)
-        .env("CNI_CONTAINERID", ID)
-        .env("CNI_NETNS", "@NETNS@")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/usr/lib/cni")
+    Suite::new("portmap", build).cni_env(ID, "eth0")
 }
 
 /// The main plugin's result in 1.0.0: the host veth, the container's `eth0` and one address of
@@ -134,20 +131,15 @@ fn mappings() -> Value {
     ])
 }
 
-/// A 1.0.0 config with [`mappings`] and [`prev_dual`], and `keys` set on top (a `null` value
-/// stays `null`; use [`without`] to remove a key).
+/// A 1.0.0 config with [`mappings`] and [`prev_dual`], and `keys` set on top.
 fn conf(keys: Value) -> Value {
-    let mut conf = json!({
-        "cniVersion": "1.0.0",
-        "name": NETWORK,
-        "type": "portmap",
-        "runtimeConfig": {"portMappings": mappings()},
-        "prevResult": prev_dual(),
-    });
-    for (k, v) in keys.as_object().into_iter().flatten() {
-        conf[k] = v.clone();
-    }
-    conf
+    let base = config(
+        "portmap",
+        NETWORK,
+        prev_dual(),
+        json!({"runtimeConfig": {"portMappings": mappings()}}),
+    );
+    with_keys(base, &keys)
 }
 
 /// [`conf`] with `portMappings` set to `m`.
@@ -159,28 +151,18 @@ fn mapped(m: Value, keys: Value) -> Value {
 
 /// [`conf`] in `version`, its prevResult converted.
 fn conf_at(version: &str, keys: Value) -> Result<Value> {
-    let mut c = conf(keys);
-    c["prevResult"] = result_in_version(&c["prevResult"], version)?;
-    c["cniVersion"] = json!(version);
-    Ok(c)
-}
-
-fn without(mut conf: Value, key: &str) -> Value {
-    if let Some(o) = conf.as_object_mut() {
-        o.remove(key);
-    }
-    conf
+    in_version(&conf(keys), version)
 }
 
 /// ADD (kernel compared), CHECK (from 0.4.0; HEAD's success, see [`GO_CHECK_BUG`]), DEL
 /// (kernel compared).
 fn lifecycle(name: &str, conf: Value) -> Case<PortmapStage> {
-    let version = conf["cniVersion"].as_str().unwrap_or_default().to_owned();
-    let mut case = Case::new(name).step(Step::add(conf.clone()).snap());
-    if ["0.4.0", "1.0.0", "1.1.0"].contains(&version.as_str()) {
-        case = case.step(Step::check(conf.clone()).readme(GO_CHECK_BUG, Want::Silent));
-    }
-    case.step(Step::del(conf).snap())
+    differential::lifecycle(
+        name,
+        &conf,
+        |check| check.readme(GO_CHECK_BUG, Want::Silent),
+        |del| del,
+    )
 }
 
 /// Fails unless the IPv4 `nat` table holds `line`.

@@ -19,8 +19,8 @@ use anyhow::{Result, ensure};
 use serde_json::{Value, json};
 use tests::Runtime;
 use tests::differential::{
-    By, Case, Impl, Namespaces, SHARED_VERSIONS, Stage, Step, Suite, Want, result_in_version,
-    skel_cases,
+    self, By, Case, Impl, Namespaces, SHARED_VERSIONS, Stage, Step, Suite, Want, config,
+    in_version, skel_cases, without,
 };
 use tests::snapshot::{self, Snapshot};
 
@@ -106,11 +106,7 @@ fn build(_: Impl) -> Result<SbrStage> {
 }
 
 fn suite() -> Suite<SbrStage> {
-    Suite::new("sbr", build)
-        .env("CNI_CONTAINERID", ID)
-        .env("CNI_NETNS", "@NETNS@")
-        .env("CNI_IFNAME", "net1")
-        .env("CNI_PATH", "/usr/lib/cni")
+    Suite::new("sbr", build).cni_env(ID, "net1")
 }
 
 /// What the second interface's main plugin printed (IPv4 only unless a case says otherwise).
@@ -130,41 +126,22 @@ fn prev_ips(ips: Value) -> Value {
 }
 
 fn conf(keys: Value) -> Value {
-    let mut conf = json!({
-        "cniVersion": "1.0.0",
-        "name": NETWORK,
-        "type": "sbr",
-        "prevResult": prev(),
-    });
-    for (k, v) in keys.as_object().into_iter().flatten() {
-        conf[k] = v.clone();
-    }
-    conf
+    config("sbr", NETWORK, prev(), keys)
 }
 
 fn conf_at(version: &str, keys: Value) -> Result<Value> {
-    let mut c = conf(keys);
-    c["prevResult"] = result_in_version(&c["prevResult"], version)?;
-    c["cniVersion"] = json!(version);
-    Ok(c)
-}
-
-fn without(mut conf: Value, key: &str) -> Value {
-    if let Some(o) = conf.as_object_mut() {
-        o.remove(key);
-    }
-    conf
+    in_version(&conf(keys), version)
 }
 
 /// ADD, CHECK (from 0.4.0; Go's is a no-op, ours verifies: both succeed right after ADD) and
 /// DEL; after DEL the routes are ours to put back (README).
 fn lifecycle(name: &str, conf: &Value) -> Case<SbrStage> {
-    let version = conf["cniVersion"].as_str().unwrap_or_default().to_owned();
-    let mut case = Case::new(name).step(Step::add(conf.clone()).snap());
-    if ["0.4.0", "1.0.0"].contains(&version.as_str()) {
-        case = case.step(Step::check(conf.clone()));
-    }
-    case.step(Step::del(conf.clone()).snap_except("routes", "", DEL_RULES_ONLY))
+    differential::lifecycle(
+        name,
+        conf,
+        |check| check,
+        |del| del.snap_except("routes", "", DEL_RULES_ONLY),
+    )
 }
 
 /// Fails unless section `section` has a line containing every part.

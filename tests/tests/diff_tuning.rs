@@ -23,8 +23,8 @@ use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 use tests::Runtime;
 use tests::differential::{
-    By, Case, Impl, Namespaces, SHARED_VERSIONS, Stage, Step, Suite, Want, result_in_version,
-    skel_cases,
+    self, By, Case, Impl, Namespaces, SHARED_VERSIONS, Stage, Step, Suite, Want, config,
+    in_version, result_in_version, skel_cases, with_keys, without,
 };
 use tests::snapshot::{self, Snapshot};
 
@@ -112,11 +112,7 @@ fn build(_: Impl) -> Result<TuningStage> {
 }
 
 fn suite() -> Suite<TuningStage> {
-    Suite::new("tuning", build)
-        .env("CNI_CONTAINERID", ID)
-        .env("CNI_NETNS", "@NETNS@")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/usr/lib/cni")
+    Suite::new("tuning", build).cni_env(ID, "eth0")
 }
 
 /// A prevResult with everything Debian's Go library knows of, in the 1.0.0 shape (from the
@@ -146,32 +142,18 @@ fn rich_prev() -> Value {
 
 /// A 1.0.0 config with [`rich_prev`], the side's data dir and `keys` on top.
 fn conf(keys: Value) -> Value {
-    let mut conf = json!({
-        "cniVersion": "1.0.0",
-        "name": NETWORK,
-        "type": "tuning",
-        "dataDir": "@DATADIR@",
-        "prevResult": rich_prev(),
-    });
-    for (k, v) in keys.as_object().into_iter().flatten() {
-        conf[k] = v.clone();
-    }
-    conf
+    let base = config(
+        "tuning",
+        NETWORK,
+        rich_prev(),
+        json!({"dataDir": "@DATADIR@"}),
+    );
+    with_keys(base, &keys)
 }
 
 /// [`conf`] in `version`, its prevResult converted.
 fn conf_at(version: &str, keys: Value) -> Result<Value> {
-    let mut c = conf(keys);
-    c["prevResult"] = result_in_version(&c["prevResult"], version)?;
-    c["cniVersion"] = json!(version);
-    Ok(c)
-}
-
-fn without(mut conf: Value, key: &str) -> Value {
-    if let Some(o) = conf.as_object_mut() {
-        o.remove(key);
-    }
-    conf
+    in_version(&conf(keys), version)
 }
 
 /// Every link attribute Debian's Go `tuning` knows, and a sysctl by its plain name (1.1.1's
@@ -189,15 +171,17 @@ fn all_go_keys() -> Value {
 /// ADD and DEL with the kernel compared, CHECK in between from 0.4.0. Ours restores the sysctls
 /// on DEL, Go does not.
 fn lifecycle(name: &str, conf: &Value) -> Case<TuningStage> {
-    let version = conf["cniVersion"].as_str().unwrap_or_default().to_owned();
-    let mut case = Case::new(name).step(Step::add(conf.clone()).snap());
+    let case = differential::lifecycle(
+        name,
+        conf,
+        |check| check,
+        |del| del.snap_except("sysctl", "", SYSCTLS_RESTORED),
+    );
     if sysctl_only(conf) {
-        case = case.except("files", "", SYSCTL_BACKUP);
+        case.except("files", "", SYSCTL_BACKUP)
+    } else {
+        case
     }
-    if ["0.4.0", "1.0.0"].contains(&version.as_str()) {
-        case = case.step(Step::check(conf.clone()));
-    }
-    case.step(Step::del(conf.clone()).snap_except("sysctl", "", SYSCTLS_RESTORED))
 }
 
 /// True when `conf` sets sysctls and no link attribute: Go writes no backup file then.
