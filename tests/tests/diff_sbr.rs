@@ -177,8 +177,16 @@ fn cases() -> Result<Vec<Case<SbrStage>>> {
     cases.extend([
         Case::new("prevResult: missing").step(Step::add(without(conf(json!({})), "prevResult"))),
         Case::new("prevResult: missing in 0.2.0").step(Step::add(without(conf(json!({"cniVersion": "0.2.0"})), "prevResult"))),
-        // Go's CHECK is a no-op that needs no prevResult.
-        Case::new("prevResult: missing on CHECK").step(Step::check(without(conf(json!({})), "prevResult"))),
+        // Go's CHECK is a no-op that needs no prevResult; ours checks the prevResult's addresses.
+        Case::new("prevResult: missing on CHECK").step(
+            Step::check(without(conf(json!({})), "prevResult")).readme(
+                CHECK_NOTHING,
+                Want::Check(Box::new(|out, _| {
+                    ensure!(!out.success(), "CHECK passed without prevResult");
+                    Ok(())
+                })),
+            ),
+        ),
         Case::new("prevResult: of the 1.x family in a 0.4.0 config").step(Step::add({
             let mut c = conf(json!({}));
             c["cniVersion"] = json!("0.4.0");

@@ -43,6 +43,7 @@ const SYSCTLS: [&str; 5] = [
 /// README rows.
 const SYSCTLS_RESTORED: &str = "sysctls are never restored";
 const REGEX_ENGINE: &str = "allowlist uses Go RE2 syntax";
+const ROLLBACK: &str = "no rollback: a failure leaves earlier sysctls/attributes applied";
 const SYSCTL_BACKUP: &str = "sysctl-only config writes no backup file";
 const LINK_GONE: &str = "DEL keeps the file when the link is gone or the file is corrupt";
 const MAC_CASE: &str = "CHECK compares MACs as strings (an upper-case MAC always fails)";
@@ -293,7 +294,10 @@ fn cases() -> Result<Vec<Case<TuningStage>>> {
         Case::new("sysctl: one that does not exist").step(
             Step::add(conf(json!({"sysctl": {"net.ipv4.conf.eth0.no_such_key": "1"}}))).msg_per_readme(MISSING_SYSCTL),
         ),
-        Case::new("mac: not a MAC").step(Step::add(conf(json!({"mac": "02:aa:bb"}))).snap()),
+        // Go writes its backup file before it parses the MAC, and leaves it behind.
+        Case::new("mac: not a MAC").step(
+            Step::add(conf(json!({"mac": "02:aa:bb"}))).snap_except("files", "", ROLLBACK),
+        ),
         Case::new("mtu: below the minimum").step(Step::add(conf(json!({"mtu": 10}))).msg_per_readme(VALIDATED)),
         Case::new("link: CNI_IFNAME missing in the container")
             .step(Step::add(conf(json!({"mtu": 1400}))).env("CNI_IFNAME", "eth9"))
