@@ -28,8 +28,8 @@
 pub mod bench;
 pub mod bins;
 pub mod cleanup;
-pub mod iptables_layout;
 pub mod differential;
+pub mod iptables_layout;
 pub mod main_plugin;
 pub mod mounts;
 pub mod netns;

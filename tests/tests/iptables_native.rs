@@ -11,9 +11,6 @@
 
 #[cfg(test)]
 #[allow(dead_code)] // each test binary uses a different part
-#[path = "harness/snapshot.rs"]
-mod snapshot;
-
 use anyhow::{Context, Result, ensure};
 use common::iptables::Family;
 use common::iptables::native::{self, NativeTables, RuleSpec};
@@ -169,8 +166,9 @@ impl Host {
 
     /// `iptables-save -t nat` of both families, without comments and counters.
     fn nat(&self) -> Result<Vec<String>> {
-        let mut out = snapshot::iptables_save_args(&self.ns, "iptables-save", &["-t", "nat"])?;
-        out.extend(snapshot::iptables_save_args(
+        let mut out =
+            tests::snapshot::iptables_save_args(&self.ns, "iptables-save", &["-t", "nat"])?;
+        out.extend(tests::snapshot::iptables_save_args(
             &self.ns,
             "ip6tables-save",
             &["-t", "nat"],
