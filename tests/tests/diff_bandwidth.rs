@@ -6,17 +6,14 @@
 //! container namespace joined by a veth `vethbw0` ↔ `eth0` with fixed MACs. The kernel objects
 //! compared are the host's links (the IFB's name and attributes in a section of their own), the
 //! qdiscs, filters and classes of the host veth and of the IFB (the IFB's name masked there as
-//! `<ifb>`, since the `ifb` section already compares it), and the container's qdiscs. Our DEL
-//! retires the IFB and a detached reaper deletes it moments later (README); each snapshot waits
-//! for the reapers first. The IFB's MAC is random, so it is masked in results (`@IFB_MAC@`).
+//! `<ifb>`, since the `ifb` section already compares it), and the container's qdiscs. The IFB's
+//! MAC is random, so it is masked in results (`@IFB_MAC@`).
 //!
 //! Where Debian's 1.1.1 is not the reference: it advertises no `1.1.0`. (Its IFB already has
 //! HEAD's `txqueuelen` 0.)
 
 // An integration test crate is a test module of its own.
 #![allow(clippy::tests_outside_test_module)]
-
-use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use serde_json::{Value, json};
@@ -30,8 +27,6 @@ use tests::snapshot::{self, Snapshot};
 const NETWORK: &str = "bwdiff";
 const ID: &str = "bandwidth-diff-1";
 const HOST_IF: &str = "vethbw0";
-/// How long a snapshot waits for our DEL's reaper to delete a retired IFB.
-const REAPER_WAIT: Duration = Duration::from_secs(10);
 
 /// README rows.
 const DEL_KEEPS_QDISCS: &str =
@@ -58,7 +53,7 @@ struct BandwidthStage {
 
 /// True for an IFB this plugin or the Go one made (live or retired).
 fn is_ifb(name: &str) -> bool {
-    name.starts_with("bwp") || name.starts_with("bwdel")
+    name.starts_with("bwp")
 }
 
 impl Stage for BandwidthStage {
@@ -83,7 +78,6 @@ impl Stage for BandwidthStage {
 
     fn snapshot(&self) -> Result<Snapshot> {
         let host = &self.ns.host;
-        snapshot::wait_for_reapers(host, REAPER_WAIT)?;
         let mut snap = Snapshot::new();
         let names = host.link_names()?;
         let ifbs: Vec<&String> = names.iter().filter(|n| is_ifb(n)).collect();
