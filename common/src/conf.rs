@@ -10,10 +10,10 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
+use serde::de::{DeserializeOwned, Deserializer};
+use serde_json::Value;
 
-use crate::decode::{self, DecodeError};
+use crate::decode::{DecodeError, RawJson};
 use crate::error::{CniError, ErrorCode};
 use crate::types::CniResult;
 
@@ -37,12 +37,32 @@ struct Envelope {
     plugin_type: String,
     capabilities: BTreeMap<String, bool>,
     #[serde(rename = "runtimeConfig")]
-    runtime_config: Map<String, Value>,
+    runtime_config: Object,
     #[serde(rename = "prevResult")]
-    prev_result: Option<Map<String, Value>>,
-    args: Option<Map<String, Value>>,
+    prev_result: Option<Object>,
+    args: Option<Object>,
     #[serde(rename = "cni.dev/valid-attachments")]
     valid_attachments: Option<Vec<Attachment>>,
+}
+
+/// The text of a value that must be a JSON object (kept, not decoded).
+#[derive(Debug, Default)]
+struct Object(Option<RawJson>);
+
+impl<'de> Deserialize<'de> for Object {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Object, D::Error> {
+        let raw = RawJson::deserialize(deserializer)?;
+        if raw.is_object() {
+            return Ok(Object(Some(raw)));
+        }
+        let unexpected = match raw.as_bytes().iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'[') => serde::de::Unexpected::Seq,
+            Some(b'"') => serde::de::Unexpected::Other("string"),
+            Some(b't' | b'f') => serde::de::Unexpected::Other("boolean"),
+            _ => serde::de::Unexpected::Other("number"),
+        };
+        Err(serde::de::Error::invalid_type(unexpected, &"a JSON object"))
+    }
 }
 
 /// A decoded network configuration: the spec's envelope plus the plugin's keys in `plugin`.
@@ -56,12 +76,13 @@ pub struct NetConf<T> {
     pub plugin_type: String,
     /// `capabilities` the plugin declared in the conflist.
     pub capabilities: BTreeMap<String, bool>,
-    /// `runtimeConfig`, kept raw: decode it with [`NetConf::runtime_config`].
-    pub runtime_config: Map<String, Value>,
-    /// `prevResult`, kept raw: parse it with [`NetConf::prev_result`].
-    pub prev_result: Option<Map<String, Value>>,
-    /// `args` (for example `args.cni.*`), kept raw.
-    pub args: Option<Map<String, Value>>,
+    /// `runtimeConfig` (an object), kept as text: decode it with [`NetConf::runtime_config`].
+    pub runtime_config: Option<RawJson>,
+    /// `prevResult` (an object), kept as text: parse it with [`NetConf::prev_result`].
+    pub prev_result: Option<RawJson>,
+    /// `args` (an object, for example `args.cni.*`), kept as text: decode it with
+    /// [`RawJson::decode`].
+    pub args: Option<RawJson>,
     /// `cni.dev/valid-attachments` (GC only).
     pub valid_attachments: Option<Vec<Attachment>>,
     /// The plugin's own keys.
@@ -75,30 +96,40 @@ impl<T: DeserializeOwned> NetConf<T> {
     /// Code 6 (decode) when the bytes are not a JSON object or a key has the wrong type; the
     /// message names the key's path.
     pub fn parse(bytes: &[u8]) -> Result<NetConf<T>, CniError> {
-        NetConf::from_value(parse_json(bytes)?)
+        NetConf::from_json(&parse_json(bytes.to_vec())?)
     }
 
-    /// Decodes a configuration from an already parsed JSON value.
+    /// Decodes a configuration from a JSON value (tests build configs with `json!`).
     ///
     /// # Errors
     /// As [`NetConf::parse`].
     pub fn from_value(value: Value) -> Result<NetConf<T>, CniError> {
-        if !value.is_object() {
+        NetConf::from_json(&RawJson::from_value(&value))
+    }
+
+    /// Decodes a configuration from checked JSON text (the skel's copy of stdin): the envelope
+    /// and the plugin's keys, skipping everything else; `runtimeConfig`, `prevResult` and
+    /// `args` are kept as text.
+    ///
+    /// # Errors
+    /// As [`NetConf::parse`].
+    pub fn from_json(json: &RawJson) -> Result<NetConf<T>, CniError> {
+        if !json.is_object() {
             return Err(CniError::new(
                 ErrorCode::Decode,
                 "failed to decode network configuration: not a JSON object",
             ));
         }
-        let envelope: Envelope = decode::from_value(value.clone()).map_err(conf_decode_error)?;
-        let plugin: T = decode::from_value(value).map_err(conf_decode_error)?;
+        let envelope: Envelope = json.decode().map_err(conf_decode_error)?;
+        let plugin: T = json.decode().map_err(conf_decode_error)?;
         Ok(NetConf {
             cni_version: envelope.cni_version,
             name: envelope.name,
             plugin_type: envelope.plugin_type,
             capabilities: envelope.capabilities,
-            runtime_config: envelope.runtime_config,
-            prev_result: envelope.prev_result,
-            args: envelope.args,
+            runtime_config: envelope.runtime_config.0,
+            prev_result: envelope.prev_result.and_then(|o| o.0),
+            args: envelope.args.and_then(|o| o.0),
             valid_attachments: envelope.valid_attachments,
             plugin,
         })
@@ -106,12 +137,17 @@ impl<T: DeserializeOwned> NetConf<T> {
 }
 
 impl<T> NetConf<T> {
-    /// Decodes `runtimeConfig` into the plugin's type for it (keys matched case-insensitively).
+    /// Decodes `runtimeConfig` into the plugin's type for it (keys matched case-insensitively);
+    /// an absent `runtimeConfig` decodes as `{}`.
     ///
     /// # Errors
     /// Code 6 naming the offending `runtimeConfig` path.
     pub fn runtime_config<R: DeserializeOwned>(&self) -> Result<R, CniError> {
-        decode::from_value(Value::Object(self.runtime_config.clone())).map_err(|e| {
+        let decoded = match &self.runtime_config {
+            Some(raw) => raw.decode(),
+            None => crate::decode::from_slice(b"{}"),
+        };
+        decoded.map_err(|e| {
             let path = if e.path().is_empty() {
                 "runtimeConfig".to_string()
             } else {
@@ -136,7 +172,7 @@ impl<T> NetConf<T> {
         let Some(raw) = &self.prev_result else {
             return Ok(None);
         };
-        CniResult::from_prev_result(&Value::Object(raw.clone()), &self.cni_version)
+        CniResult::from_prev_result_json(raw, &self.cni_version)
             .map(Some)
             .map_err(|e| CniError::new(ErrorCode::Decode, e.to_string()))
     }
@@ -147,17 +183,12 @@ impl<T> NetConf<T> {
     }
 }
 
-/// Parses stdin bytes as JSON (not yet checked to be a config).
+/// Checks stdin bytes as JSON (not yet checked to be a config) and keeps them.
 ///
 /// # Errors
-/// Code 6 when the bytes are not JSON.
-pub fn parse_json(bytes: &[u8]) -> Result<Value, CniError> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        CniError::new(
-            ErrorCode::Decode,
-            format!("failed to decode network configuration: {e}"),
-        )
-    })
+/// Code 6 when the bytes are not JSON, with Go's syntax error.
+pub fn parse_json(bytes: Vec<u8>) -> Result<RawJson, CniError> {
+    RawJson::parse(bytes).map_err(conf_decode_error)
 }
 
 fn conf_decode_error(e: DecodeError) -> CniError {
@@ -291,7 +322,9 @@ mod tests {
         .unwrap();
         assert_eq!(conf.cni_version, "0.4.0");
         assert_eq!(conf.name, "n");
-        assert!(conf.runtime_config.contains_key("portMappings"));
+        let rt: PortmapRuntime = conf.runtime_config().unwrap();
+        assert!(rt.port_mappings.is_empty());
+        assert!(conf.runtime_config.is_some());
         assert!(conf.prev_result.is_some());
         assert_eq!(conf.plugin.backend.as_deref(), Some("nftables"));
         assert_eq!(conf.plugin.mark_masq_bit, Some(5));

@@ -1,27 +1,50 @@
-//! Decoding JSON the way Go's `encoding/json` does, so our plugins accept what the Go ones accept.
+//! Decoding JSON the way Go's `encoding/json` does, so our plugins accept what the Go ones accept,
+//! straight from the text, in time and memory in proportion to it.
 //!
 //! Runtimes rely on Go's leniency: containerd sends `HostPort` and `IngressRate`, reference tests
 //! send `RuntimeConfig`, podman sends `"backend": ""`. This module decodes any `Deserialize` type
-//! from a [`serde_json::Value`] with these rules:
+//! from JSON text with these rules:
 //!
-//! - object keys match struct fields **case-insensitively**, an exact match preferred; when two
-//!   keys land on the same field, the later one in the document wins;
-//! - unknown keys are ignored (unless the type says `deny_unknown_fields`);
+//! - object keys match struct fields **case-insensitively** (Go's folding: ASCII, plus `K` for
+//!   `k` and `ſ` for `s`), an exact match preferred; when two keys land on the same field, the
+//!   later one in the document wins;
+//! - unknown keys are ignored: skipped in the text, never decoded;
 //! - a `null` value leaves the field at its default, as Go does;
 //! - an empty string for an `Option` field means "unset" (`None`);
-//! - errors name the path of the offending value (`runtimeConfig.portMappings[1].hostPort: …`).
+//! - errors name the path of the offending value (`runtimeConfig.portMappings[1].hostPort: …`);
+//! - the text is checked whole first, as Go's `checkValid` does, so a syntax error anywhere is
+//!   reported before a type error; the messages are Go's (`unexpected end of JSON input`);
+//! - nesting up to Go's limit of 10 000 levels is accepted, deeper is a syntax error in Go's
+//!   words. Checking and skipping never recurse, and a typed value recurses only as deep as its
+//!   type. An untyped value (`serde_json::Value`, or anything else decoded through
+//!   `deserialize_any`) nested deeper than [`MAX_UNTYPED_DEPTH`] is refused, naming its path:
+//!   building, printing, cloning and dropping such a tree all recurse once per level;
+//! - strings are unescaped as Go does: invalid UTF-8 and lone surrogates become U+FFFD.
 //!
-//! Numbers keep serde's strictness, which equals Go's: `8080.0`, `"8080"` or `-1` for an
-//! unsigned port are errors. Types decoded here must not use `#[serde(flatten)]` or untagged
-//! enums: those buffer their input and lose the case-insensitive matching below them.
+//! Numbers keep serde's strictness, which equals Go's: `8080.0`, `"8080"`, `1e3` or `-1` for an
+//! unsigned port are errors. Types decoded here must not use `#[serde(flatten)]`, untagged enums
+//! or `deny_unknown_fields`, nor recurse through their own fields: unknown keys never reach the
+//! type, and buffering types would lose the matching below them. Each struct's object is read twice (once to find which key wins for
+//! each field, once to decode the winners), so the cost is linear in the text times the depth of
+//! the *type*, never quadratic in the number of keys.
+//!
+//! [`RawJson`] holds a checked JSON text (the whole stdin, or one value of it such as
+//! `prevResult`) and decodes it on demand.
 
+mod reader;
+mod syntax;
+
+use std::borrow::Cow;
 use std::fmt;
 
-use serde::Deserializer;
 use serde::de::{
-    self, DeserializeOwned, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor,
+    self, DeserializeOwned, DeserializeSeed, Expected, MapAccess, SeqAccess, Unexpected, Visitor,
 };
-use serde_json::{Map, Value};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use reader::{Kind, Reader};
+pub use syntax::MAX_DEPTH;
 
 /// A decode failure, with the JSON path of the value that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,13 +62,6 @@ impl DecodeError {
     /// The message without the path.
     pub fn message(&self) -> &str {
         &self.msg
-    }
-
-    fn at(mut self, path: &str) -> Self {
-        if self.path.is_empty() {
-            self.path = path.to_string();
-        }
-        self
     }
 }
 
@@ -68,505 +84,1050 @@ impl de::Error for DecodeError {
     }
 }
 
+/// The error while decoding: the message and the path, innermost segment first (each level adds
+/// its own segment as the error passes on its way out, so the success path builds no paths).
+#[derive(Debug)]
+struct Error {
+    msg: String,
+    path: Vec<Segment>,
+}
+
+#[derive(Debug)]
+enum Segment {
+    Key(String),
+    Index(usize),
+}
+
+impl Error {
+    fn msg(msg: impl Into<String>) -> Error {
+        Error {
+            msg: msg.into(),
+            path: Vec::new(),
+        }
+    }
+
+    fn in_key(mut self, key: &str) -> Error {
+        self.path.push(Segment::Key(key.to_owned()));
+        self
+    }
+
+    fn in_index(mut self, index: usize) -> Error {
+        self.path.push(Segment::Index(index));
+        self
+    }
+
+    fn finish(self) -> DecodeError {
+        let mut path = String::new();
+        for segment in self.path.iter().rev() {
+            match segment {
+                Segment::Key(key) if path.is_empty() => path.push_str(key),
+                Segment::Key(key) => {
+                    path.push('.');
+                    path.push_str(key);
+                }
+                Segment::Index(i) => {
+                    use std::fmt::Write as _;
+                    let _ = write!(path, "[{i}]");
+                }
+            }
+        }
+        DecodeError {
+            path,
+            msg: self.msg,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl de::Error for Error {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        Error::msg(msg.to_string())
+    }
+}
+
+/// A JSON value's text, checked to be well-formed and nested no deeper than Go accepts, decoded
+/// on demand with Go's rules. Decoding a struct with a `RawJson` field keeps that value's text
+/// (skipped once, copied, never turned into a tree).
+#[derive(Clone, PartialEq, Eq)]
+pub struct RawJson {
+    text: Vec<u8>,
+}
+
+impl fmt::Debug for RawJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 256;
+        let text = String::from_utf8_lossy(&self.text[..self.text.len().min(SHOWN)]);
+        let more = if self.text.len() > SHOWN { "…" } else { "" };
+        write!(f, "RawJson({text}{more})")
+    }
+}
+
+impl Default for RawJson {
+    /// `null`.
+    fn default() -> RawJson {
+        RawJson {
+            text: b"null".to_vec(),
+        }
+    }
+}
+
+impl RawJson {
+    /// Checks `text` is one JSON value (whitespace around it allowed) and keeps it.
+    ///
+    /// # Errors
+    /// Go's syntax error (`unexpected end of JSON input`, `invalid character …`), also for
+    /// nesting deeper than [`MAX_DEPTH`].
+    pub fn parse(text: Vec<u8>) -> Result<RawJson, DecodeError> {
+        validate(&text)?;
+        Ok(RawJson { text })
+    }
+
+    /// The text of `value`.
+    pub fn from_value(value: &Value) -> RawJson {
+        let text = serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec());
+        // serde_json writes well-formed JSON, but its nesting is not bounded: check it.
+        RawJson::parse(text).unwrap_or_default()
+    }
+
+    /// The text.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.text
+    }
+
+    /// Whether the value is an object.
+    pub fn is_object(&self) -> bool {
+        let mut reader = Reader::new(&self.text);
+        reader.kind().ok() == Some(Kind::Object)
+    }
+
+    /// Decodes `T` from the text with Go's rules (see the module docs).
+    ///
+    /// # Errors
+    /// A [`DecodeError`] naming the path and the problem when a value has the wrong type or
+    /// range.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, DecodeError> {
+        self.decode_with(Options::default())
+    }
+
+    /// The value as a [`Value`] tree (for tests and tools; plugins decode into their types).
+    ///
+    /// # Errors
+    /// When a number does not fit a float.
+    pub fn to_value(&self) -> Result<Value, DecodeError> {
+        self.decode()
+    }
+
+    /// Decodes `T` with `options`.
+    pub(crate) fn decode_with<T: DeserializeOwned>(
+        &self,
+        options: Options<'_>,
+    ) -> Result<T, DecodeError> {
+        decode_text(&self.text, options)
+    }
+}
+
+/// How [`RawJson::decode_with`] reads objects into structs.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Options<'o> {
+    /// Go's `ParsePrevResult` re-marshals the raw result through a map before it decodes it, so
+    /// each object's keys reach the struct sorted byte-wise, exact duplicates collapsed to the
+    /// last one: of several keys naming one field, the greatest non-null one wins.
+    pub(crate) sorted_keys: bool,
+    /// The JSON text of a value for the top-level key `CNIVersion`, used unless the top-level
+    /// object has that exact key with a value other than `""` (Go's `ParsePrevResult`).
+    pub(crate) inject_version: Option<&'o [u8]>,
+}
+
+/// The key [`Options::inject_version`] sets.
+const INJECTED_KEY: &str = "CNIVersion";
+
+impl<'de> Deserialize<'de> for RawJson {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<RawJson, D::Error> {
+        deserializer.deserialize_newtype_struct(RAW_TOKEN, RawVisitor)
+    }
+}
+
+/// The newtype name through which [`RawJson`] asks our deserializer for a value's text: it
+/// answers with the bytes.
+const RAW_TOKEN: &str = "$common::decode::RawJson";
+
+struct RawVisitor;
+
+impl<'de> Visitor<'de> for RawVisitor {
+    type Value = RawJson;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bytes<E: de::Error>(self, text: &[u8]) -> Result<RawJson, E> {
+        Ok(RawJson {
+            text: text.to_vec(),
+        })
+    }
+
+    /// Another deserializer (not ours): through a `Value`.
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<RawJson, D::Error> {
+        let value = Value::deserialize(d)?;
+        let text = serde_json::to_vec(&value).map_err(de::Error::custom)?;
+        RawJson::parse(text).map_err(de::Error::custom)
+    }
+}
+
 /// Decodes `T` from a JSON value with Go's matching rules (see the module docs).
 ///
 /// # Errors
 /// A [`DecodeError`] naming the path and the problem when a value has the wrong type or range.
 pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, DecodeError> {
-    T::deserialize(ValueDeserializer {
-        value,
-        path: String::new(),
-    })
+    RawJson::from_value(&value).decode()
 }
 
-/// Parses `bytes` as JSON and decodes `T` from it with Go's matching rules.
+/// Checks `bytes` as JSON and decodes `T` from them with Go's rules.
 ///
 /// # Errors
 /// A [`DecodeError`] when the bytes are not JSON or do not fit `T`.
 pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| DecodeError {
-        path: String::new(),
-        msg: e.to_string(),
-    })?;
-    from_value(value)
+    validate(bytes)?;
+    decode_text(bytes, Options::default())
 }
 
-/// Returns the field of `fields` that `key` names: exact match first, then ASCII case-folded.
-pub fn match_field<'f>(key: &str, fields: &[&'f str]) -> Option<&'f str> {
+fn validate(text: &[u8]) -> Result<(), DecodeError> {
+    syntax::validate(text).map(|_| ()).map_err(|e| DecodeError {
+        path: String::new(),
+        msg: e.msg,
+    })
+}
+
+/// The deepest untyped value decoded (serde_json refuses deeper documents altogether).
+pub const MAX_UNTYPED_DEPTH: usize = 128;
+
+/// Decodes `T` from the checked `text`.
+fn decode_text<T: DeserializeOwned>(text: &[u8], options: Options<'_>) -> Result<T, DecodeError> {
+    let mut reader = Reader::new(text);
+    let value = T::deserialize(De {
+        r: &mut reader,
+        options,
+        top: true,
+        untyped: false,
+    })
+    .map_err(Error::finish)?;
+    reader.skip_ws();
+    match reader.peek() {
+        None => Ok(value),
+        Some(_) => Err(reader.broken().finish()),
+    }
+}
+
+/// Returns the index of the field of `fields` that `key` names: exact match first, then the
+/// first one equal under Go's case folding.
+pub fn match_field(key: &str, fields: &[&str]) -> Option<usize> {
     fields
         .iter()
-        .find(|f| **f == key)
-        .or_else(|| fields.iter().find(|f| f.eq_ignore_ascii_case(key)))
-        .copied()
+        .position(|f| *f == key)
+        .or_else(|| fields.iter().position(|f| go_fold_eq(f, key)))
 }
 
-/// Rewrites the keys of `map` to the canonical field names, dropping nulls; later keys win.
-fn fold_keys(map: Map<String, Value>, fields: &[&str]) -> Vec<(String, Value)> {
-    let mut out: Vec<(String, Value)> = Vec::with_capacity(map.len());
-    for (key, value) in map {
-        if value.is_null() {
-            continue;
-        }
-        let name = match_field(&key, fields).map_or(key, str::to_string);
-        match out.iter_mut().find(|(k, _)| *k == name) {
-            Some(slot) => slot.1 = value,
-            None => out.push((name, value)),
-        }
+/// Go's `equalFoldRight` for an ASCII field name: `key` equals `field` ignoring ASCII case,
+/// where the Kelvin sign also stands for `k` and the long s for `s`.
+fn go_fold_eq(field: &str, key: &str) -> bool {
+    if key.is_ascii() {
+        return field.eq_ignore_ascii_case(key);
     }
-    out
-}
-
-fn child_path(parent: &str, key: &str) -> String {
-    if parent.is_empty() {
-        key.to_string()
-    } else {
-        format!("{parent}.{key}")
-    }
-}
-
-struct ValueDeserializer {
-    value: Value,
-    path: String,
-}
-
-impl ValueDeserializer {
-    fn invalid_type(&self, exp: &dyn de::Expected) -> DecodeError {
-        let unexp = match &self.value {
-            Value::Null => de::Unexpected::Unit,
-            Value::Bool(b) => de::Unexpected::Bool(*b),
-            Value::Number(_) => de::Unexpected::Other("number"),
-            Value::String(s) => de::Unexpected::Str(s),
-            Value::Array(_) => de::Unexpected::Seq,
-            Value::Object(_) => de::Unexpected::Map,
+    let mut field = field.bytes();
+    for c in key.chars() {
+        let Some(f) = field.next() else { return false };
+        let ok = match c {
+            '\u{212a}' => f.eq_ignore_ascii_case(&b'k'),
+            '\u{17f}' => f.eq_ignore_ascii_case(&b's'),
+            c if c.is_ascii() => u8::try_from(c).is_ok_and(|c| f.eq_ignore_ascii_case(&c)),
+            _ => false,
         };
-        <DecodeError as de::Error>::invalid_type(unexp, exp).at(&self.path)
+        if !ok {
+            return false;
+        }
+    }
+    field.next().is_none()
+}
+
+/// The deserializer over one value of a checked text.
+struct De<'r, 'a> {
+    r: &'r mut Reader<'a>,
+    options: Options<'a>,
+    /// Whether this is the document's top-level value ([`Options::inject_version`]).
+    top: bool,
+    /// Whether this value is part of an untyped one whose depth was checked.
+    untyped: bool,
+}
+
+impl<'a> De<'_, 'a> {
+    fn child<'s>(&'s mut self) -> De<'s, 'a> {
+        De {
+            r: self.r,
+            options: self.options,
+            top: false,
+            untyped: self.untyped,
+        }
+    }
+
+    /// serde's "invalid type" error for the value at the reader, which is left consumed or not.
+    fn invalid_type(&mut self, exp: &dyn Expected) -> Error {
+        let kind = match self.r.kind() {
+            Ok(kind) => kind,
+            Err(e) => return e,
+        };
+        match kind {
+            Kind::Null => de::Error::invalid_type(Unexpected::Unit, exp),
+            Kind::Bool => match self.r.boolean() {
+                Ok(b) => de::Error::invalid_type(Unexpected::Bool(b), exp),
+                Err(e) => e,
+            },
+            Kind::Number => match self.r.number().and_then(Number::parse) {
+                Ok(Number::Unsigned(n)) => de::Error::invalid_type(Unexpected::Unsigned(n), exp),
+                Ok(Number::Signed(n)) => de::Error::invalid_type(Unexpected::Signed(n), exp),
+                Ok(Number::Float(n)) => de::Error::invalid_type(Unexpected::Float(n), exp),
+                Err(e) => e,
+            },
+            Kind::String => match self.r.string() {
+                Ok(s) => de::Error::invalid_type(Unexpected::Str(&s), exp),
+                Err(e) => e,
+            },
+            Kind::Array => de::Error::invalid_type(Unexpected::Seq, exp),
+            Kind::Object => de::Error::invalid_type(Unexpected::Map, exp),
+        }
+    }
+
+    fn visit_string<V: Visitor<'a>>(&mut self, visitor: V) -> Result<V::Value, Error> {
+        if self.r.kind()? != Kind::String {
+            return Err(self.invalid_type(&visitor));
+        }
+        match self.r.string()? {
+            Cow::Borrowed(s) => visitor.visit_borrowed_str(s),
+            Cow::Owned(s) => visitor.visit_string(s),
+        }
+    }
+
+    /// An integer for an unsigned (`unsigned`) or signed field: Go takes integer literals only,
+    /// and no minus sign for an unsigned one, not even `-0`.
+    fn visit_integer<V: Visitor<'a>>(
+        &mut self,
+        visitor: V,
+        unsigned: bool,
+    ) -> Result<V::Value, Error> {
+        if self.r.kind()? != Kind::Number {
+            return Err(self.invalid_type(&visitor));
+        }
+        let text = self.r.number()?;
+        if unsigned && text.starts_with('-') && Number::is_integer(text) {
+            return Err(de::Error::invalid_value(
+                Unexpected::Other(&format!("integer `{text}`")),
+                &visitor,
+            ));
+        }
+        Number::parse(text)?.visit(visitor)
+    }
+
+    fn visit_float<V: Visitor<'a>>(&mut self, visitor: V) -> Result<V::Value, Error> {
+        if self.r.kind()? != Kind::Number {
+            return Err(self.invalid_type(&visitor));
+        }
+        let text = self.r.number()?;
+        visitor.visit_f64(Number::float(text)?)
+    }
+
+    /// Reads the object at the reader for a struct with `fields`: which key wins each field
+    /// (skipping unknown keys and nulls), then hands the winners to `visitor` in the order Go
+    /// would have assigned them.
+    fn visit_struct<V: Visitor<'a>>(
+        &mut self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        self.r.eat(b'{')?;
+        let sorted = self.options.sorted_keys;
+        let inject = self.options.inject_version.filter(|_| self.top);
+        // Normal: one slot per field, the latest non-null key. Sorted: every key of a field,
+        // resolved after the scan.
+        let mut slots: Vec<Option<Winner<'a>>> = Vec::new();
+        let mut all: Vec<Winner<'a>> = Vec::new();
+        if !sorted {
+            slots.resize_with(fields.len(), || None);
+        }
+        let mut exact_version: Option<(usize, usize)> = None;
+        let mut first = true;
+        while !self.r.eat_if(b'}') {
+            if !first {
+                self.r.eat(b',')?;
+            }
+            first = false;
+            let key = self.r.string()?;
+            self.r.eat(b':')?;
+            self.r.skip_ws();
+            let start = self.r.pos;
+            let null = self.r.kind()? == Kind::Null;
+            self.r.skip_value()?;
+            if inject.is_some() && key == INJECTED_KEY {
+                exact_version = Some((start, self.r.pos));
+            }
+            let Some(field) = match_field(&key, fields) else {
+                continue;
+            };
+            let winner = Winner {
+                field,
+                key,
+                value: Source::Text(start),
+                null,
+                order: start,
+            };
+            if sorted {
+                all.push(winner);
+            } else if !null {
+                slots[field] = Some(winner);
+            }
+        }
+        let end = self.r.pos;
+        if let Some(version) = inject {
+            let has_version =
+                exact_version.is_some_and(|(s, e)| self.r.text.get(s..e) != Some(b"\"\""));
+            if !has_version && let Some(field) = match_field(INJECTED_KEY, fields) {
+                let winner = Winner {
+                    field,
+                    key: Cow::Borrowed(INJECTED_KEY),
+                    value: Source::Injected(version),
+                    null: false,
+                    order: usize::MAX,
+                };
+                if sorted {
+                    all.push(winner);
+                } else {
+                    slots[field] = Some(winner);
+                }
+            }
+        }
+        let winners = if sorted {
+            resolve_sorted(all)
+        } else {
+            let mut winners: Vec<Winner<'a>> = slots.into_iter().flatten().collect();
+            winners.sort_by_key(|w| w.order);
+            winners
+        };
+        let value = visitor.visit_map(StructAccess {
+            r: &mut *self.r,
+            options: self.options,
+            fields,
+            winners: winners.into_iter(),
+            current: None,
+        })?;
+        self.r.pos = end;
+        Ok(value)
     }
 }
 
-macro_rules! forward_to_json {
-    ($($method:ident)*) => {
+/// The value a struct field gets: the key that won and where its value is.
+struct Winner<'a> {
+    field: usize,
+    key: Cow<'a, str>,
+    value: Source<'a>,
+    null: bool,
+    /// Position in the document, for the order of assignment.
+    order: usize,
+}
+
+enum Source<'a> {
+    /// At this offset of the text being read.
+    Text(usize),
+    /// This JSON text ([`Options::inject_version`]).
+    Injected(&'a [u8]),
+}
+
+/// Go's `ParsePrevResult` ([`Options::sorted_keys`]): per field, of each distinct key the last
+/// occurrence; of those, the greatest key whose value is not null. In key order.
+fn resolve_sorted(mut all: Vec<Winner<'_>>) -> Vec<Winner<'_>> {
+    all.sort_by(|a, b| {
+        (a.field, a.key.as_bytes(), a.order).cmp(&(b.field, b.key.as_bytes(), b.order))
+    });
+    let mut winners: Vec<Winner<'_>> = Vec::new();
+    let mut entries = all.into_iter().peekable();
+    let mut best: Option<Winner<'_>> = None;
+    while let Some(entry) = entries.next() {
+        let next = entries.peek();
+        let last_of_key = next.is_none_or(|n| n.field != entry.field || n.key != entry.key);
+        let last_of_field = next.is_none_or(|n| n.field != entry.field);
+        if last_of_key && !entry.null {
+            best = Some(entry);
+        }
+        if last_of_field && let Some(b) = best.take() {
+            winners.push(b);
+        }
+    }
+    winners.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
+    winners
+}
+
+struct StructAccess<'r, 'a> {
+    r: &'r mut Reader<'a>,
+    options: Options<'a>,
+    fields: &'static [&'static str],
+    winners: std::vec::IntoIter<Winner<'a>>,
+    current: Option<Winner<'a>>,
+}
+
+impl<'a> MapAccess<'a> for StructAccess<'_, 'a> {
+    type Error = Error;
+
+    fn next_key_seed<K: DeserializeSeed<'a>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Error> {
+        let Some(winner) = self.winners.next() else {
+            return Ok(None);
+        };
+        let name = self.fields.get(winner.field).copied().unwrap_or_default();
+        self.current = Some(winner);
+        seed.deserialize(de::value::BorrowedStrDeserializer::new(name))
+            .map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'a>>(&mut self, seed: V) -> Result<V::Value, Error> {
+        let winner = self
+            .current
+            .take()
+            .ok_or_else(|| Error::msg("value requested before key"))?;
+        let name = self.fields.get(winner.field).copied().unwrap_or_default();
+        let result = match winner.value {
+            Source::Text(start) => {
+                self.r.pos = start;
+                seed.deserialize(De {
+                    r: &mut *self.r,
+                    options: self.options,
+                    top: false,
+                    untyped: false,
+                })
+            }
+            Source::Injected(text) => seed.deserialize(De {
+                r: &mut Reader::new(text),
+                options: self.options,
+                top: false,
+                untyped: false,
+            }),
+        };
+        result.map_err(|e| e.in_key(name))
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.winners.len())
+    }
+}
+
+/// An array read element by element.
+struct ArrayAccess<'r, 'a> {
+    r: &'r mut Reader<'a>,
+    options: Options<'a>,
+    untyped: bool,
+    index: usize,
+    done: bool,
+}
+
+impl ArrayAccess<'_, '_> {
+    /// Skips what the visitor left of the array.
+    fn finish(mut self) -> Result<(), Error> {
+        while !self.done {
+            if self.r.eat_if(b']') {
+                self.done = true;
+            } else {
+                if self.index > 0 {
+                    self.r.eat(b',')?;
+                }
+                self.index += 1;
+                self.r.skip_value()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'a> SeqAccess<'a> for ArrayAccess<'_, 'a> {
+    type Error = Error;
+
+    fn next_element_seed<T: DeserializeSeed<'a>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, Error> {
+        if self.done {
+            return Ok(None);
+        }
+        if self.r.eat_if(b']') {
+            self.done = true;
+            return Ok(None);
+        }
+        if self.index > 0 {
+            self.r.eat(b',')?;
+        }
+        let index = self.index;
+        self.index += 1;
+        seed.deserialize(De {
+            r: &mut *self.r,
+            options: self.options,
+            top: false,
+            untyped: self.untyped,
+        })
+        .map(Some)
+        .map_err(|e| e.in_index(index))
+    }
+}
+
+/// An object read entry by entry, keys as they are (maps and untyped values).
+struct ObjectAccess<'r, 'a> {
+    r: &'r mut Reader<'a>,
+    options: Options<'a>,
+    untyped: bool,
+    first: bool,
+    done: bool,
+    key: Option<Cow<'a, str>>,
+}
+
+impl ObjectAccess<'_, '_> {
+    /// Skips what the visitor left of the object.
+    fn finish(mut self) -> Result<(), Error> {
+        if self.key.take().is_some() {
+            self.r.skip_value()?;
+        }
+        while !self.done {
+            if self.r.eat_if(b'}') {
+                self.done = true;
+            } else {
+                if !self.first {
+                    self.r.eat(b',')?;
+                }
+                self.first = false;
+                self.r.string()?;
+                self.r.eat(b':')?;
+                self.r.skip_value()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'a> MapAccess<'a> for ObjectAccess<'_, 'a> {
+    type Error = Error;
+
+    fn next_key_seed<K: DeserializeSeed<'a>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, Error> {
+        if self.done {
+            return Ok(None);
+        }
+        if self.r.eat_if(b'}') {
+            self.done = true;
+            return Ok(None);
+        }
+        if !self.first {
+            self.r.eat(b',')?;
+        }
+        self.first = false;
+        let key = self.r.string()?;
+        self.r.eat(b':')?;
+        let decoded = seed
+            .deserialize(KeyDe(key.clone()))
+            .map_err(|e| e.in_key(&key))?;
+        self.key = Some(key);
+        Ok(Some(decoded))
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'a>>(&mut self, seed: V) -> Result<V::Value, Error> {
+        let key = self
+            .key
+            .take()
+            .ok_or_else(|| Error::msg("value requested before key"))?;
+        seed.deserialize(De {
+            r: &mut *self.r,
+            options: self.options,
+            top: false,
+            untyped: self.untyped,
+        })
+        .map_err(|e| e.in_key(&key))
+    }
+}
+
+/// An object key, for map keys and enum variant names.
+struct KeyDe<'a>(Cow<'a, str>);
+
+impl<'de> Deserializer<'de> for KeyDe<'de> {
+    type Error = Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Cow::Borrowed(s) => visitor.visit_borrowed_str(s),
+            Cow::Owned(s) => visitor.visit_string(s),
+        }
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
+        identifier ignored_any
+    }
+}
+
+impl<'a> de::EnumAccess<'a> for KeyDe<'a> {
+    type Error = Error;
+    type Variant = UnitOnly;
+
+    fn variant_seed<V: DeserializeSeed<'a>>(self, seed: V) -> Result<(V::Value, UnitOnly), Error> {
+        Ok((seed.deserialize(self)?, UnitOnly))
+    }
+}
+
+/// The variant of an enum given as a plain string.
+struct UnitOnly;
+
+impl<'a> de::VariantAccess<'a> for UnitOnly {
+    type Error = Error;
+
+    fn unit_variant(self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'a>>(self, _: T) -> Result<T::Value, Error> {
+        Err(de::Error::invalid_type(
+            Unexpected::UnitVariant,
+            &"newtype variant",
+        ))
+    }
+
+    fn tuple_variant<V: Visitor<'a>>(self, _: usize, _: V) -> Result<V::Value, Error> {
+        Err(de::Error::invalid_type(
+            Unexpected::UnitVariant,
+            &"tuple variant",
+        ))
+    }
+
+    fn struct_variant<V: Visitor<'a>>(
+        self,
+        _: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, Error> {
+        Err(de::Error::invalid_type(
+            Unexpected::UnitVariant,
+            &"struct variant",
+        ))
+    }
+}
+
+/// An enum given as `{"Variant": content}`.
+struct VariantObject<'r, 'a>(De<'r, 'a>);
+
+impl<'r, 'a> de::EnumAccess<'a> for VariantObject<'r, 'a> {
+    type Error = Error;
+    type Variant = VariantObject<'r, 'a>;
+
+    fn variant_seed<V: DeserializeSeed<'a>>(
+        self,
+        seed: V,
+    ) -> Result<(V::Value, Self::Variant), Error> {
+        let key = self.0.r.string()?;
+        self.0.r.eat(b':')?;
+        Ok((seed.deserialize(KeyDe(key))?, self))
+    }
+}
+
+impl<'a> de::VariantAccess<'a> for VariantObject<'_, 'a> {
+    type Error = Error;
+
+    fn unit_variant(self) -> Result<(), Error> {
+        self.0.r.null()
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'a>>(self, seed: T) -> Result<T::Value, Error> {
+        seed.deserialize(self.0)
+    }
+
+    fn tuple_variant<V: Visitor<'a>>(self, _: usize, visitor: V) -> Result<V::Value, Error> {
+        self.0.deserialize_seq(visitor)
+    }
+
+    fn struct_variant<V: Visitor<'a>>(
+        self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        self.0.deserialize_struct("", fields, visitor)
+    }
+}
+
+/// A number's value as Go reads it into an untyped value or a field.
+#[derive(Debug, Clone, Copy)]
+enum Number {
+    Unsigned(u64),
+    Signed(i64),
+    Float(f64),
+}
+
+impl Number {
+    fn is_integer(text: &str) -> bool {
+        !text.contains(['.', 'e', 'E'])
+    }
+
+    fn parse(text: &str) -> Result<Number, Error> {
+        if Number::is_integer(text) {
+            if text.starts_with('-') {
+                if let Ok(n) = text.parse::<i64>() {
+                    return Ok(Number::Signed(n));
+                }
+            } else if let Ok(n) = text.parse::<u64>() {
+                return Ok(Number::Unsigned(n));
+            }
+        }
+        Number::float(text).map(Number::Float)
+    }
+
+    fn float(text: &str) -> Result<f64, Error> {
+        match text.parse::<f64>() {
+            Ok(f) if f.is_finite() => Ok(f),
+            _ => Err(Error::msg(format!("number {text} out of range"))),
+        }
+    }
+
+    fn visit<'a, V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self {
+            Number::Unsigned(n) => visitor.visit_u64(n),
+            Number::Signed(n) => visitor.visit_i64(n),
+            Number::Float(n) => visitor.visit_f64(n),
+        }
+    }
+}
+
+macro_rules! integers {
+    ($($method:ident => $unsigned:expr),* $(,)?) => {
         $(
-            fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
-                let path = self.path;
-                self.value.$method(visitor).map_err(|e| DecodeError { path, msg: e.to_string() })
+            fn $method<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+                self.visit_integer(visitor, $unsigned)
             }
         )*
     };
 }
 
-impl<'de> Deserializer<'de> for ValueDeserializer {
-    type Error = DecodeError;
+impl<'a> Deserializer<'a> for De<'_, 'a> {
+    type Error = Error;
 
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
-        let path = self.path.clone();
-        match self.value {
-            Value::Array(items) => visitor.visit_seq(ArrayAccess::new(items, path.clone())),
-            Value::Object(map) => {
-                let entries = map.into_iter().collect();
-                visitor.visit_map(ObjectAccess::new(entries, path.clone()))
+    fn deserialize_any<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        match self.r.kind()? {
+            Kind::Null => {
+                self.r.null()?;
+                visitor.visit_unit()
             }
-            other => other
-                .deserialize_any(visitor)
-                .map_err(<DecodeError as de::Error>::custom),
+            Kind::Bool => visitor.visit_bool(self.r.boolean()?),
+            Kind::Number => Number::parse(self.r.number()?)?.visit(visitor),
+            Kind::String => self.visit_string(visitor),
+            Kind::Array | Kind::Object => {
+                if !self.untyped {
+                    let depth = self.r.skip_value_copy()?;
+                    if depth > MAX_UNTYPED_DEPTH {
+                        return Err(Error::msg(format!(
+                            "an untyped value nested {depth} deep, more than {MAX_UNTYPED_DEPTH}"
+                        )));
+                    }
+                    self.untyped = true;
+                }
+                if self.r.kind()? == Kind::Array {
+                    self.deserialize_seq(visitor)
+                } else {
+                    self.deserialize_map(visitor)
+                }
+            }
         }
-        .map_err(|e| e.at(&path))
     }
 
-    forward_to_json! {
-        deserialize_bool deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64
-        deserialize_i128 deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64
-        deserialize_u128 deserialize_f32 deserialize_f64 deserialize_char deserialize_str
-        deserialize_string deserialize_bytes deserialize_byte_buf deserialize_unit
-        deserialize_identifier
-    }
-
-    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
-        match &self.value {
-            Value::Null => visitor.visit_none(),
-            Value::String(s) if s.is_empty() => visitor.visit_none(),
-            _ => visitor.visit_some(self),
+    fn deserialize_bool<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if self.r.kind()? == Kind::Bool {
+            visitor.visit_bool(self.r.boolean()?)
+        } else {
+            Err(self.invalid_type(&visitor))
         }
     }
 
-    fn deserialize_unit_struct<V: Visitor<'de>>(
+    integers! {
+        deserialize_u8 => true, deserialize_u16 => true, deserialize_u32 => true,
+        deserialize_u64 => true, deserialize_u128 => true,
+        deserialize_i8 => false, deserialize_i16 => false, deserialize_i32 => false,
+        deserialize_i64 => false, deserialize_i128 => false,
+    }
+
+    fn deserialize_f32<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        self.visit_float(visitor)
+    }
+
+    fn deserialize_f64<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        self.visit_float(visitor)
+    }
+
+    fn deserialize_char<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        self.visit_string(visitor)
+    }
+
+    fn deserialize_str<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        self.visit_string(visitor)
+    }
+
+    fn deserialize_string<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        self.visit_string(visitor)
+    }
+
+    fn deserialize_bytes<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        match self.r.kind()? {
+            Kind::String => match self.r.string()? {
+                Cow::Borrowed(s) => visitor.visit_borrowed_bytes(s.as_bytes()),
+                Cow::Owned(s) => visitor.visit_byte_buf(s.into_bytes()),
+            },
+            Kind::Array => self.deserialize_seq(visitor),
+            _ => Err(self.invalid_type(&visitor)),
+        }
+    }
+
+    fn deserialize_byte_buf<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_bytes(visitor)
+    }
+
+    fn deserialize_option<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        if self.r.kind()? == Kind::Null {
+            self.r.null()?;
+            visitor.visit_none()
+        } else if self.r.at_empty_string() {
+            self.r.pos += 2;
+            visitor.visit_none()
+        } else {
+            visitor.visit_some(self)
+        }
+    }
+
+    fn deserialize_unit<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if self.r.kind()? == Kind::Null {
+            self.r.null()?;
+            visitor.visit_unit()
+        } else {
+            Err(self.invalid_type(&visitor))
+        }
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'a>>(
         self,
         _name: &'static str,
         visitor: V,
-    ) -> Result<V::Value, DecodeError> {
+    ) -> Result<V::Value, Error> {
         self.deserialize_unit(visitor)
     }
 
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
+    fn deserialize_newtype_struct<V: Visitor<'a>>(
         self,
-        _name: &'static str,
+        name: &'static str,
         visitor: V,
-    ) -> Result<V::Value, DecodeError> {
-        visitor.visit_newtype_struct(self)
-    }
-
-    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
-        match self.value {
-            Value::Array(items) => {
-                let path = self.path;
-                visitor
-                    .visit_seq(ArrayAccess::new(items, path.clone()))
-                    .map_err(|e| e.at(&path))
-            }
-            _ => Err(self.invalid_type(&visitor)),
+    ) -> Result<V::Value, Error> {
+        if name == RAW_TOKEN {
+            self.r.skip_ws();
+            let start = self.r.pos;
+            self.r.skip_value()?;
+            let text = self.r.text.get(start..self.r.pos).unwrap_or_default();
+            visitor.visit_borrowed_bytes(text)
+        } else {
+            visitor.visit_newtype_struct(self)
         }
     }
 
-    fn deserialize_tuple<V: Visitor<'de>>(
-        self,
-        _len: usize,
-        visitor: V,
-    ) -> Result<V::Value, DecodeError> {
+    fn deserialize_seq<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if self.r.kind()? != Kind::Array {
+            return Err(self.invalid_type(&visitor));
+        }
+        self.r.eat(b'[')?;
+        let mut access = ArrayAccess {
+            r: &mut *self.r,
+            options: self.options,
+            untyped: self.untyped,
+            index: 0,
+            done: false,
+        };
+        let value = visitor.visit_seq(&mut access)?;
+        access.finish()?;
+        Ok(value)
+    }
+
+    fn deserialize_tuple<V: Visitor<'a>>(self, _len: usize, visitor: V) -> Result<V::Value, Error> {
         self.deserialize_seq(visitor)
     }
 
-    fn deserialize_tuple_struct<V: Visitor<'de>>(
+    fn deserialize_tuple_struct<V: Visitor<'a>>(
         self,
         _name: &'static str,
         _len: usize,
         visitor: V,
-    ) -> Result<V::Value, DecodeError> {
+    ) -> Result<V::Value, Error> {
         self.deserialize_seq(visitor)
     }
 
-    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
-        match self.value {
-            Value::Object(map) => {
-                let path = self.path;
-                let entries = map.into_iter().collect();
-                visitor
-                    .visit_map(ObjectAccess::new(entries, path.clone()))
-                    .map_err(|e| e.at(&path))
-            }
-            _ => Err(self.invalid_type(&visitor)),
+    fn deserialize_map<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if self.r.kind()? != Kind::Object {
+            return Err(self.invalid_type(&visitor));
         }
+        self.r.eat(b'{')?;
+        let mut access = ObjectAccess {
+            r: &mut *self.r,
+            options: self.options,
+            untyped: self.untyped,
+            first: true,
+            done: false,
+            key: None,
+        };
+        let value = visitor.visit_map(&mut access)?;
+        access.finish()?;
+        Ok(value)
     }
 
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
+    fn deserialize_struct<V: Visitor<'a>>(
+        mut self,
         _name: &'static str,
         fields: &'static [&'static str],
         visitor: V,
-    ) -> Result<V::Value, DecodeError> {
-        match self.value {
-            Value::Object(map) => {
-                let path = self.path;
-                let entries = fold_keys(map, fields);
-                visitor
-                    .visit_map(ObjectAccess::new(entries, path.clone()))
-                    .map_err(|e| e.at(&path))
+    ) -> Result<V::Value, Error> {
+        if self.r.kind()? != Kind::Object {
+            return Err(self.invalid_type(&visitor));
+        }
+        self.visit_struct(fields, visitor)
+    }
+
+    fn deserialize_enum<V: Visitor<'a>>(
+        mut self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        match self.r.kind()? {
+            Kind::String => visitor.visit_enum(KeyDe(self.r.string()?)),
+            Kind::Object => {
+                self.r.eat(b'{')?;
+                let value = visitor.visit_enum(VariantObject(self.child()))?;
+                self.r.eat(b'}')?;
+                Ok(value)
             }
             _ => Err(self.invalid_type(&visitor)),
         }
     }
 
-    fn deserialize_enum<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        variants: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, DecodeError> {
-        let path = self.path.clone();
-        self.value
-            .deserialize_enum(name, variants, visitor)
-            .map_err(|e| DecodeError {
-                path,
-                msg: e.to_string(),
-            })
+    fn deserialize_identifier<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        self.visit_string(visitor)
     }
 
-    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, DecodeError> {
+    fn deserialize_ignored_any<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.r.skip_value()?;
         visitor.visit_unit()
     }
 }
 
-struct ArrayAccess {
-    items: std::iter::Enumerate<std::vec::IntoIter<Value>>,
-    len: usize,
-    path: String,
-}
-
-impl ArrayAccess {
-    fn new(items: Vec<Value>, path: String) -> Self {
-        ArrayAccess {
-            len: items.len(),
-            items: items.into_iter().enumerate(),
-            path,
-        }
-    }
-}
-
-impl<'de> SeqAccess<'de> for ArrayAccess {
-    type Error = DecodeError;
-
-    fn next_element_seed<T: DeserializeSeed<'de>>(
-        &mut self,
-        seed: T,
-    ) -> Result<Option<T::Value>, DecodeError> {
-        match self.items.next() {
-            Some((i, value)) => {
-                self.len -= 1;
-                let path = format!("{}[{i}]", self.path);
-                seed.deserialize(ValueDeserializer {
-                    value,
-                    path: path.clone(),
-                })
-                .map(Some)
-                .map_err(|e| e.at(&path))
-            }
-            None => Ok(None),
-        }
-    }
-
-    fn size_hint(&self) -> Option<usize> {
-        Some(self.len)
-    }
-}
-
-struct ObjectAccess {
-    entries: std::vec::IntoIter<(String, Value)>,
-    pending: Option<(String, Value)>,
-    path: String,
-}
-
-impl ObjectAccess {
-    fn new(entries: Vec<(String, Value)>, path: String) -> Self {
-        ObjectAccess {
-            entries: entries.into_iter(),
-            pending: None,
-            path,
-        }
-    }
-}
-
-impl<'de> MapAccess<'de> for ObjectAccess {
-    type Error = DecodeError;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, DecodeError> {
-        match self.entries.next() {
-            Some((key, value)) => {
-                let path = child_path(&self.path, &key);
-                let k = seed
-                    .deserialize(key.clone().into_deserializer())
-                    .map_err(|e: DecodeError| e.at(&path))?;
-                self.pending = Some((key, value));
-                Ok(Some(k))
-            }
-            None => Ok(None),
-        }
-    }
-
-    fn next_value_seed<V: DeserializeSeed<'de>>(
-        &mut self,
-        seed: V,
-    ) -> Result<V::Value, DecodeError> {
-        let (key, value) = self
-            .pending
-            .take()
-            .ok_or_else(|| <DecodeError as de::Error>::custom("value requested before key"))?;
-        let path = child_path(&self.path, &key);
-        seed.deserialize(ValueDeserializer {
-            value,
-            path: path.clone(),
-        })
-        .map_err(|e| e.at(&path))
-    }
-
-    fn size_hint(&self) -> Option<usize> {
-        Some(self.entries.len())
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde::Deserialize;
-    use serde_json::json;
-    use std::collections::BTreeMap;
-
-    #[derive(Debug, Deserialize, PartialEq, Default)]
-    #[serde(rename_all = "camelCase", default)]
-    struct Mapping {
-        host_port: u16,
-        container_port: u16,
-        protocol: String,
-        #[serde(rename = "hostIP")]
-        host_ip: Option<String>,
-    }
-
-    #[derive(Debug, Deserialize, PartialEq, Default)]
-    #[serde(rename_all = "camelCase", default)]
-    struct Runtime {
-        port_mappings: Vec<Mapping>,
-    }
-
-    #[derive(Debug, Deserialize, PartialEq, Default)]
-    #[serde(rename_all = "camelCase", default)]
-    struct Conf {
-        name: String,
-        backend: Option<String>,
-        snat: Option<bool>,
-        runtime_config: Runtime,
-        capabilities: BTreeMap<String, bool>,
-    }
-
-    #[test]
-    fn containerd_capitalised_keys_decode_into_camel_case_fields() {
-        let conf: Conf = from_value(json!({
-            "Name": "cbr0",
-            "RuntimeConfig": {"portMappings": [
-                {"HostPort": 30080, "ContainerPort": 8080, "Protocol": "tcp", "HostIP": ""},
-                {"hostPort": 5353, "containerPort": 53, "protocol": "udp", "hostIP": "192.0.2.10"}
-            ]}
-        }))
-        .unwrap();
-        assert_eq!(conf.name, "cbr0");
-        assert_eq!(
-            conf.runtime_config.port_mappings,
-            vec![
-                Mapping {
-                    host_port: 30080,
-                    container_port: 8080,
-                    protocol: "tcp".into(),
-                    host_ip: None
-                },
-                Mapping {
-                    host_port: 5353,
-                    container_port: 53,
-                    protocol: "udp".into(),
-                    host_ip: Some("192.0.2.10".into())
-                },
-            ]
-        );
-    }
-
-    #[test]
-    fn later_duplicate_key_wins_whatever_its_case() {
-        let a: Conf = from_value(json!({"name": "first", "NAME": "second"})).unwrap();
-        assert_eq!(a.name, "second");
-        let b: Conf = from_value(json!({"NAME": "first", "name": "second"})).unwrap();
-        assert_eq!(b.name, "second");
-    }
-
-    #[test]
-    fn exact_match_is_preferred_over_a_case_folded_one() {
-        #[derive(Debug, Deserialize, Default)]
-        #[serde(default)]
-        struct Two {
-            #[serde(rename = "mtu")]
-            lower: u32,
-            #[serde(rename = "MTU")]
-            upper: u32,
-        }
-        let t: Two = from_value(json!({"MTU": 1, "mtu": 2})).unwrap();
-        assert_eq!((t.lower, t.upper), (2, 1));
-    }
-
-    #[test]
-    fn empty_string_and_null_mean_unset_for_optional_fields() {
-        let conf: Conf = from_value(json!({"name": "n", "backend": "", "snat": null})).unwrap();
-        assert_eq!(conf.backend, None);
-        assert_eq!(conf.snat, None);
-    }
-
-    #[test]
-    fn null_leaves_a_required_field_at_its_default() {
-        #[derive(Debug, Deserialize)]
-        struct Strict {
-            #[serde(default = "seven")]
-            n: u32,
-        }
-        fn seven() -> u32 {
-            7
-        }
-        let s: Strict = from_value(json!({"n": null})).unwrap();
-        assert_eq!(s.n, 7);
-    }
-
-    #[test]
-    fn unknown_keys_are_ignored_at_every_level() {
-        let conf: Conf = from_value(json!({
-            "name": "n",
-            "dns": {"Servers": ["10.96.0.10"]},
-            "runtimeConfig": {"cgroupPath": "/x", "portMappings": [{"hostPort": 1, "extra": true}]}
-        }))
-        .unwrap();
-        assert_eq!(conf.runtime_config.port_mappings[0].host_port, 1);
-    }
-
-    #[test]
-    fn maps_keep_their_keys_verbatim() {
-        let conf: Conf =
-            from_value(json!({"capabilities": {"portMappings": true, "Bandwidth": false}}))
-                .unwrap();
-        assert_eq!(conf.capabilities.get("portMappings"), Some(&true));
-        assert_eq!(conf.capabilities.get("Bandwidth"), Some(&false));
-    }
-
-    #[test]
-    fn type_errors_name_the_path_of_the_value() {
-        let cases = [
-            (
-                json!({"runtimeConfig": {"portMappings": [{}, {"hostPort": "80"}]}}),
-                "runtimeConfig.portMappings[1].hostPort",
-            ),
-            (
-                json!({"RuntimeConfig": {"PortMappings": [{"HostPort": 8080.0}]}}),
-                "runtimeConfig.portMappings[0].hostPort",
-            ),
-            (
-                json!({"runtimeConfig": {"portMappings": [{"hostPort": -1}]}}),
-                "runtimeConfig.portMappings[0].hostPort",
-            ),
-            (
-                json!({"runtimeConfig": {"portMappings": [{"hostPort": 70000}]}}),
-                "runtimeConfig.portMappings[0].hostPort",
-            ),
-            (json!({"name": 5}), "name"),
-            (json!({"runtimeConfig": []}), "runtimeConfig"),
-        ];
-        for (input, path) in cases {
-            let err = from_value::<Conf>(input.clone()).unwrap_err();
-            assert_eq!(err.path(), path, "{input}: {err}");
-            assert!(err.to_string().starts_with(path), "{err}");
-        }
-    }
-
-    #[test]
-    fn a_document_that_is_not_an_object_is_an_error() {
-        let err = from_slice::<Conf>(b"[1,2]").unwrap_err();
-        assert!(err.to_string().contains("expected struct"), "{err}");
-        let err = from_slice::<Conf>(b"{\"name\": ").unwrap_err();
-        assert!(err.to_string().contains("EOF"), "{err}");
-    }
-
-    #[test]
-    fn enums_and_untyped_values_still_decode() {
-        #[derive(Debug, Deserialize, PartialEq)]
-        #[serde(rename_all = "lowercase")]
-        enum Backend {
-            Iptables,
-            Nftables,
-        }
-        #[derive(Debug, Deserialize)]
-        struct WithEnum {
-            backend: Option<Backend>,
-            extra: Option<Value>,
-        }
-        let w: WithEnum =
-            from_value(json!({"Backend": "nftables", "extra": {"a": [1, null]}})).unwrap();
-        assert_eq!(w.backend, Some(Backend::Nftables));
-        assert_eq!(w.extra, Some(json!({"a": [1, null]})));
-        let err = from_value::<WithEnum>(json!({"backend": "ebtables"})).unwrap_err();
-        assert_eq!(err.path(), "backend");
-        assert!(err.message().contains("unknown variant"));
-        let _ = Backend::Iptables;
-    }
-}
+mod tests;

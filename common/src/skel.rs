@@ -27,10 +27,10 @@ use std::process::ExitCode;
 use std::str::FromStr;
 
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use crate::args::CniArgs;
 use crate::conf::{NetConf, parse_json};
+use crate::decode::RawJson;
 use crate::error::{CniError, ErrorCode};
 use crate::netns::NetNs;
 use crate::types::CniResult;
@@ -125,11 +125,9 @@ pub struct Call {
     pub path: Vec<PathBuf>,
     /// The config's `cniVersion` ("0.1.0" when it had none): results are printed in it.
     pub cni_version: String,
-    /// The network configuration from stdin, parsed once by the skel (`Null` for VERSION).
-    pub config: Value,
-    /// stdin as read: the configuration's text, for the rare check that must see it as written
-    /// (tuning's duplicate `sysctl` keys, which [`Call::config`] has merged already).
-    pub stdin: Vec<u8>,
+    /// The network configuration from stdin, checked once by the skel and kept as text (`null`
+    /// for VERSION); plugins decode their keys from it through [`Call::conf`].
+    pub config: RawJson,
 }
 
 impl Call {
@@ -138,7 +136,7 @@ impl Call {
     /// # Errors
     /// Code 6 naming the key that does not decode.
     pub fn conf<T: DeserializeOwned>(&self) -> Result<NetConf<T>, CniError> {
-        NetConf::from_value(self.config.clone())
+        NetConf::from_json(&self.config)
     }
 
     /// Parses `CNI_ARGS`.
@@ -369,29 +367,31 @@ fn dispatch(
             Err(e) => fail(version::LATEST, e),
         };
     }
-    // Parsed once here; plugins decode their keys from this value through `Call::conf`.
-    call.config = match parse_json(&input) {
-        Ok(value) => value,
+    // Checked once here; plugins decode their keys from the text through `Call::conf`.
+    call.config = match parse_json(input) {
+        Ok(json) => json,
         Err(e) => return fail(version::LATEST, e),
     };
-    call.stdin = input;
-    let head: NetConf<serde::de::IgnoredAny> = match NetConf::from_value(call.config.clone()) {
+    // Only the name and version are kept: the rest of the envelope is checked and dropped.
+    let NetConf {
+        cni_version, name, ..
+    } = match NetConf::<serde::de::IgnoredAny>::from_json(&call.config) {
         Ok(head) => head,
         Err(e) => return fail(version::LATEST, e),
     };
     // From here on errors are reported in the caller's version, when it is a version at all.
-    let reply_version = if head.cni_version.parse::<CniVersion>().is_ok() {
-        head.cni_version.clone()
+    let reply_version = if cni_version.parse::<CniVersion>().is_ok() {
+        cni_version.clone()
     } else {
         version::LATEST.to_string()
     };
-    if let Err(e) = validate_network_name(&head.name) {
+    if let Err(e) = validate_network_name(&name) {
         return fail(&reply_version, e);
     }
-    call.cni_version = if head.cni_version.is_empty() {
+    call.cni_version = if cni_version.is_empty() {
         "0.1.0".to_string()
     } else {
-        head.cni_version
+        cni_version
     };
     if let Err(e) = gate_version(command, &call.cni_version, plugin.supported_versions()) {
         return fail(&reply_version, e);
@@ -475,8 +475,7 @@ fn read_env(command: Command, var: &dyn Fn(&str) -> String) -> Result<Call, CniE
             .filter(|p| !p.as_os_str().is_empty())
             .collect(),
         cni_version: String::new(),
-        config: Value::Null,
-        stdin: Vec::new(),
+        config: RawJson::default(),
     })
 }
 
@@ -617,18 +616,25 @@ fn version_input(stdin: &[u8]) -> Result<Option<String>, CniError> {
     if stdin.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    let input: Value = serde_json::from_slice(stdin).map_err(|e| {
+    #[derive(serde::Deserialize)]
+    struct Asked {
+        #[serde(rename = "cniVersion", default)]
+        cni_version: Option<RawJson>,
+    }
+    let input = RawJson::parse(stdin.to_vec()).map_err(|e| {
         CniError::new(
             ErrorCode::Decode,
             format!("failed to decode VERSION input: {e}"),
         )
     })?;
-    Ok(input
-        .as_object()
-        .and_then(|m| m.iter().find(|(k, _)| k.eq_ignore_ascii_case("cniVersion")))
-        .and_then(|(_, v)| v.as_str())
-        .filter(|v| !v.is_empty())
-        .map(str::to_string))
+    if !input.is_object() {
+        return Ok(None);
+    }
+    // Anything but a non-empty string is no version: the reply then names the latest.
+    let asked = input.decode::<Asked>().ok().and_then(|a| a.cni_version);
+    Ok(asked
+        .and_then(|v| v.decode::<String>().ok())
+        .filter(|v| !v.is_empty()))
 }
 
 /// The VERSION reply: the caller's version (or the latest) and the plugin's list.
@@ -643,6 +649,7 @@ fn version_reply(plugin: &dyn Plugin, asked: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
     use std::cell::RefCell;
     use std::collections::HashMap;
     use std::os::fd::{AsFd, AsRawFd};

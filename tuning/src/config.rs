@@ -10,7 +10,6 @@ use std::path::PathBuf;
 
 use common::args::CniArgs;
 use common::conf::NetConf;
-use common::decode;
 use common::sysctl::SysctlKey;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -161,7 +160,8 @@ impl Config {
             TuningError::Decode(e.msg.strip_prefix(&lead).unwrap_or(&e.msg).to_string())
         })?;
         let args: ArgsCni = match &conf.args {
-            Some(map) => decode::from_value::<ArgsKeys>(Value::Object(map.clone()))
+            Some(raw) => raw
+                .decode::<ArgsKeys>()
                 .map_err(|e| TuningError::Decode(format!("args.{}: {}", e.path(), e.message())))?
                 .cni
                 .unwrap_or_default(),

@@ -56,7 +56,7 @@ fn load_netconf<T: serde::de::DeserializeOwned>(call: &Call) -> Result<NetConf<T
 /// ADD and CHECK refuse a top-level `sysctl` object naming a key twice before anything else, as
 /// the reference does.
 fn refuse_duplicate_sysctl_keys(call: &Call) -> Result<(), TuningError> {
-    match config::duplicate_sysctl_key(&call.stdin) {
+    match config::duplicate_sysctl_key(call.config.as_bytes()) {
         Some(key) => Err(TuningError::DuplicateSysctlKey { key }),
         None => Ok(()),
     }

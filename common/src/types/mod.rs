@@ -18,7 +18,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::decode::{DecodeError, from_value};
+use crate::decode::{DecodeError, Options, RawJson};
 use crate::version::{Era, LATEST};
 
 /// A result in the internal "current" model (spec 1.1.0); every plugin works on this.
@@ -156,6 +156,18 @@ impl CniResult {
     /// [`ResultError::PrevResult`] around a decode error naming the path, a
     /// [`ResultError::VersionMismatch`] or an [`ResultError::UnsupportedVersion`].
     pub fn from_prev_result(raw: &Value, conf_version: &str) -> Result<CniResult, ResultError> {
+        CniResult::from_prev_result_json(&RawJson::from_value(raw), conf_version)
+    }
+
+    /// [`CniResult::from_prev_result`] of a `prevResult` kept as text, decoded straight into
+    /// the result type.
+    ///
+    /// # Errors
+    /// As [`CniResult::from_prev_result`].
+    pub fn from_prev_result_json(
+        raw: &RawJson,
+        conf_version: &str,
+    ) -> Result<CniResult, ResultError> {
         prev_result(raw, conf_version, true).map_err(|e| ResultError::PrevResult(Box::new(e)))
     }
 
@@ -169,7 +181,8 @@ impl CniResult {
         raw: &Value,
         conf_version: &str,
     ) -> Result<CniResult, ResultError> {
-        prev_result(raw, conf_version, false).map_err(|e| ResultError::PrevResult(Box::new(e)))
+        prev_result(&RawJson::from_value(raw), conf_version, false)
+            .map_err(|e| ResultError::PrevResult(Box::new(e)))
     }
 
     /// Parses a result that names its own version (a plugin's output), returning that version.
@@ -186,12 +199,13 @@ impl CniResult {
         if !raw.is_object() {
             return Err(ResultError::NotAnObject);
         }
-        let version = from_value::<Versioned>(raw.clone())?.cni_version;
+        let raw = RawJson::from_value(raw);
+        let version = raw.decode::<Versioned>()?.cni_version;
         if version.is_empty() {
             return Err(ResultError::MissingVersion);
         }
         let era = Era::of(&version).ok_or(ResultError::UnsupportedVersion(version))?;
-        decode(era, raw.clone())
+        decode(era, &raw, Options::default())
     }
 
     /// The text a plugin prints for this result in `version` ("" means 0.1.0, as in Go):
@@ -223,37 +237,41 @@ impl CniResult {
     }
 }
 
-fn prev_result(raw: &Value, conf_version: &str, inject: bool) -> Result<CniResult, ResultError> {
-    let Value::Object(map) = raw else {
+fn prev_result(raw: &RawJson, conf_version: &str, inject: bool) -> Result<CniResult, ResultError> {
+    if !raw.is_object() {
         return Err(ResultError::NotAnObject);
-    };
-    let mut map = map.clone();
-    // Go's ParsePrevResult looks for the exact key `CNIVersion` and injects it when absent or "".
-    let has_version = matches!(map.get("CNIVersion"), Some(v) if v.as_str() != Some(""));
-    if inject && !has_version {
-        map.insert("CNIVersion".into(), Value::String(conf_version.into()));
     }
     let era = Era::of(conf_version)
         .ok_or_else(|| ResultError::UnsupportedVersion(conf_version.to_string()))?;
-    // Go re-marshals the map, which sorts the keys; that decides which of two keys differing in
+    // Go's ParsePrevResult injects the exact key `CNIVersion` when it is absent or "", then
+    // re-marshals the map, which sorts the keys: that decides which of two keys differing in
     // case wins (`CNIVersion` sorts before `cniVersion`, so the result's own version wins).
-    let (_, result) = decode(era, crate::json::sort_keys(Value::Object(map)))?;
+    let injected = serde_json::to_vec(conf_version)?;
+    let options = Options {
+        sorted_keys: true,
+        inject_version: inject.then_some(&injected[..]),
+    };
+    let (_, result) = decode(era, raw, options)?;
     Ok(result)
 }
 
-/// Decodes `value` with the result type of `era` and checks its `cniVersion` belongs there.
-fn decode(era: Era, value: Value) -> Result<(String, CniResult), ResultError> {
+/// Decodes `raw` with the result type of `era` and checks its `cniVersion` belongs there.
+fn decode(
+    era: Era,
+    raw: &RawJson,
+    options: Options<'_>,
+) -> Result<(String, CniResult), ResultError> {
     let (version, result) = match era {
         Era::V020 => {
-            let mut wire: v020::Result020 = from_value(value)?;
+            let mut wire: v020::Result020 = raw.decode_with(options)?;
             (std::mem::take(&mut wire.cni_version), wire.into_current())
         }
         Era::V040 => {
-            let mut wire: v040::Result040 = from_value(value)?;
+            let mut wire: v040::Result040 = raw.decode_with(options)?;
             (std::mem::take(&mut wire.cni_version), wire.into_current())
         }
         Era::V100 => {
-            let mut wire: v100::Result100 = from_value(value)?;
+            let mut wire: v100::Result100 = raw.decode_with(options)?;
             (std::mem::take(&mut wire.cni_version), wire.into_current())
         }
     };

@@ -1,0 +1,413 @@
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::*;
+
+#[derive(Debug, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct Mapping {
+    host_port: u16,
+    container_port: u16,
+    protocol: String,
+    #[serde(rename = "hostIP")]
+    host_ip: Option<String>,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct Runtime {
+    port_mappings: Vec<Mapping>,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct Conf {
+    name: String,
+    backend: Option<String>,
+    snat: Option<bool>,
+    runtime_config: Runtime,
+    capabilities: BTreeMap<String, bool>,
+}
+
+fn text<T: DeserializeOwned>(s: &str) -> Result<T, DecodeError> {
+    from_slice(s.as_bytes())
+}
+
+#[test]
+fn containerd_capitalised_keys_decode_into_camel_case_fields() {
+    let conf: Conf = from_value(json!({
+        "Name": "cbr0",
+        "RuntimeConfig": {"portMappings": [
+            {"HostPort": 30080, "ContainerPort": 8080, "Protocol": "tcp", "HostIP": ""},
+            {"hostPort": 5353, "containerPort": 53, "protocol": "udp", "hostIP": "192.0.2.10"}
+        ]}
+    }))
+    .unwrap();
+    assert_eq!(conf.name, "cbr0");
+    assert_eq!(
+        conf.runtime_config.port_mappings,
+        vec![
+            Mapping {
+                host_port: 30080,
+                container_port: 8080,
+                protocol: "tcp".into(),
+                host_ip: None
+            },
+            Mapping {
+                host_port: 5353,
+                container_port: 53,
+                protocol: "udp".into(),
+                host_ip: Some("192.0.2.10".into())
+            },
+        ]
+    );
+}
+
+#[test]
+fn later_duplicate_key_wins_whatever_its_case() {
+    let a: Conf = text(r#"{"name": "first", "NAME": "second"}"#).unwrap();
+    assert_eq!(a.name, "second");
+    let b: Conf = text(r#"{"NAME": "first", "name": "second"}"#).unwrap();
+    assert_eq!(b.name, "second");
+    let c: Conf = text(r#"{"name": "first", "name": "second", "Name": "third"}"#).unwrap();
+    assert_eq!(c.name, "third");
+    // A later null leaves the earlier value, as Go leaves a non-pointer field alone.
+    let d: Conf = text(r#"{"name": "first", "name": null}"#).unwrap();
+    assert_eq!(d.name, "first");
+}
+
+#[test]
+fn go_folds_the_kelvin_sign_and_the_long_s_too() {
+    let conf: Conf = text("{\"\u{17f}nat\": true, \"NAM\u{212a}\": 1}").unwrap();
+    assert_eq!(conf.snat, Some(true));
+    assert!(go_fold_eq("mark", "MAR\u{212a}"));
+    assert!(!go_fold_eq("mark", "mar\u{212a}x"));
+    assert!(!go_fold_eq("name", "nam\u{e9}"));
+    assert_eq!(match_field("mtu", &["MTU", "mtu"]), Some(1));
+    assert_eq!(match_field("Mtu", &["MTU", "mtu"]), Some(0));
+    assert_eq!(match_field("mtux", &["MTU", "mtu"]), None);
+}
+
+#[test]
+fn exact_match_is_preferred_over_a_case_folded_one() {
+    #[derive(Debug, Deserialize, Default)]
+    #[serde(default)]
+    struct Two {
+        #[serde(rename = "mtu")]
+        lower: u32,
+        #[serde(rename = "MTU")]
+        upper: u32,
+    }
+    let t: Two = text(r#"{"MTU": 1, "mtu": 2}"#).unwrap();
+    assert_eq!((t.lower, t.upper), (2, 1));
+    let t: Two = text(r#"{"Mtu": 3}"#).unwrap();
+    assert_eq!(
+        (t.lower, t.upper),
+        (3, 0),
+        "the first folded field in order"
+    );
+}
+
+#[test]
+fn empty_string_and_null_mean_unset_for_optional_fields() {
+    let conf: Conf = text(r#"{"name": "n", "backend": "", "snat": null}"#).unwrap();
+    assert_eq!(conf.backend, None);
+    assert_eq!(conf.snat, None);
+}
+
+#[test]
+fn null_leaves_a_required_field_at_its_default() {
+    #[derive(Debug, Deserialize)]
+    struct Strict {
+        #[serde(default = "seven")]
+        n: u32,
+    }
+    fn seven() -> u32 {
+        7
+    }
+    let s: Strict = text(r#"{"n": null}"#).unwrap();
+    assert_eq!(s.n, 7);
+}
+
+#[test]
+fn unknown_keys_are_ignored_at_every_level() {
+    let conf: Conf = text(
+        r#"{"name": "n", "dns": {"Servers": ["10.96.0.10"]}, "x": [[{"y": [1, "]}"]}]],
+            "runtimeConfig": {"cgroupPath": "/x", "portMappings": [{"hostPort": 1, "extra": true}]}}"#,
+    )
+    .unwrap();
+    assert_eq!(conf.name, "n");
+    assert_eq!(conf.runtime_config.port_mappings[0].host_port, 1);
+}
+
+#[test]
+fn maps_keep_their_keys_verbatim_and_later_duplicates_win() {
+    let conf: Conf =
+        text(r#"{"capabilities": {"portMappings": true, "Bandwidth": false, "Bandwidth": true}}"#)
+            .unwrap();
+    assert_eq!(conf.capabilities.get("portMappings"), Some(&true));
+    assert_eq!(conf.capabilities.get("Bandwidth"), Some(&true));
+    assert_eq!(conf.capabilities.len(), 2);
+}
+
+#[test]
+fn type_errors_name_the_path_of_the_value() {
+    let cases = [
+        (
+            json!({"runtimeConfig": {"portMappings": [{}, {"hostPort": "80"}]}}),
+            "runtimeConfig.portMappings[1].hostPort",
+        ),
+        (
+            json!({"RuntimeConfig": {"PortMappings": [{"HostPort": 8080.0}]}}),
+            "runtimeConfig.portMappings[0].hostPort",
+        ),
+        (
+            json!({"runtimeConfig": {"portMappings": [{"hostPort": -1}]}}),
+            "runtimeConfig.portMappings[0].hostPort",
+        ),
+        (
+            json!({"runtimeConfig": {"portMappings": [{"hostPort": 70000}]}}),
+            "runtimeConfig.portMappings[0].hostPort",
+        ),
+        (json!({"name": 5}), "name"),
+        (json!({"runtimeConfig": []}), "runtimeConfig"),
+        (json!({"capabilities": {"a": 1}}), "capabilities.a"),
+    ];
+    for (input, path) in cases {
+        let err = from_value::<Conf>(input.clone()).unwrap_err();
+        assert_eq!(err.path(), path, "{input}: {err}");
+        assert!(err.to_string().starts_with(path), "{err}");
+    }
+    let err = text::<Vec<Conf>>(r#"[{}, {"name": true}]"#).unwrap_err();
+    assert_eq!(err.path(), "[1].name");
+}
+
+#[test]
+fn numbers_are_as_strict_as_go_s() {
+    #[derive(Debug, Deserialize)]
+    struct N {
+        #[serde(default)]
+        u: Option<u16>,
+        #[serde(default)]
+        i: Option<i32>,
+        #[serde(default)]
+        f: Option<f64>,
+    }
+    for bad in [
+        r#"{"u": 1.0}"#,
+        r#"{"u": 1e3}"#,
+        r#"{"u": "1"}"#,
+        r#"{"u": -1}"#,
+        r#"{"u": -0}"#,
+        r#"{"u": 65536}"#,
+        r#"{"u": 18446744073709551616}"#,
+        r#"{"i": 2147483648}"#,
+        r#"{"i": 1.5}"#,
+        r#"{"f": 1e400}"#,
+        r#"{"f": true}"#,
+    ] {
+        let err = text::<N>(bad).unwrap_err();
+        assert!(!err.path().is_empty(), "{bad}: {err}");
+    }
+    let n: N = text(r#"{"u": 65535, "i": -0, "f": 3}"#).unwrap();
+    assert_eq!((n.u, n.i, n.f), (Some(65535), Some(0), Some(3.0)));
+    let n: N = text(r#"{"i": -2147483648, "f": -1.5e-3}"#).unwrap();
+    assert_eq!((n.i, n.f), (Some(i32::MIN), Some(-0.0015)));
+}
+
+#[test]
+fn a_document_that_is_not_an_object_or_not_json_is_an_error() {
+    let err = text::<Conf>("[1,2]").unwrap_err();
+    assert!(err.to_string().contains("expected struct"), "{err}");
+    let err = text::<Conf>(r#"{"name": "#).unwrap_err();
+    assert_eq!(err.to_string(), "unexpected end of JSON input");
+    // The whole text is checked before anything is decoded: the syntax error wins.
+    let err = text::<Conf>(r#"{"name": 5, "x": [}"#).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid character '}' looking for beginning of value"
+    );
+}
+
+#[test]
+fn enums_raw_values_and_untyped_values_decode() {
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(rename_all = "lowercase")]
+    enum Backend {
+        Iptables,
+        Nftables,
+        Custom(String),
+    }
+    #[derive(Debug, Deserialize)]
+    struct WithEnum {
+        backend: Option<Backend>,
+        extra: Option<Value>,
+        raw: Option<RawJson>,
+    }
+    let w: WithEnum = text(
+        r#"{"Backend": "nftables", "extra": {"a": [1, -2, 2.5, null, "\u00e9"]},
+            "raw": {"kept": [1, "as is"] }}"#,
+    )
+    .unwrap();
+    assert_eq!(w.backend, Some(Backend::Nftables));
+    assert_eq!(w.extra, Some(json!({"a": [1, -2, 2.5, null, "é"]})));
+    let raw = w.raw.unwrap();
+    assert_eq!(raw.as_bytes(), br#"{"kept": [1, "as is"] }"#);
+    assert!(raw.is_object());
+    assert_eq!(raw.to_value().unwrap(), json!({"kept": [1, "as is"]}));
+    let w: WithEnum = text(r#"{"backend": {"custom": "x"}}"#).unwrap();
+    assert_eq!(w.backend, Some(Backend::Custom("x".into())));
+    let err = text::<WithEnum>(r#"{"backend": "ebtables"}"#).unwrap_err();
+    assert_eq!(err.path(), "backend");
+    assert!(err.message().contains("unknown variant"));
+    let _ = Backend::Iptables;
+}
+
+#[test]
+fn raw_json_checks_its_text_and_decodes_on_demand() {
+    let raw = RawJson::parse(b" [1, {\"a\": [[]]}] ".to_vec()).unwrap();
+    assert!(!raw.is_object());
+    assert_eq!(raw.decode::<Value>().unwrap(), json!([1, {"a": [[]]}]));
+    let err = RawJson::parse(b"[1,".to_vec()).unwrap_err();
+    assert_eq!(err.to_string(), "unexpected end of JSON input");
+    assert_eq!(RawJson::default().as_bytes(), b"null");
+    assert_eq!(
+        RawJson::from_value(&json!({"a": 1})).as_bytes(),
+        br#"{"a":1}"#
+    );
+}
+
+#[test]
+fn an_object_of_forty_thousand_keys_keeps_go_s_rules() {
+    // Unknown keys, case variants of known ones, and exact duplicates, interleaved: the last
+    // key naming each field wins, nulls aside, and every other key is skipped.
+    let mut doc = String::from("{");
+    for i in 0..40_000 {
+        let key = match i % 4 {
+            0 => format!("unknown{i}"),
+            1 => "NAME".to_owned(),
+            2 => "name".to_owned(),
+            _ => "Snat".to_owned(),
+        };
+        let value = match i % 4 {
+            3 if i % 8 == 3 => "true".to_owned(),
+            3 => "null".to_owned(),
+            _ => format!("\"v{i}\""),
+        };
+        doc.push_str(&format!("\"{key}\": {value},"));
+    }
+    doc.push_str("\"capabilities\": {");
+    for i in 0..40_000 {
+        doc.push_str(&format!("\"c{}\": {},", i % 20_000, i >= 20_000));
+    }
+    doc.push_str("\"last\": true}}");
+    let conf: Conf = text(&doc).unwrap();
+    assert_eq!(conf.name, "v39998");
+    assert_eq!(conf.snat, Some(true));
+    assert_eq!(conf.capabilities.len(), 20_001);
+    assert!(conf.capabilities.values().all(|&v| v));
+}
+
+/// `depth` nested arrays around `1`.
+fn nested_arrays(depth: usize) -> String {
+    format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+}
+
+#[test]
+fn nesting_to_go_s_limit_decodes_and_deeper_is_go_s_syntax_error() {
+    let deep = format!(r#"{{"name": "n", "x": {}}}"#, nested_arrays(MAX_DEPTH - 1));
+    let conf: Conf = text(&deep).unwrap();
+    assert_eq!(conf.name, "n");
+    let too_deep = format!(r#"{{"name": "n", "x": {}}}"#, nested_arrays(MAX_DEPTH));
+    let err = text::<Conf>(&too_deep).unwrap_err();
+    assert_eq!(err.to_string(), "invalid character '[' exceeded max depth");
+}
+
+#[test]
+fn untyped_values_are_refused_past_their_limit_naming_their_path() {
+    #[derive(Debug, Deserialize)]
+    struct Deep {
+        x: Option<Value>,
+        m: Option<BTreeMap<String, Value>>,
+        skipped: Option<serde::de::IgnoredAny>,
+    }
+    let objects = |depth: usize| format!("{}1{}", "{\"a\":".repeat(depth), "}".repeat(depth));
+    let ok: Deep = text(&format!(
+        r#"{{"x": {}, "m": {{"k": {}}}, "skipped": {}}}"#,
+        nested_arrays(MAX_UNTYPED_DEPTH),
+        objects(MAX_UNTYPED_DEPTH),
+        nested_arrays(MAX_DEPTH - 1)
+    ))
+    .unwrap();
+    assert!(ok.m.is_some_and(|m| m.contains_key("k")) && ok.skipped.is_some());
+    let mut depth = 0;
+    let mut v = ok.x.as_ref().unwrap();
+    while let Value::Array(items) = v {
+        depth += 1;
+        v = &items[0];
+    }
+    assert_eq!(depth, MAX_UNTYPED_DEPTH);
+    for (doc, path) in [
+        (
+            format!(r#"{{"x": {}}}"#, nested_arrays(MAX_UNTYPED_DEPTH + 1)),
+            "x",
+        ),
+        (
+            format!(r#"{{"m": {{"k": {}}}}}"#, objects(MAX_DEPTH - 2)),
+            "m.k",
+        ),
+    ] {
+        let err = text::<Deep>(&doc).unwrap_err();
+        assert_eq!(err.path(), path);
+        assert!(
+            err.message().starts_with("an untyped value nested"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn sorted_mode_takes_the_greatest_key_as_go_s_prev_result_path_does() {
+    #[derive(Debug, Deserialize, Default)]
+    #[serde(default)]
+    struct V {
+        #[serde(rename = "cniVersion")]
+        version: String,
+        dst: Option<String>,
+    }
+    let decode = |s: &str, inject: Option<&[u8]>| -> V {
+        RawJson::parse(s.as_bytes().to_vec())
+            .unwrap()
+            .decode_with(Options {
+                sorted_keys: true,
+                inject_version: inject,
+            })
+            .unwrap()
+    };
+    // "dst" sorts after "Dst", whatever the order in the document.
+    assert_eq!(
+        decode(r#"{"dst": "b", "Dst": "a"}"#, None).dst.unwrap(),
+        "b"
+    );
+    assert_eq!(
+        decode(r#"{"Dst": "a", "dst": "b"}"#, None).dst.unwrap(),
+        "b"
+    );
+    // An exact duplicate ending in null erases its key; the other spelling then wins.
+    assert_eq!(
+        decode(r#"{"dst": "b", "Dst": "a", "dst": null}"#, None)
+            .dst
+            .unwrap(),
+        "a"
+    );
+    // Injection: only without an exact CNIVersion key holding something other than "".
+    let v = Some(&b"\"1.0.0\""[..]);
+    assert_eq!(decode("{}", v).version, "1.0.0");
+    assert_eq!(decode(r#"{"CNIVersion": ""}"#, v).version, "1.0.0");
+    assert_eq!(decode(r#"{"CNIVersion": "0.4.0"}"#, v).version, "0.4.0");
+    assert_eq!(decode(r#"{"cniVersion": "0.4.0"}"#, v).version, "0.4.0");
+    assert_eq!(decode(r#"{"CNIVERSION": "0.4.0"}"#, v).version, "1.0.0");
+    assert_eq!(decode(r#"{"x": {"CNIVersion": ""}}"#, v).version, "1.0.0");
+}
