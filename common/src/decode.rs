@@ -45,6 +45,7 @@ use serde_json::Value;
 
 use reader::{Kind, Reader};
 pub use syntax::MAX_DEPTH;
+use syntax::{Checked, TopIndex};
 
 /// A decode failure, with the JSON path of the value that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -158,6 +159,8 @@ impl de::Error for Error {
 #[derive(Clone, PartialEq, Eq)]
 pub struct RawJson {
     text: Vec<u8>,
+    /// The entries of the top-level object, when the text was checked here and is one.
+    top: Option<TopIndex>,
 }
 
 impl fmt::Debug for RawJson {
@@ -174,6 +177,7 @@ impl Default for RawJson {
     fn default() -> RawJson {
         RawJson {
             text: b"null".to_vec(),
+            top: None,
         }
     }
 }
@@ -185,8 +189,8 @@ impl RawJson {
     /// Go's syntax error (`unexpected end of JSON input`, `invalid character …`), also for
     /// nesting deeper than [`MAX_DEPTH`].
     pub fn parse(text: Vec<u8>) -> Result<RawJson, DecodeError> {
-        validate(&text)?;
-        Ok(RawJson { text })
+        let top = validate(&text)?.top;
+        Ok(RawJson { text, top })
     }
 
     /// The text of `value`.
@@ -229,7 +233,7 @@ impl RawJson {
         &self,
         options: Options<'_>,
     ) -> Result<T, DecodeError> {
-        decode_text(&self.text, options)
+        decode_text(&self.text, self.top.as_ref(), options)
     }
 }
 
@@ -270,6 +274,7 @@ impl<'de> Visitor<'de> for RawVisitor {
     fn visit_bytes<E: de::Error>(self, text: &[u8]) -> Result<RawJson, E> {
         Ok(RawJson {
             text: text.to_vec(),
+            top: None,
         })
     }
 
@@ -294,12 +299,12 @@ pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, DecodeError> {
 /// # Errors
 /// A [`DecodeError`] when the bytes are not JSON or do not fit `T`.
 pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
-    validate(bytes)?;
-    decode_text(bytes, Options::default())
+    let checked = validate(bytes)?;
+    decode_text(bytes, checked.top.as_ref(), Options::default())
 }
 
-fn validate(text: &[u8]) -> Result<(), DecodeError> {
-    syntax::validate(text).map(|_| ()).map_err(|e| DecodeError {
+fn validate(text: &[u8]) -> Result<Checked, DecodeError> {
+    syntax::validate(text).map_err(|e| DecodeError {
         path: String::new(),
         msg: e.msg,
     })
@@ -309,13 +314,18 @@ fn validate(text: &[u8]) -> Result<(), DecodeError> {
 pub const MAX_UNTYPED_DEPTH: usize = 128;
 
 /// Decodes `T` from the checked `text`.
-fn decode_text<T: DeserializeOwned>(text: &[u8], options: Options<'_>) -> Result<T, DecodeError> {
+fn decode_text<T: DeserializeOwned>(
+    text: &[u8],
+    index: Option<&TopIndex>,
+    options: Options<'_>,
+) -> Result<T, DecodeError> {
     let mut reader = Reader::new(text);
     let value = T::deserialize(De {
         r: &mut reader,
         options,
         top: true,
         untyped: false,
+        index,
     })
     .map_err(Error::finish)?;
     reader.skip_ws();
@@ -364,6 +374,8 @@ struct De<'r, 'a> {
     top: bool,
     /// Whether this value is part of an untyped one whose depth was checked.
     untyped: bool,
+    /// The entries of the document's top-level object, when [`De::top`] and known.
+    index: Option<&'a TopIndex>,
 }
 
 impl<'a> De<'_, 'a> {
@@ -373,6 +385,7 @@ impl<'a> De<'_, 'a> {
             options: self.options,
             top: false,
             untyped: self.untyped,
+            index: None,
         }
     }
 
@@ -443,80 +456,49 @@ impl<'a> De<'_, 'a> {
 
     /// Reads the object at the reader for a struct with `fields`: which key wins each field
     /// (skipping unknown keys and nulls), then hands the winners to `visitor` in the order Go
-    /// would have assigned them.
+    /// would have assigned them. The document's own top-level object is read from its index,
+    /// skipping nothing.
     fn visit_struct<V: Visitor<'a>>(
         &mut self,
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        self.r.eat(b'{')?;
-        let sorted = self.options.sorted_keys;
         let inject = self.options.inject_version.filter(|_| self.top);
-        // Normal: one slot per field, the latest non-null key. Sorted: every key of a field,
-        // resolved after the scan.
-        let mut slots: Vec<Option<Winner<'a>>> = Vec::new();
-        let mut all: Vec<Winner<'a>> = Vec::new();
-        if !sorted {
-            slots.resize_with(fields.len(), || None);
-        }
-        let mut exact_version: Option<(usize, usize)> = None;
-        let mut first = true;
-        while !self.r.eat_if(b'}') {
-            if !first {
-                self.r.eat(b',')?;
-            }
-            first = false;
-            let key = self.r.string()?;
-            self.r.eat(b':')?;
-            self.r.skip_ws();
-            let start = self.r.pos;
-            let null = self.r.kind()? == Kind::Null;
-            self.r.skip_value()?;
-            if inject.is_some() && key == INJECTED_KEY {
-                exact_version = Some((start, self.r.pos));
-            }
-            let Some(field) = match_field(&key, fields) else {
-                continue;
-            };
-            let winner = Winner {
-                field,
-                key,
-                value: Source::Text(start),
-                null,
-                order: start,
-            };
-            if sorted {
-                all.push(winner);
-            } else if !null {
-                slots[field] = Some(winner);
-            }
-        }
-        let end = self.r.pos;
-        if let Some(version) = inject {
-            let has_version =
-                exact_version.is_some_and(|(s, e)| self.r.text.get(s..e) != Some(b"\"\""));
-            if !has_version && let Some(field) = match_field(INJECTED_KEY, fields) {
-                let winner = Winner {
-                    field,
-                    key: Cow::Borrowed(INJECTED_KEY),
-                    value: Source::Injected(version),
-                    null: false,
-                    order: usize::MAX,
-                };
-                if sorted {
-                    all.push(winner);
-                } else {
-                    slots[field] = Some(winner);
+        let mut picker = Picker::new(fields, self.options.sorted_keys, inject.is_some());
+        let text = self.r.text;
+        let end = match self.index.filter(|_| self.top) {
+            Some(index) => {
+                for entry in &index.entries {
+                    let key = Reader {
+                        text,
+                        pos: entry.key,
+                    }
+                    .string()?;
+                    let null = text.get(entry.value) == Some(&b'n');
+                    picker.offer(key, entry.value, entry.end, null);
                 }
+                index.end
             }
-        }
-        let winners = if sorted {
-            resolve_sorted(all)
-        } else {
-            let mut winners: Vec<Winner<'a>> = slots.into_iter().flatten().collect();
-            winners.sort_by_key(|w| w.order);
-            winners
+            None => {
+                self.r.eat(b'{')?;
+                let mut first = true;
+                while !self.r.eat_if(b'}') {
+                    if !first {
+                        self.r.eat(b',')?;
+                    }
+                    first = false;
+                    let key = self.r.string()?;
+                    self.r.eat(b':')?;
+                    self.r.skip_ws();
+                    let start = self.r.pos;
+                    let null = self.r.kind()? == Kind::Null;
+                    self.r.skip_value()?;
+                    picker.offer(key, start, self.r.pos, null);
+                }
+                self.r.pos
+            }
         };
+        let winners = picker.finish(text, inject);
         let value = visitor.visit_map(StructAccess {
             r: &mut *self.r,
             options: self.options,
@@ -526,6 +508,90 @@ impl<'a> De<'_, 'a> {
         })?;
         self.r.pos = end;
         Ok(value)
+    }
+}
+
+/// Which key wins each field of a struct, as the object's entries are offered in order.
+struct Picker<'a> {
+    fields: &'static [&'static str],
+    sorted: bool,
+    /// Normal: one slot per field, the latest non-null key.
+    slots: Vec<Option<Winner<'a>>>,
+    /// Sorted: every key naming a field, resolved at the end.
+    all: Vec<Winner<'a>>,
+    /// Whether to look for the exact key [`INJECTED_KEY`].
+    watch_version: bool,
+    /// The span of that key's last value.
+    exact_version: Option<(usize, usize)>,
+}
+
+impl<'a> Picker<'a> {
+    fn new(fields: &'static [&'static str], sorted: bool, watch_version: bool) -> Picker<'a> {
+        let mut slots = Vec::new();
+        if !sorted {
+            slots.resize_with(fields.len(), || None);
+        }
+        Picker {
+            fields,
+            sorted,
+            slots,
+            all: Vec::new(),
+            watch_version,
+            exact_version: None,
+        }
+    }
+
+    /// The entry `key` whose value spans `start..end`.
+    fn offer(&mut self, key: Cow<'a, str>, start: usize, end: usize, null: bool) {
+        if self.watch_version && key == INJECTED_KEY {
+            self.exact_version = Some((start, end));
+        }
+        let Some(field) = match_field(&key, self.fields) else {
+            return;
+        };
+        let winner = Winner {
+            field,
+            key,
+            value: Source::Text(start),
+            null,
+            order: start,
+        };
+        if self.sorted {
+            self.all.push(winner);
+        } else if !null && let Some(slot) = self.slots.get_mut(field) {
+            *slot = Some(winner);
+        }
+    }
+
+    /// The winners, in the order Go assigns them; with `inject`, the top-level `CNIVersion`
+    /// Go's `ParsePrevResult` adds unless `text` has it with a value other than `""`.
+    fn finish(mut self, text: &[u8], inject: Option<&'a [u8]>) -> Vec<Winner<'a>> {
+        if let Some(version) = inject {
+            let has_version = self
+                .exact_version
+                .is_some_and(|(s, e)| text.get(s..e) != Some(b"\"\""));
+            if !has_version && let Some(field) = match_field(INJECTED_KEY, self.fields) {
+                let winner = Winner {
+                    field,
+                    key: Cow::Borrowed(INJECTED_KEY),
+                    value: Source::Injected(version),
+                    null: false,
+                    order: usize::MAX,
+                };
+                if self.sorted {
+                    self.all.push(winner);
+                } else if let Some(slot) = self.slots.get_mut(field) {
+                    *slot = Some(winner);
+                }
+            }
+        }
+        if self.sorted {
+            resolve_sorted(self.all)
+        } else {
+            let mut winners: Vec<Winner<'a>> = self.slots.into_iter().flatten().collect();
+            winners.sort_by_key(|w| w.order);
+            winners
+        }
     }
 }
 
@@ -608,6 +674,7 @@ impl<'a> MapAccess<'a> for StructAccess<'_, 'a> {
                     options: self.options,
                     top: false,
                     untyped: false,
+                    index: None,
                 })
             }
             Source::Injected(text) => seed.deserialize(De {
@@ -615,6 +682,7 @@ impl<'a> MapAccess<'a> for StructAccess<'_, 'a> {
                 options: self.options,
                 top: false,
                 untyped: false,
+                index: None,
             }),
         };
         result.map_err(|e| e.in_key(name))
@@ -676,6 +744,7 @@ impl<'a> SeqAccess<'a> for ArrayAccess<'_, 'a> {
             options: self.options,
             top: false,
             untyped: self.untyped,
+            index: None,
         })
         .map(Some)
         .map_err(|e| e.in_index(index))
@@ -752,6 +821,7 @@ impl<'a> MapAccess<'a> for ObjectAccess<'_, 'a> {
             options: self.options,
             top: false,
             untyped: self.untyped,
+            index: None,
         })
         .map_err(|e| e.in_key(&key))
     }
@@ -1124,7 +1194,12 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     }
 
     fn deserialize_ignored_any<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.r.skip_value()?;
+        match self.index.filter(|_| self.top) {
+            Some(index) => self.r.pos = index.end,
+            None => {
+                self.r.skip_value()?;
+            }
+        }
         visitor.visit_unit()
     }
 }

@@ -23,13 +23,43 @@ pub(crate) struct SyntaxError {
 
 const EOF: &str = "unexpected end of JSON input";
 
+/// What [`validate`] found besides well-formedness.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Checked {
+    /// How deep the value nests (0 for a scalar).
+    pub(crate) depth: usize,
+    /// When the value is an object: where its entries are, so that decoding it needs to skip
+    /// none of their values again.
+    pub(crate) top: Option<TopIndex>,
+}
+
+/// The entries of a top-level object, in document order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TopIndex {
+    pub(crate) entries: Vec<TopEntry>,
+    /// Offset just past the object's closing brace.
+    pub(crate) end: usize,
+}
+
+/// One entry of a top-level object: offsets of its key's opening quote, of its value, and just
+/// past its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TopEntry {
+    pub(crate) key: usize,
+    pub(crate) value: usize,
+    pub(crate) end: usize,
+}
+
 /// Checks that `text` holds exactly one JSON value (whitespace around it allowed) nested at
-/// most [`MAX_DEPTH`] deep, and returns how deep it nests (0 for a scalar).
-pub(crate) fn validate(text: &[u8]) -> Result<usize, SyntaxError> {
+/// most [`MAX_DEPTH`] deep.
+pub(crate) fn validate(text: &[u8]) -> Result<Checked, SyntaxError> {
     let mut scan = Scan { text, pos: 0 };
     // One entry per open container: true for an object.
     let mut open: Vec<bool> = Vec::new();
     let mut deepest = 0;
+    let mut top: Option<TopIndex> = None;
+    // The top-level entry whose value is being read.
+    let mut pending: Option<TopEntry> = None;
     scan.skip_ws();
     'value: loop {
         let c = scan.peek_or_eof()?;
@@ -44,13 +74,29 @@ pub(crate) fn validate(text: &[u8]) -> Result<usize, SyntaxError> {
                 scan.skip_ws();
                 let close = if c == b'{' { b'}' } else { b']' };
                 let next = scan.peek_or_eof()?;
+                if open.len() == 1 && c == b'{' {
+                    top = Some(TopIndex::default());
+                }
                 if next == close {
                     scan.pos += 1;
                     open.pop();
+                    if open.is_empty()
+                        && let Some(index) = top.as_mut()
+                    {
+                        index.end = scan.pos;
+                    }
                 } else if c == b'[' {
                     continue 'value;
                 } else {
+                    let key = scan.pos;
                     scan.key()?;
+                    if open.len() == 1 {
+                        pending = Some(TopEntry {
+                            key,
+                            value: scan.pos,
+                            end: 0,
+                        });
+                    }
                     continue 'value;
                 }
             }
@@ -63,10 +109,19 @@ pub(crate) fn validate(text: &[u8]) -> Result<usize, SyntaxError> {
         }
         // After a value: close containers until one continues or the document ends.
         loop {
+            if open.len() == 1
+                && let (Some(mut entry), Some(index)) = (pending.take(), top.as_mut())
+            {
+                entry.end = scan.pos;
+                index.entries.push(entry);
+            }
             scan.skip_ws();
             let Some(&in_object) = open.last() else {
                 return match scan.peek() {
-                    None => Ok(deepest),
+                    None => Ok(Checked {
+                        depth: deepest,
+                        top,
+                    }),
                     Some(c) => Err(scan.invalid(c, "after top-level value")),
                 };
             };
@@ -75,7 +130,15 @@ pub(crate) fn validate(text: &[u8]) -> Result<usize, SyntaxError> {
                 (b',', true) => {
                     scan.pos += 1;
                     scan.skip_ws();
+                    let key = scan.pos;
                     scan.key()?;
+                    if open.len() == 1 {
+                        pending = Some(TopEntry {
+                            key,
+                            value: scan.pos,
+                            end: 0,
+                        });
+                    }
                     continue 'value;
                 }
                 (b',', false) => {
@@ -86,6 +149,11 @@ pub(crate) fn validate(text: &[u8]) -> Result<usize, SyntaxError> {
                 (b'}', true) | (b']', false) => {
                     scan.pos += 1;
                     open.pop();
+                    if open.is_empty()
+                        && let Some(index) = top.as_mut()
+                    {
+                        index.end = scan.pos;
+                    }
                 }
                 (_, true) => return Err(scan.invalid(c, "after object key:value pair")),
                 (_, false) => return Err(scan.invalid(c, "after array element")),
@@ -150,17 +218,12 @@ impl Scan<'_> {
     fn string(&mut self) -> Result<(), SyntaxError> {
         self.pos += 1;
         loop {
-            let Some(rest) = self.text.get(self.pos..) else {
-                return Err(self.eof());
-            };
-            let Some(i) = rest
-                .iter()
-                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-            else {
-                self.pos = self.text.len();
-                return Err(self.eof());
-            };
-            self.pos += i;
+            while let Some(&b) = self.text.get(self.pos) {
+                if STRING_STOPS[usize::from(b)] {
+                    break;
+                }
+                self.pos += 1;
+            }
             match self.peek_or_eof()? {
                 b'"' => {
                     self.pos += 1;
@@ -254,6 +317,19 @@ impl Scan<'_> {
     }
 }
 
+/// The bytes that end a run of plain string content: a quote, a backslash, a control character.
+static STRING_STOPS: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = true;
+        b += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
 /// Go's `quoteChar`: the byte as a rune (so 0xff is `'ÿ'`) in `strconv.Quote`'s escapes, in
 /// single quotes.
 fn quote_char(c: u8) -> String {
@@ -307,10 +383,14 @@ mod tests {
             ("\"\u{ff} raw bytes\"", 0),
         ];
         for (text, depth) in cases {
-            assert_eq!(validate(text.as_bytes()), Ok(depth), "{text}");
+            assert_eq!(
+                validate(text.as_bytes()).map(|c| c.depth),
+                Ok(depth),
+                "{text}"
+            );
         }
         // Invalid UTF-8 inside a string is Go's to replace, not an error.
-        assert_eq!(validate(b"\"\xff\xfe\""), Ok(0));
+        assert_eq!(validate(b"\"\xff\xfe\"").map(|c| c.depth), Ok(0));
     }
 
     #[test]
@@ -397,14 +477,39 @@ mod tests {
     }
 
     #[test]
+    fn a_top_level_object_s_entries_are_indexed() {
+        let text = r#" {"a": 1, "b" : {"c": [2, {"d": 3}]}, "e":"x" ,"f":null} "#;
+        let index = validate(text.as_bytes()).unwrap().top.unwrap();
+        let spans: Vec<(&str, &str)> = index
+            .entries
+            .iter()
+            .map(|e| (&text[e.key..e.value], &text[e.value..e.end]))
+            .collect();
+        assert_eq!(
+            spans,
+            [
+                (r#""a": "#, "1"),
+                (r#""b" : "#, r#"{"c": [2, {"d": 3}]}"#),
+                (r#""e":"#, r#""x""#),
+                (r#""f":"#, "null"),
+            ]
+        );
+        assert_eq!(&text[index.end..], " ");
+        let empty = validate(b"{ }").unwrap().top.unwrap();
+        assert!(empty.entries.is_empty());
+        assert_eq!(empty.end, 3);
+        assert_eq!(validate(b"[{}]").unwrap().top, None);
+    }
+
+    #[test]
     fn nesting_is_accepted_to_go_s_limit_and_refused_past_it() {
         let nest = |depth: usize, open: &str, close: &str| {
             format!("{}1{}", open.repeat(depth), close.repeat(depth))
         };
         let arrays = nest(MAX_DEPTH, "[", "]");
-        assert_eq!(validate(arrays.as_bytes()), Ok(MAX_DEPTH));
+        assert_eq!(validate(arrays.as_bytes()).map(|c| c.depth), Ok(MAX_DEPTH));
         let objects = nest(MAX_DEPTH, "{\"a\":", "}");
-        assert_eq!(validate(objects.as_bytes()), Ok(MAX_DEPTH));
+        assert_eq!(validate(objects.as_bytes()).map(|c| c.depth), Ok(MAX_DEPTH));
         let too_deep = nest(MAX_DEPTH + 1, "[", "]");
         let e = validate(too_deep.as_bytes()).unwrap_err();
         assert_eq!(e.msg, "invalid character '[' exceeded max depth");

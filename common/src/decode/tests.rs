@@ -411,3 +411,24 @@ fn sorted_mode_takes_the_greatest_key_as_go_s_prev_result_path_does() {
     assert_eq!(decode(r#"{"CNIVERSION": "0.4.0"}"#, v).version, "1.0.0");
     assert_eq!(decode(r#"{"x": {"CNIVersion": ""}}"#, v).version, "1.0.0");
 }
+
+#[test]
+fn the_top_level_index_and_a_scan_of_the_same_object_agree() {
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Both {
+        #[serde(default)]
+        name: String,
+        #[serde(default)]
+        snat: Option<bool>,
+        #[serde(default)]
+        capabilities: BTreeMap<String, bool>,
+    }
+    let object = r#"{"x": [{"name": 1}], "NAME": "a", "snat": null, "Name": "b",
+        "capabilities": {"a": true, "a": false}, "SNAT": true, "snat": null}"#;
+    let top: Both = text(object).unwrap();
+    let nested: Vec<Both> = text(&format!("[{object}]")).unwrap();
+    assert_eq!(nested, [top]);
+    assert_eq!(nested[0].name, "b");
+    assert_eq!(nested[0].snat, Some(true));
+    assert_eq!(nested[0].capabilities.get("a"), Some(&false));
+}
