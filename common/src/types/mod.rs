@@ -224,8 +224,7 @@ impl CniResult {
                 crate::json::to_go_string(&v040::Result040::from_current(self, version))
             }
             Some(Era::V100) => {
-                let value = serde_json::to_value(v100::Result100::from_current(self, version))?;
-                crate::json::to_go_string(&crate::json::sort_keys(value))
+                crate::json::to_go_string(&v100::Result100::from_current(self, version))
             }
             None => {
                 return Err(ResultError::NoConverter {

@@ -2,14 +2,17 @@
 //! current model on the wire, IPs without `version`, interfaces with `mtu`, `socketPath`, `pciID`.
 //!
 //! Go's `Result.MarshalJSON` re-marshals the result through a `map`, so every object prints with
-//! its keys sorted, and it deletes `dns` when it is empty. `to_value` + `sort_keys` restate that.
+//! its keys sorted, and it deletes `dns` when it is empty. The fields here are declared in that
+//! order, and routes and `dns` (Go's shared types, which 0.3.x/0.4.0 print in field order) are
+//! printed through sorted views, so a result prints straight from its values, without a tree.
 
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::wire::{DnsWire, GoIp, GoIpNet, RouteWire, is_zero, non_empty};
 use super::{CniResult, Interface, IpConfig, Route};
 
-/// The 1.x result; printed key order comes from sorting, not from this declaration.
+/// The 1.x result, its fields in the byte-wise order of their keys.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Result100 {
     #[serde(
@@ -18,24 +21,34 @@ pub(crate) struct Result100 {
         skip_serializing_if = "String::is_empty"
     )]
     pub(crate) cni_version: String,
+    #[serde(
+        default,
+        skip_serializing_if = "DnsWire::is_empty",
+        serialize_with = "sorted_dns"
+    )]
+    dns: DnsWire,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     interfaces: Vec<Interface100>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     ips: Vec<IpConfig100>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "sorted_routes"
+    )]
     routes: Vec<RouteWire>,
-    #[serde(default, skip_serializing_if = "DnsWire::is_empty")]
-    dns: DnsWire,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Interface100 {
-    #[serde(default)]
-    name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     mac: Option<String>,
     #[serde(default, skip_serializing_if = "is_zero")]
     mtu: u32,
+    #[serde(default)]
+    name: String,
+    #[serde(rename = "pciID", default, skip_serializing_if = "Option::is_none")]
+    pci_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sandbox: Option<String>,
     #[serde(
@@ -44,17 +57,69 @@ struct Interface100 {
         skip_serializing_if = "Option::is_none"
     )]
     socket_path: Option<String>,
-    #[serde(rename = "pciID", default, skip_serializing_if = "Option::is_none")]
-    pci_id: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 struct IpConfig100 {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    interface: Option<usize>,
     address: GoIpNet,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     gateway: Option<GoIp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    interface: Option<usize>,
+}
+
+/// `routes`, each with its keys sorted.
+#[allow(clippy::ptr_arg)] // serde's `serialize_with` passes the field as declared.
+fn sorted_routes<S: Serializer>(routes: &Vec<RouteWire>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(routes.iter().map(SortedRoute))
+}
+
+/// A route with its keys sorted: `advmss`, `dst`, `gw`, `mtu`, `priority`, `scope`, `table`.
+struct SortedRoute<'a>(&'a RouteWire);
+
+impl Serialize for SortedRoute<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        let mut out = s.serialize_struct("Route", 7)?;
+        if r.advmss != 0 {
+            out.serialize_field("advmss", &r.advmss)?;
+        }
+        out.serialize_field("dst", &r.dst)?;
+        if let Some(gw) = &r.gw {
+            out.serialize_field("gw", gw)?;
+        }
+        if r.mtu != 0 {
+            out.serialize_field("mtu", &r.mtu)?;
+        }
+        if r.priority != 0 {
+            out.serialize_field("priority", &r.priority)?;
+        }
+        if let Some(scope) = &r.scope {
+            out.serialize_field("scope", scope)?;
+        }
+        if let Some(table) = &r.table {
+            out.serialize_field("table", table)?;
+        }
+        out.end()
+    }
+}
+
+/// `dns` with its keys sorted: `domain`, `nameservers`, `options`, `search`.
+fn sorted_dns<S: Serializer>(dns: &DnsWire, s: S) -> Result<S::Ok, S::Error> {
+    let mut out = s.serialize_struct("DNS", 4)?;
+    if let Some(domain) = &dns.domain {
+        out.serialize_field("domain", domain)?;
+    }
+    if !dns.nameservers.is_empty() {
+        out.serialize_field("nameservers", &dns.nameservers)?;
+    }
+    if !dns.options.is_empty() {
+        out.serialize_field("options", &dns.options)?;
+    }
+    if !dns.search.is_empty() {
+        out.serialize_field("search", &dns.search)?;
+    }
+    out.end()
 }
 
 impl Result100 {
@@ -123,6 +188,17 @@ mod tests {
     use super::*;
     use crate::types::tests::full_model;
     use serde_json::json;
+
+    #[test]
+    fn keys_print_sorted_as_go_s_map_round_trip_sorts_them() {
+        let mut model = full_model();
+        model.routes[1].gw = Some("192.0.2.1".parse().unwrap());
+        let wire = Result100::from_current(&model, "1.1.0");
+        let direct = crate::json::to_go_string(&wire).unwrap();
+        let sorted = crate::json::sort_keys(serde_json::to_value(&wire).unwrap());
+        assert_eq!(direct, crate::json::to_go_string(&sorted).unwrap());
+        assert!(direct.contains("\"advmss\""), "{direct}");
+    }
 
     #[test]
     fn every_field_of_the_model_survives_the_wire() {
