@@ -11,7 +11,10 @@
 #                            firewall's own and portmap's iptables layout (default 1000; 5000
 #                            adds over an hour); larger sizes have the other series only
 #   --only x,y               suites to run (tuning, bandwidth, sbr, firewall, nft,
-#                            iptables-native, portmap)
+#                            iptables-native, portmap, memory)
+#   --memory-sizes a,b       stdin sizes of the memory suite, KB or with M for MB (default
+#                            1M,4M,16M)
+#   --memory-shapes a,b      its stdin shapes: array, nesting, routes (default all)
 #   --out DIR                also write DIR/BENCHMARKS.md, DIR/bench-scale.png (gnuplot), its
 #                            data and script, and every sample in DIR/bench-data.json
 # The full default run takes 20-30 minutes on 2 cores; BENCHMARKS.md is made with

@@ -45,6 +45,7 @@
 pub mod bandwidth;
 pub mod firewall;
 pub mod iptables_native;
+pub mod memory;
 pub mod nft;
 pub mod portmap;
 pub mod report;
@@ -92,6 +93,10 @@ pub struct Options {
     /// portmap's iptables layout: its `ours iptables` and `Go iptables` series); larger sizes
     /// have no point of those series.
     pub reference_max_size: usize,
+    /// The stdin sizes of the memory suite, in KiB.
+    pub memory_sizes_kib: Vec<usize>,
+    /// The stdin shapes of the memory suite.
+    pub memory_shapes: Vec<memory::Shape>,
 }
 
 impl Default for Options {
@@ -100,6 +105,8 @@ impl Default for Options {
             iterations: 100,
             sizes: DEFAULT_SIZES.to_vec(),
             reference_max_size: DEFAULT_REFERENCE_MAX_SIZE,
+            memory_sizes_kib: memory::DEFAULT_SIZES_KIB.to_vec(),
+            memory_shapes: memory::Shape::ALL.to_vec(),
         }
     }
 }
@@ -170,6 +177,7 @@ pub const SUITES: &[Suite] = &[
     ("nft", nft::run),
     ("iptables-native", iptables_native::run),
     ("portmap", portmap::run),
+    ("memory", memory::run),
 ];
 
 /// One timed step: its wall time and, for an exec, the child's peak RSS.
@@ -353,6 +361,11 @@ pub struct Exec {
     pub env: Vec<(String, String)>,
     /// The config on stdin.
     pub stdin: Vec<u8>,
+    /// A file to read stdin from instead of [`Exec::stdin`]: megabytes of input reach the
+    /// plugin without passing through the spawner, whose peak RSS stays a low floor.
+    pub stdin_file: Option<PathBuf>,
+    /// Keep at most this many bytes of stdout and stderr (the spawner holds what it keeps).
+    pub output_limit: Option<usize>,
 }
 
 impl Exec {
@@ -382,6 +395,8 @@ impl Exec {
             args: Vec::new(),
             env,
             stdin: serde_json::to_vec(conf).unwrap_or_default(),
+            stdin_file: None,
+            output_limit: None,
         }
     }
 }

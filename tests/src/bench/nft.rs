@@ -115,6 +115,8 @@ pub fn run(options: &Options) -> Result<Results> {
             args: vec!["-f".to_owned(), "-".to_owned()],
             env: Vec::new(),
             stdin: nft_script(30_000 + i).into_bytes(),
+            stdin_file: None,
+            output_limit: None,
         };
         let sample = time_exec(&netns, &nft_f)?.sample();
         exec.push(sample);
@@ -220,6 +222,8 @@ fn map_rows(options: &Options, netns: &common::netns::NetNs, size: u16) -> Resul
         args: args.split(' ').map(str::to_owned).collect(),
         env: Vec::new(),
         stdin: Vec::new(),
+        stdin_file: None,
+        output_limit: None,
     };
     let list_exec = nft_exec(&format!("list map ip {BIG_TABLE} big"));
     let get_exec = nft_exec(&format!("get element ip {BIG_TABLE} big {{ tcp . 7 }}"));

@@ -19,7 +19,7 @@
 
 use std::io::{BufRead as _, BufReader, Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::process::ExitStatusExt as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +43,8 @@ struct Request {
     env: Vec<(String, String)>,
     netns: PathBuf,
     stdin: Vec<u8>,
+    stdin_file: Option<PathBuf>,
+    output_limit: Option<usize>,
 }
 
 /// Its outcome, spawner to bench.
@@ -88,6 +90,8 @@ pub fn run(ns: &NetNs, exec: &Exec) -> Result<Timed> {
         env: exec.env.clone(),
         netns: ns.path().to_owned(),
         stdin: exec.stdin.clone(),
+        stdin_file: exec.stdin_file.clone(),
+        output_limit: exec.output_limit,
     };
     let mut line = serde_json::to_string(&request)?;
     line.push('\n');
@@ -180,26 +184,41 @@ pub fn serve() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Runs one request: enter the namespace, spawn, reap, collect.
-fn exec(request: &Request) -> Result<Response> {
-    let ns = NetNs::open(&request.netns)?;
-    let mut cmd = Command::new(&request.binary);
-    cmd.args(&request.args);
+/// The command of an exec: `binary` with `args`, and of the environment's `CNI_*` variables
+/// only those of `env`.
+#[must_use]
+pub fn command(binary: &Path, args: &[String], env: &[(String, String)]) -> Command {
+    let mut cmd = Command::new(binary);
+    cmd.args(args);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("CNI_") {
             cmd.env_remove(key);
         }
     }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    cmd
+}
+
+/// Runs one request: enter the namespace, spawn, reap, collect.
+fn exec(request: &Request) -> Result<Response> {
+    let ns = NetNs::open(&request.netns)?;
+    let mut cmd = command(&request.binary, &request.args, &request.env);
     // Unlinked files, not pipes, hold the plugin's stdio: the timed span is then one spawn and
     // one reap, with no wake-ups of this process while the plugin writes (each a context
     // switch on a 2-core machine, charged to whichever plugin runs).
-    let mut stdin = tempfile::tempfile()?;
-    stdin.write_all(&request.stdin)?;
-    stdin.seek(SeekFrom::Start(0))?;
+    let stdin = match &request.stdin_file {
+        Some(path) => std::fs::File::open(path)
+            .with_context(|| format!("opening {} for stdin", path.display()))?,
+        None => {
+            let mut stdin = tempfile::tempfile()?;
+            stdin.write_all(&request.stdin)?;
+            stdin.seek(SeekFrom::Start(0))?;
+            stdin
+        }
+    };
     let mut stdout = tempfile::tempfile()?;
     let mut stderr = tempfile::tempfile()?;
-    cmd.envs(request.env.iter().map(|(k, v)| (k, v)))
-        .stdin(stdin)
+    cmd.stdin(stdin)
         .stdout(stdout.try_clone()?)
         .stderr(stderr.try_clone()?);
     let (elapsed, reaped) = ns.run_in_place(|| -> Result<_> {
@@ -217,10 +236,15 @@ fn exec(request: &Request) -> Result<Response> {
         spawner_hwm_kib: own_peak_rss_kib(),
         ..Response::default()
     };
+    let limit = u64::try_from(request.output_limit.unwrap_or(usize::MAX)).unwrap_or(u64::MAX);
     stdout.seek(SeekFrom::Start(0))?;
-    stdout.read_to_end(&mut response.stdout)?;
+    (&mut stdout)
+        .take(limit)
+        .read_to_end(&mut response.stdout)?;
     stderr.seek(SeekFrom::Start(0))?;
-    stderr.read_to_end(&mut response.stderr)?;
+    (&mut stderr)
+        .take(limit)
+        .read_to_end(&mut response.stderr)?;
     Ok(response)
 }
 

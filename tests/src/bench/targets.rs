@@ -2,14 +2,16 @@
 //! run's [`Results`]. The report derives its targets section from here; nothing is written by
 //! hand.
 //!
-//! Two kinds of target:
+//! Three kinds of target:
 //! - [`Measure::Ratio`]: ours / Go of the medians of one row (a case and verb of a suite).
+//! - [`Measure::Memory`]: ours / Go of the peak RSS or of the median time of one plugin's row
+//!   of the `memory` suite ([`super::memory::TARGETS`]).
 //! - [`Measure::Growth`]: a scale series' median at N others over its median at 0 others, for
 //!   one step. It is evaluated at exactly N, never at the nearest size run: the scale suites
 //!   run 0 always and add N when the largest requested size reaches it
 //!   ([`super::Options::scale_sizes`]); otherwise the verdict is "not measured".
 
-use super::{OURS_IPTABLES, OURS_NFTABLES, Results, Samples, firewall, portmap, sbr};
+use super::{OURS_IPTABLES, OURS_NFTABLES, Results, Samples, firewall, memory, portmap, sbr};
 
 /// What a target limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +36,24 @@ pub enum Measure {
         /// Others installed.
         others: usize,
     },
+    /// Ours / Go of `of` in the `memory` suite's row of `plugin`'s ADD with stdin `case`.
+    Memory {
+        /// The plugin.
+        plugin: &'static str,
+        /// The shape and size of stdin.
+        case: &'static str,
+        /// Peak RSS or time.
+        of: Resource,
+    },
+}
+
+/// What a [`Measure::Memory`] compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    /// The largest peak RSS of the execs.
+    PeakRss,
+    /// The median wall time.
+    Time,
 }
 
 /// An upper bound on a measure.
@@ -103,6 +123,11 @@ pub const TARGETS: &[Target] = &[
     growth("portmap", OURS_NFTABLES, "DEL", 1000, 1.3),
 ];
 
+/// Every target: [`TARGETS`], then the memory suite's.
+pub fn all() -> impl Iterator<Item = &'static Target> {
+    TARGETS.iter().chain(memory::TARGETS.iter())
+}
+
 /// The sizes `suite`'s growth targets name.
 #[must_use]
 pub fn scale_sizes_of(suite: &str) -> Vec<usize> {
@@ -123,6 +148,7 @@ impl Target {
     pub fn suite(&self) -> &'static str {
         match self.measure {
             Measure::Ratio { suite, .. } | Measure::Growth { suite, .. } => suite,
+            Measure::Memory { .. } => memory::SUITE,
         }
     }
 
@@ -137,6 +163,13 @@ impl Target {
                 step,
                 others,
             } => format!("{suite} {step}, {series}: {others} others / 0 others"),
+            Measure::Memory { plugin, case, of } => {
+                let what = match of {
+                    Resource::PeakRss => "peak RSS",
+                    Resource::Time => "time",
+                };
+                format!("{plugin} ADD {what}, ours/Go ({case})")
+            }
         }
     }
 
@@ -184,6 +217,28 @@ impl Target {
                 };
                 super::ratio(grown, base).ok_or_else(|| "not measured: no timings".to_owned())
             }
+            Measure::Memory { plugin, case, of } => {
+                let step = memory::step_name(plugin);
+                let row = results
+                    .rows
+                    .iter()
+                    .find(|r| r.suite == memory::SUITE && r.case == case && r.step == step)
+                    .ok_or_else(|| {
+                        format!("not measured: no {step} with {case} (run --memory-sizes with it)")
+                    })?;
+                match of {
+                    Resource::Time => row
+                        .ratio()
+                        .ok_or_else(|| "not measured: no Go timings".to_owned()),
+                    Resource::PeakRss => {
+                        match (row.ours.peak_rss_kib(), row.reference.peak_rss_kib()) {
+                            #[allow(clippy::cast_precision_loss)]
+                            (Some(ours), Some(go)) if go > 0 => Ok(ours as f64 / go as f64),
+                            _ => Err("not measured: no peak RSS".to_owned()),
+                        }
+                    }
+                }
+            }
         }
     }
 }
@@ -218,8 +273,7 @@ impl Verdict {
 /// The verdict of every target whose suite was run (`suites`).
 #[must_use]
 pub fn evaluate(results: &Results, suites: &[&str]) -> Vec<Verdict> {
-    TARGETS
-        .iter()
+    all()
         .filter(|t| suites.contains(&t.suite()))
         .map(|t| Verdict {
             target: *t,
@@ -266,8 +320,11 @@ mod tests {
 
     #[test]
     fn targets_limit_known_verbs_and_name_their_scale_sizes() {
-        for t in TARGETS {
-            let (Measure::Ratio { step, .. } | Measure::Growth { step, .. }) = t.measure;
+        for t in all() {
+            let step = match t.measure {
+                Measure::Ratio { step, .. } | Measure::Growth { step, .. } => step,
+                Measure::Memory { .. } => "ADD",
+            };
             assert!(["ADD", "CHECK", "DEL"].contains(&step), "{t:?}");
             assert!(t.limit > 0.0, "{t:?}");
         }

@@ -10,7 +10,10 @@
 //!   Go firewall's own, and portmap's iptables layout (default 1000; larger sizes get the
 //!   other series only, with a note). 5000 adds over an hour to the run.
 //! - `--only x,y`: the suites to run (tuning, bandwidth, sbr, firewall, nft, iptables-native,
-//!   portmap).
+//!   portmap, memory).
+//! - `--memory-sizes a,b`: the stdin sizes of the memory suite, in KB or with an `M` for MB
+//!   (default `1M,4M,16M`).
+//! - `--memory-shapes a,b`: its stdin shapes, of `array`, `nesting`, `routes` (default all).
 //! - `--out DIR`: also write `DIR/BENCHMARKS.md`, the plot `DIR/bench-scale.png` (with
 //!   `gnuplot`), its data and script, and every sample in `DIR/bench-data.json`.
 //! - `--help`: prints this and exits.
@@ -24,13 +27,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
+use tests::bench::memory::Shape;
 use tests::bench::report::{self, Run};
 use tests::bench::{Options, Results, SUITES, remove_namespaces_of, spawner, targets};
 use tests::cleanup;
 
 /// What `--help` prints.
 const USAGE: &str = "\
-usage: bench [--iterations N] [--sizes a,b,c] [--reference-max-size N] [--only x,y] [--out DIR]
+usage: bench [--iterations N] [--sizes a,b,c] [--reference-max-size N] [--only x,y]
+             [--memory-sizes a,b] [--memory-shapes a,b] [--out DIR]
 
 Times our plugins against the Go reference binaries (/usr/lib/cni), interleaved in one run, and
 prints markdown: the per-verb table, the scale series and the target verdicts. Needs root and our
@@ -39,7 +44,10 @@ release binaries beside it (scripts/bench.sh builds them).
   --iterations N          timed repetitions per row (default 100)
   --sizes a,b,c           the scale series' sizes of other attachments (default 0,100,1000,5000)
   --reference-max-size N  largest size for the series that grow with N (default 1000)
-  --only x,y              the suites to run: tuning, bandwidth, sbr, firewall, nft, portmap
+  --only x,y              the suites to run: tuning, bandwidth, sbr, firewall, nft,
+                          iptables-native, portmap, memory
+  --memory-sizes a,b      the memory suite's stdin sizes, KB or with M for MB (default 1M,4M,16M)
+  --memory-shapes a,b     its stdin shapes: array, nesting, routes (default all)
   --out DIR               also write DIR/BENCHMARKS.md, the plot, its data and every sample
   --help                  print this
 ";
@@ -71,6 +79,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// A size in KiB: `64` or `64K`, `16M` for MiB.
+fn kib(text: &str) -> Result<usize> {
+    let (number, scale) = match text.strip_suffix(['M', 'm']) {
+        Some(n) => (n, 1024),
+        None => (text.trim_end_matches(['K', 'k']), 1),
+    };
+    let n: usize = number
+        .parse()
+        .with_context(|| format!("{text:?} is not a size"))?;
+    Ok(n * scale)
+}
+
 fn run() -> Result<()> {
     let mut options = Options::default();
     let mut only: Option<Vec<String>> = None;
@@ -91,6 +111,23 @@ fn run() -> Result<()> {
                 options.reference_max_size = value()?.parse().context("--reference-max-size")?;
             }
             "--only" => only = Some(value()?.split(',').map(str::to_owned).collect()),
+            "--memory-sizes" => {
+                options.memory_sizes_kib = value()?
+                    .split(',')
+                    .map(kib)
+                    .collect::<Result<_>>()
+                    .context("--memory-sizes")?;
+            }
+            "--memory-shapes" => {
+                options.memory_shapes = value()?
+                    .split(',')
+                    .map(|k| {
+                        Shape::from_key(k).with_context(|| {
+                            format!("--memory-shapes: no shape {k:?} (array, nesting, routes)")
+                        })
+                    })
+                    .collect::<Result<_>>()?;
+            }
             "--out" => out = Some(PathBuf::from(value()?)),
             other => bail!("unknown argument {other:?}\n{USAGE}"),
         }
