@@ -703,18 +703,23 @@ struct ArrayAccess<'r, 'a> {
 }
 
 impl ArrayAccess<'_, '_> {
+    /// Moves to the next element: its index, or `None` past the closing bracket.
+    fn advance(&mut self) -> Result<Option<usize>, Error> {
+        if self.done || self.r.eat_if(b']') {
+            self.done = true;
+            return Ok(None);
+        }
+        if self.index > 0 {
+            self.r.eat(b',')?;
+        }
+        self.index += 1;
+        Ok(Some(self.index - 1))
+    }
+
     /// Skips what the visitor left of the array.
     fn finish(mut self) -> Result<(), Error> {
-        while !self.done {
-            if self.r.eat_if(b']') {
-                self.done = true;
-            } else {
-                if self.index > 0 {
-                    self.r.eat(b',')?;
-                }
-                self.index += 1;
-                self.r.skip_value()?;
-            }
+        while self.advance()?.is_some() {
+            self.r.skip_value()?;
         }
         Ok(())
     }
@@ -727,18 +732,9 @@ impl<'a> SeqAccess<'a> for ArrayAccess<'_, 'a> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, Error> {
-        if self.done {
+        let Some(index) = self.advance()? else {
             return Ok(None);
-        }
-        if self.r.eat_if(b']') {
-            self.done = true;
-            return Ok(None);
-        }
-        if self.index > 0 {
-            self.r.eat(b',')?;
-        }
-        let index = self.index;
-        self.index += 1;
+        };
         seed.deserialize(De {
             r: &mut *self.r,
             options: self.options,
@@ -761,24 +757,29 @@ struct ObjectAccess<'r, 'a> {
     key: Option<Cow<'a, str>>,
 }
 
-impl ObjectAccess<'_, '_> {
+impl<'a> ObjectAccess<'_, 'a> {
+    /// Moves to the next entry and reads its key, or `None` past the closing brace.
+    fn advance(&mut self) -> Result<Option<Cow<'a, str>>, Error> {
+        if self.done || self.r.eat_if(b'}') {
+            self.done = true;
+            return Ok(None);
+        }
+        if !self.first {
+            self.r.eat(b',')?;
+        }
+        self.first = false;
+        let key = self.r.string()?;
+        self.r.eat(b':')?;
+        Ok(Some(key))
+    }
+
     /// Skips what the visitor left of the object.
     fn finish(mut self) -> Result<(), Error> {
         if self.key.take().is_some() {
             self.r.skip_value()?;
         }
-        while !self.done {
-            if self.r.eat_if(b'}') {
-                self.done = true;
-            } else {
-                if !self.first {
-                    self.r.eat(b',')?;
-                }
-                self.first = false;
-                self.r.string()?;
-                self.r.eat(b':')?;
-                self.r.skip_value()?;
-            }
+        while self.advance()?.is_some() {
+            self.r.skip_value()?;
         }
         Ok(())
     }
@@ -791,19 +792,9 @@ impl<'a> MapAccess<'a> for ObjectAccess<'_, 'a> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, Error> {
-        if self.done {
+        let Some(key) = self.advance()? else {
             return Ok(None);
-        }
-        if self.r.eat_if(b'}') {
-            self.done = true;
-            return Ok(None);
-        }
-        if !self.first {
-            self.r.eat(b',')?;
-        }
-        self.first = false;
-        let key = self.r.string()?;
-        self.r.eat(b':')?;
+        };
         let decoded = seed
             .deserialize(KeyDe(key.clone()))
             .map_err(|e| e.in_key(&key))?;

@@ -88,14 +88,8 @@ pub(crate) fn validate(text: &[u8]) -> Result<Checked, SyntaxError> {
                 } else if c == b'[' {
                     continue 'value;
                 } else {
-                    let key = scan.pos;
-                    scan.key()?;
-                    if open.len() == 1 {
-                        pending = Some(TopEntry {
-                            key,
-                            value: scan.pos,
-                            end: 0,
-                        });
+                    if let Some(entry) = scan.key(open.len() == 1)? {
+                        pending = Some(entry);
                     }
                     continue 'value;
                 }
@@ -130,14 +124,8 @@ pub(crate) fn validate(text: &[u8]) -> Result<Checked, SyntaxError> {
                 (b',', true) => {
                     scan.pos += 1;
                     scan.skip_ws();
-                    let key = scan.pos;
-                    scan.key()?;
-                    if open.len() == 1 {
-                        pending = Some(TopEntry {
-                            key,
-                            value: scan.pos,
-                            end: 0,
-                        });
+                    if let Some(entry) = scan.key(open.len() == 1)? {
+                        pending = Some(entry);
                     }
                     continue 'value;
                 }
@@ -196,8 +184,10 @@ impl Scan<'_> {
         }
     }
 
-    /// An object key at `pos` and the colon after it, up to the start of its value.
-    fn key(&mut self) -> Result<(), SyntaxError> {
+    /// An object key at `pos` and the colon after it, up to the start of its value; for a key
+    /// of the top-level object, the entry's offsets so far.
+    fn key(&mut self, top_level: bool) -> Result<Option<TopEntry>, SyntaxError> {
+        let key = self.pos;
         match self.peek_or_eof()? {
             b'"' => self.string()?,
             c => return Err(self.invalid(c, "looking for beginning of object key string")),
@@ -207,7 +197,11 @@ impl Scan<'_> {
             b':' => {
                 self.pos += 1;
                 self.skip_ws();
-                Ok(())
+                Ok(top_level.then_some(TopEntry {
+                    key,
+                    value: self.pos,
+                    end: 0,
+                }))
             }
             c => Err(self.invalid(c, "after object key")),
         }
