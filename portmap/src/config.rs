@@ -358,17 +358,24 @@ pub fn parse(conf: &NetConf<PortmapKeys>) -> Result<Config, CniError> {
 /// validate is left out, and nothing else of the configuration is read. A DEL must work for a
 /// container whatever was wrong with the config it is sent.
 pub fn del_mappings<T>(conf: &NetConf<T>) -> Vec<PortMapping> {
+    /// `runtimeConfig` with each mapping kept as text, to decode them one by one.
+    #[derive(Default, Deserialize)]
+    #[serde(default)]
+    struct Entries {
+        #[serde(rename = "portMappings")]
+        port_mappings: Vec<common::decode::RawJson>,
+    }
     let entries = conf
         .runtime_config
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("portMappings"))
-        .and_then(|(_, v)| v.as_array());
+        .as_ref()
+        .and_then(|raw| raw.decode::<Entries>().ok())
+        .unwrap_or_default();
     entries
-        .into_iter()
-        .flatten()
+        .port_mappings
+        .iter()
         .enumerate()
-        .filter_map(|(i, v)| {
-            let wire: WireMapping = common::decode::from_value(v.clone()).ok()?;
+        .filter_map(|(i, raw)| {
+            let wire: WireMapping = raw.decode().ok()?;
             validate_mapping(i, &wire).ok()
         })
         .collect()
