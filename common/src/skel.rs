@@ -504,14 +504,21 @@ fn validate_container_id(id: &str) -> Result<(), CniError> {
 /// `..`, and no `/`, `:` or whitespace.
 ///
 /// # Errors
-/// Code 4 naming the rule broken.
+/// Code 4 naming the rule broken, in the reference's words; `details` holds the name.
 pub fn validate_ifname(name: &str) -> Result<(), CniError> {
     let err = |msg: &str| CniError::new(ErrorCode::InvalidEnv, msg).with_details(name);
     if name.is_empty() {
         return Err(err("interface name is empty"));
     }
     if name.len() > 15 {
-        return Err(err("interface name is too long (at most 15 bytes)"));
+        return Err(
+            CniError::new(ErrorCode::InvalidEnv, "interface name is too long").with_details(
+                format!(
+                    "interface name should be less than 16 characters: {name:?} is {} bytes",
+                    name.len()
+                ),
+            ),
+        );
     }
     if name == "." || name == ".." {
         return Err(err("interface name is . or .."));
@@ -540,14 +547,17 @@ fn validate_network_name(name: &str) -> Result<(), CniError> {
     Ok(())
 }
 
+/// The reference's version gate: ADD and DEL need one of the plugin's versions, string for
+/// string (so an unparsable one is code 1 as well); CHECK, STATUS and GC parse the version
+/// first (code 6 when it is no version) and need their minimum.
 fn gate_version(command: Command, config: &str, supported: &[&str]) -> Result<(), CniError> {
-    let parsed: CniVersion = config.parse().map_err(|e: version::VersionError| {
-        CniError::new(
-            ErrorCode::Decode,
-            format!("invalid cniVersion in config: {e}"),
-        )
-    })?;
     if let Some(min) = command.min_version() {
+        let parsed: CniVersion = config.parse().map_err(|e: version::VersionError| {
+            CniError::new(
+                ErrorCode::Decode,
+                format!("invalid cniVersion in config: {e}"),
+            )
+        })?;
         if parsed < min {
             return Err(CniError::new(
                 ErrorCode::IncompatibleVersion,
@@ -876,11 +886,6 @@ mod tests {
                 "a/b",
                 "invalid characters in containerID",
             ),
-            (
-                "CNI_IFNAME",
-                "abcdefghijklmnop",
-                "interface name is too long (at most 15 bytes)",
-            ),
             ("CNI_IFNAME", "..", "interface name is . or .."),
             (
                 "CNI_IFNAME",
@@ -900,6 +905,16 @@ mod tests {
             assert_eq!(run.msg(), msg, "{key}={value}");
             assert_eq!(run.error()["details"], value);
         }
+        // The reference's msg and details, the name added to the details.
+        let env = env_of(&[("CNI_COMMAND", "DEL"), ("CNI_IFNAME", "abcdefghijklmnop")]);
+        let run = invoke(&Recorder::default(), &env, CONF);
+        assert_eq!(run.code(), 4);
+        assert_eq!(run.msg(), "interface name is too long");
+        assert_eq!(
+            run.error()["details"],
+            "interface name should be less than 16 characters: \"abcdefghijklmnop\" is 16 bytes"
+        );
+        assert!(validate_ifname("abcdefghijklmno").is_ok());
     }
 
     #[test]
@@ -955,8 +970,22 @@ mod tests {
                 .unwrap()
                 .starts_with("config is \"0.1.0\"")
         );
-        let run = invoke(&Bandwidthish, &env, r#"{"cniVersion": "one", "name": "n"}"#);
-        assert_eq!(run.code(), 6);
+        // ADD and DEL compare strings, as the reference: no version at all is code 1 too.
+        for bad in ["one", "1.0.0.0"] {
+            let run = invoke(
+                &Bandwidthish,
+                &env,
+                &format!(r#"{{"cniVersion": "{bad}", "name": "n"}}"#),
+            );
+            assert_eq!(run.code(), 1, "{bad}");
+            assert_eq!(run.msg(), "incompatible CNI versions");
+            assert_eq!(
+                run.error()["details"],
+                format!(
+                    r#"config is "{bad}", plugin supports ["0.3.0" "0.3.1" "0.4.0" "1.0.0" "1.1.0"]"#
+                )
+            );
+        }
         let run = invoke(
             &Bandwidthish,
             &env,
@@ -989,6 +1018,32 @@ mod tests {
             );
             assert_eq!(run.code(), 1, "{cmd}");
             assert_eq!(run.msg(), format!("config version does not allow {cmd}"));
+        }
+        // These parse the version first: no version at all is a decode error.
+        let run = invoke(
+            &Recorder::default(),
+            &check,
+            r#"{"cniVersion": "1.0.0.0", "name": "n"}"#,
+        );
+        assert_eq!(run.code(), 6);
+        for cmd in ["STATUS", "GC"] {
+            let env = env_of(&[("CNI_COMMAND", cmd)]);
+            let run = invoke(
+                &Recorder::default(),
+                &env,
+                r#"{"cniVersion": "1.1", "name": "n"}"#,
+            );
+            assert_eq!(
+                run.code(),
+                1,
+                "{cmd}: 1.1 parses as 1.1.0 but is not listed"
+            );
+            let run = invoke(
+                &Recorder::default(),
+                &env,
+                r#"{"cniVersion": "1.x", "name": "n"}"#,
+            );
+            assert_eq!(run.code(), 6, "{cmd}");
         }
     }
 
@@ -1101,6 +1156,7 @@ mod tests {
     #[test]
     fn del_runs_without_a_netns_and_with_a_vanished_one() {
         let p = Recorder::default();
+        // No CNI_PATH either: SPEC.md makes it optional (the Go skel requires it).
         let env = env_of(&[
             ("CNI_COMMAND", "DEL"),
             ("CNI_CONTAINERID", "c"),

@@ -38,7 +38,9 @@
 //! not run the Go side at all; a literal step that asks for a snapshot compares ours with the
 //! Go side as it stands, which did not run the step: that checks that a refused call changed
 //! nothing. Every README row cited must be found in the README, so a case
-//! cannot lean on a row that does not exist. One difference is taken care of for every call: a
+//! cannot lean on a row that does not exist: in the plugin README's differences table, or, for
+//! the protocol rows every plugin shares (the skel's), in the top-level README's table
+//! "Differences from the Go skel" ([`SKEL_DIFFERENCES`]). One difference is taken care of for every call: a
 //! 1.x result Go printed with an empty `"dns": {}` is compared without it, as HEAD prints it
 //! (`reference-behaviour.md` §1.8).
 //!
@@ -84,6 +86,10 @@ pub const SHARED_VERSIONS: [&str; 6] = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4
 /// The error codes Go's skel emits (versions, environment, decoding, the network name), which
 /// ours must match; every other Go error is 999.
 pub const SKEL_CODES: [u64; 4] = [1, 4, 6, 7];
+
+/// The heading of the top-level README's table of the protocol differences all plugins share
+/// (one skel); rows cited from it count as rows of every plugin's README.
+pub const SKEL_DIFFERENCES: &str = "### Differences from the Go skel";
 
 /// Runs only the cases whose name contains this variable's value.
 pub const CASE_FILTER_ENV: &str = "DIFF_CASE";
@@ -193,7 +199,8 @@ pub enum Stdin {
 pub enum Why {
     /// Debian's 1.1.1 differs from the reference (upstream HEAD); what HEAD does.
     Head(&'static str),
-    /// A row of the plugin README's differences table (quoted; it must be found there).
+    /// A row of the plugin README's differences table, or of the top-level README's skel
+    /// table (quoted; it must be found there).
     Readme(&'static str),
 }
 
@@ -729,7 +736,8 @@ impl<S: Stage> Suite<S> {
         bail!("{text}")
     }
 
-    /// Unique names, and every README row cited found in `<plugin>/README.md`.
+    /// Unique names, and every README row cited found in `<plugin>/README.md`'s differences
+    /// or in the top-level README's [`SKEL_DIFFERENCES`].
     fn validate(&self, cases: &[Case<S>]) -> Result<()> {
         let mut names = BTreeSet::new();
         for case in cases {
@@ -737,23 +745,35 @@ impl<S: Stage> Suite<S> {
                 bail!("two {} cases are called {:?}", self.plugin, case.name);
             }
         }
+        let read = |path: &Path| {
+            std::fs::read_to_string(path)
+                .with_context(|| format!("failed to read {}", path.display()))
+        };
         let readme_path = readme(self.plugin);
-        let readme = std::fs::read_to_string(&readme_path)
-            .with_context(|| format!("failed to read {}", readme_path.display()))?;
+        let readme = read(&readme_path)?;
+        let top_path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join("README.md");
+        let top = read(&top_path)?;
         // Rows are compared with whitespace runs collapsed: a README wraps its lines.
         let collapse = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
-        let differences = collapse(
+        let plugin_rows = collapse(
             readme
                 .split_once("## Differences")
                 .map_or("", |(_, rest)| rest),
         );
+        let skel_rows = collapse(top.split_once(SKEL_DIFFERENCES).map_or("", |(_, rest)| {
+            rest.split("\n## ").next().unwrap_or_default()
+        }));
         for case in cases {
             for row in case.readme_rows() {
-                if !differences.contains(&collapse(row)) {
+                let row = collapse(row);
+                if !plugin_rows.contains(&row) && !skel_rows.contains(&row) {
                     bail!(
-                        "case {:?} cites a row of {}'s differences table that is not there: {row:?}",
+                        "case {:?} cites a row that is neither in {}'s differences table nor in {}'s {SKEL_DIFFERENCES:?}: {row:?}",
                         case.name,
-                        readme_path.display()
+                        readme_path.display(),
+                        top_path.display()
                     );
                 }
             }
@@ -1025,12 +1045,14 @@ impl Namespaces {
     }
 }
 
-/// Why the VERSION reply is checked against a literal.
-const VERSION_WHY: &str = "reference-behaviour.md §1.1: HEAD advertises 1.1.0 (1.1.1 stops at 1.0.0) and replies with the library's own cniVersion, 1.1.0, whatever the caller sent";
+/// The rows of the top-level README's [`SKEL_DIFFERENCES`] the skel cases cite.
+const SKEL_CNI_PATH: &str = "`CNI_PATH` required for ADD/CHECK/DEL/GC/STATUS";
+const SKEL_VERSION_REPLY: &str = "VERSION ignores stdin and always answers `1.1.0`";
 
 /// The cases of the skel's environment and protocol errors, once per plugin: `conf` is a valid
 /// config of the plugin in 1.0.0 (its ADD must need no particular state), `versions` what the
-/// plugin advertises at HEAD (`reference-behaviour.md` §1.1).
+/// plugin advertises at HEAD (`reference-behaviour.md` §1.1; 1.1.1 stops at 1.0.0, so the VERSION
+/// reply is a literal).
 pub fn skel_cases<S: Stage>(conf: &Value, versions: &[&str]) -> Vec<Case<S>> {
     let with = |key: &str, value: Value| {
         let mut c = conf.clone();
@@ -1044,7 +1066,8 @@ pub fn skel_cases<S: Stage>(conf: &Value, versions: &[&str]) -> Vec<Case<S>> {
         }
         c
     };
-    let version_reply = serde_json::json!({"cniVersion": "1.1.0", "supportedVersions": versions});
+    // Ours answers in the caller's version, HEAD's Go in 1.1.0 (the README's skel row).
+    let version_reply = serde_json::json!({"cniVersion": "0.3.1", "supportedVersions": versions});
     vec![
         Case::new("skel: required env variables missing").step(
             Step::add(conf.clone())
@@ -1052,7 +1075,11 @@ pub fn skel_cases<S: Stage>(conf: &Value, versions: &[&str]) -> Vec<Case<S>> {
                 .unset("CNI_NETNS")
                 .unset("CNI_IFNAME"),
         ),
-        Case::new("skel: CNI_PATH missing on DEL").step(Step::del(conf.clone()).unset("CNI_PATH")),
+        Case::new("skel: CNI_PATH missing on DEL").step(
+            Step::del(conf.clone())
+                .unset("CNI_PATH")
+                .readme(SKEL_CNI_PATH, Want::Silent),
+        ),
         Case::new("skel: invalid characters in containerID")
             .step(Step::add(conf.clone()).env("CNI_CONTAINERID", "-bad/id")),
         Case::new("skel: interface name too long")
@@ -1080,7 +1107,7 @@ pub fn skel_cases<S: Stage>(conf: &Value, versions: &[&str]) -> Vec<Case<S>> {
             .step(Step::raw(None, "")),
         Case::new("skel: VERSION").step(
             Step::call("VERSION", serde_json::json!({"cniVersion": "0.3.1"}))
-                .head(VERSION_WHY, Want::Result(version_reply)),
+                .readme(SKEL_VERSION_REPLY, Want::Result(version_reply)),
         ),
     ]
 }

@@ -264,12 +264,29 @@ fn invalid_container_ids_and_interface_names_are_code_4() {
     for_each_subject(|s| {
         let bench = Bench::new()?;
         let conf = bench.conf(s, "1.0.0").to_string();
-        for (key, value) in [
-            ("CNI_CONTAINERID", "-leading-dash"),
-            ("CNI_CONTAINERID", "has/slash"),
-            ("CNI_IFNAME", "sixteen-chars-xx"),
-            ("CNI_IFNAME", ".."),
-            ("CNI_IFNAME", "eth 0"),
+        // The reference's messages; the value is in the details.
+        for (key, value, msg) in [
+            (
+                "CNI_CONTAINERID",
+                "-leading-dash",
+                "invalid characters in containerID",
+            ),
+            (
+                "CNI_CONTAINERID",
+                "has/slash",
+                "invalid characters in containerID",
+            ),
+            (
+                "CNI_IFNAME",
+                "sixteen-chars-xx",
+                "interface name is too long",
+            ),
+            ("CNI_IFNAME", "..", "interface name is . or .."),
+            (
+                "CNI_IFNAME",
+                "eth 0",
+                "interface name contains / or : or whitespace characters",
+            ),
         ] {
             let env: Vec<(&str, &str)> = ATTACH_ENV
                 .iter()
@@ -277,8 +294,9 @@ fn invalid_container_ids_and_interface_names_are_code_4() {
                 .collect();
             let out = bench.exec(s, Some("ADD"), &env, conf.as_bytes())?;
             let err = expect_error(&out, 4).with_context(|| format!("{key}={value}"))?;
+            ensure!(err["msg"] == msg, "{key}={value}: msg {}", err["msg"]);
             ensure!(
-                err["details"] == value,
+                err["details"].as_str().is_some_and(|d| d.contains(value)),
                 "{key}={value}: details {}",
                 err["details"]
             );
@@ -345,6 +363,66 @@ fn unsupported_versions_are_code_1() {
                 "error not in the caller's version: {err}"
             );
         }
+        Ok(())
+    });
+}
+
+/// ADD and DEL take only the listed version strings, as the reference's skel: a `cniVersion`
+/// that is no version at all is code 1 there too. CHECK, STATUS and GC parse it first (code 6).
+#[test]
+fn an_unparsable_version_is_code_1_on_add_and_del_and_code_6_on_the_others() {
+    for_each_subject(|s| {
+        let bench = Bench::new()?;
+        for version in ["1.0.0.0", "one"] {
+            let conf = bench.conf(s, version).to_string();
+            for (command, env, code) in [
+                ("ADD", &ATTACH_ENV[..], 1),
+                ("DEL", &DEL_ENV[..], 1),
+                ("CHECK", &ATTACH_ENV[..], 6),
+                ("STATUS", &[][..], 6),
+                ("GC", &[][..], 6),
+            ] {
+                let out = bench.exec(s, Some(command), env, conf.as_bytes())?;
+                let err =
+                    expect_error(&out, code).with_context(|| format!("{command} {version}"))?;
+                if code == 1 {
+                    ensure!(
+                        err["msg"] == "incompatible CNI versions",
+                        "{command} {version}: {}",
+                        err["msg"]
+                    );
+                }
+            }
+        }
+        Ok(())
+    });
+}
+
+/// SPEC.md lists `CNI_PATH` as optional for every verb (the Go skel requires it; README).
+#[test]
+fn cni_path_is_optional() {
+    for_each_subject(|s| {
+        let bench = Bench::new()?;
+        let conf = bench.conf(s, "1.0.0").to_string();
+        let out = bench.exec(s, Some("DEL"), &DEL_ENV, conf.as_bytes())?;
+        ensure!(
+            out.status.success() && out.stdout.is_empty(),
+            "DEL without CNI_PATH: {out:?}"
+        );
+        let env: Vec<(&str, &str)> = ATTACH_ENV
+            .iter()
+            .filter(|(k, _)| *k != "CNI_PATH")
+            .copied()
+            .collect();
+        // The netns does not exist: whatever the plugin says, the skel let the call through.
+        let out = bench.exec(s, Some("ADD"), &env, conf.as_bytes())?;
+        let doc = one_document(&out)?;
+        ensure!(
+            !doc["msg"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("required env variables")),
+            "ADD without CNI_PATH: {doc}"
+        );
         Ok(())
     });
 }
