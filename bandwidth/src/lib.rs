@@ -23,7 +23,8 @@
 //!   ([`names::reference_ifb_name`]) unless another interface of the container holds that name;
 //! - `tc qdisc add dev <veth> ingress`;
 //! - `tc filter add dev <veth> parent ffff: protocol all prio 1 u32 match u32 0 0 classid 1:1
-//!   action mirred egress redirect dev bwp<hash>`;
+//!   action mirred egress redirect dev bwp<hash> action mirred egress redirect dev bwp<hash>
+//!   pass` (the reference's two actions; the first steals every packet);
 //! - `tc qdisc replace dev bwp<hash> root handle 1: tbf rate … burst … latency …` (egress);
 //! - DEL: `tc qdisc del dev <veth> ingress; tc qdisc del dev <veth> root; ip link del bwp<hash>`.
 

@@ -547,7 +547,8 @@ impl Netlink {
     /// Adds a u32 filter matching every frame on `parent` of `ifindex` that redirects it to
     /// the egress of `target`:
     /// `tc filter add dev X parent P protocol all prio N u32 match u32 0 0 classid C
-    /// action mirred egress redirect dev T`.
+    /// action mirred egress redirect dev T action mirred egress redirect dev T pass`
+    /// (the reference's two actions, see [`redirect_filter_options`]).
     ///
     /// # Errors
     /// The kernel's errno.
@@ -633,32 +634,41 @@ impl Netlink {
     }
 }
 
-/// The options of the match-all u32 filter with a mirred egress redirect (what `tc` sends for
-/// `u32 match u32 0 0 classid C action mirred egress redirect dev T`).
+/// The options of the match-all u32 filter with a mirred egress redirect, as the reference's
+/// netlink library sends them (`U32.RedirIndex` plus the same redirect in `U32.Actions`): two
+/// mirred actions to `target`, the first with the control action `stolen` (what `tc` sets for a
+/// redirect), the second with `pass`. The kernel stops at the first action that does not
+/// return `pipe`, so the first one takes every packet and the second never runs; it is there so
+/// that `tc filter show` reads the same as on a node running the Go plugin.
 pub fn redirect_filter_options(classid: u32, target: u32) -> Vec<TcOption> {
     let mut selector = TcU32Selector::default();
     selector.flags = TcU32SelectorFlags::Terminal;
     selector.nkeys = 1;
     selector.keys = vec![TcU32Key::default()];
-    let mut generic = TcActionGeneric::default();
-    // What `tc` sets for a redirect: the packet leaves this pipeline.
-    generic.action = TcActionType::Stolen;
-    let mut mirror = TcMirror::default();
-    mirror.generic = generic;
-    mirror.eaction = TcMirrorActionType::EgressRedir;
-    mirror.ifindex = target;
-    let mut action = TcAction::default();
-    action.tab = 1;
-    action.attributes = vec![
-        TcActionAttribute::Kind("mirred".into()),
-        TcActionAttribute::Options(vec![TcActionOption::Mirror(TcActionMirrorOption::Parms(
-            mirror,
-        ))]),
-    ];
+    let actions = [(1, TcActionType::Stolen), (2, TcActionType::Ok)]
+        .into_iter()
+        .map(|(tab, control)| {
+            let mut generic = TcActionGeneric::default();
+            generic.action = control;
+            let mut mirror = TcMirror::default();
+            mirror.generic = generic;
+            mirror.eaction = TcMirrorActionType::EgressRedir;
+            mirror.ifindex = target;
+            let mut action = TcAction::default();
+            action.tab = tab;
+            action.attributes = vec![
+                TcActionAttribute::Kind("mirred".into()),
+                TcActionAttribute::Options(vec![TcActionOption::Mirror(
+                    TcActionMirrorOption::Parms(mirror),
+                )]),
+            ];
+            action
+        })
+        .collect();
     vec![
         TcOption::U32(TcFilterU32Option::ClassId(TcHandle::from(classid))),
         TcOption::U32(TcFilterU32Option::Selector(selector)),
-        TcOption::U32(TcFilterU32Option::Action(vec![action])),
+        TcOption::U32(TcFilterU32Option::Action(actions)),
     ]
 }
 
@@ -875,6 +885,35 @@ mod tests {
         assert!(bytes[16..44].iter().all(|b| *b == 0));
     }
 
+    #[test]
+    fn the_redirect_filter_carries_the_references_two_redirects_the_first_stealing() {
+        let options = redirect_filter_options(handle(1, 1), 7);
+        let Some(TcOption::U32(TcFilterU32Option::Action(actions))) = options.last() else {
+            panic!("no actions in {options:?}");
+        };
+        let seen: Vec<(u16, TcActionType, TcMirrorActionType, u32)> = actions
+            .iter()
+            .flat_map(|a| {
+                a.attributes.iter().filter_map(move |attr| match attr {
+                    TcActionAttribute::Options(o) => match o.as_slice() {
+                        [TcActionOption::Mirror(TcActionMirrorOption::Parms(p))] => {
+                            Some((a.tab, p.generic.action, p.eaction, p.ifindex))
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                })
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (1, TcActionType::Stolen, TcMirrorActionType::EgressRedir, 7),
+                (2, TcActionType::Ok, TcMirrorActionType::EgressRedir, 7),
+            ]
+        );
+    }
+
     // Kernel tests: each in a fresh network namespace, cross-checked with `tc -j`.
 
     fn in_fresh_netns<T: Send>(body: impl FnOnce() -> T + Send) -> T {
@@ -1012,7 +1051,7 @@ mod tests {
             assert_eq!(ours[0].classid, Some(handle(1, 1)));
             assert_eq!(
                 ours[0].mirred,
-                vec![(TcMirrorActionType::EgressRedir, ifb.index)]
+                vec![(TcMirrorActionType::EgressRedir, ifb.index); 2]
             );
 
             let shown = tc_json("filter show dev veth-a ingress");
@@ -1025,11 +1064,15 @@ mod tests {
             assert_eq!(entry["protocol"], "all");
             assert_eq!(entry["pref"], 1);
             assert_eq!(entry["options"]["flowid"], "1:1");
-            let action = &entry["options"]["actions"][0];
-            assert_eq!(action["kind"], "mirred");
-            assert_eq!(action["mirred_action"], "redirect");
-            assert_eq!(action["direction"], "egress");
-            assert_eq!(action["to_dev"], "bwptest0");
+            let actions = entry["options"]["actions"].as_array().unwrap();
+            assert_eq!(actions.len(), 2, "{actions:?}");
+            for (action, control) in actions.iter().zip(["stolen", "pass"]) {
+                assert_eq!(action["kind"], "mirred");
+                assert_eq!(action["mirred_action"], "redirect");
+                assert_eq!(action["direction"], "egress");
+                assert_eq!(action["to_dev"], "bwptest0");
+                assert_eq!(action["control_action"]["type"], control);
+            }
 
             nl.del_filters(a, INGRESS_HANDLE, 1, PROTOCOL_ALL).unwrap();
             assert!(nl.filters(a, INGRESS_HANDLE).unwrap().is_empty());
