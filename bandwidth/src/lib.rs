@@ -62,6 +62,20 @@ fn owner<T>(call: &Call, conf: &NetConf<T>) -> Owner {
     }
 }
 
+/// The configuration, decode errors in the reference's words (`failed to parse network
+/// configuration: …`).
+fn conf<T: serde::de::DeserializeOwned>(call: &Call) -> Result<NetConf<T>, CniError> {
+    call.conf()
+        .map_err(|e| e.with_decode_lead("failed to parse network configuration"))
+}
+
+/// The prevResult, its errors in the reference's words: the plugin wraps its library's
+/// `could not parse prevResult: …` in another `could not parse prevResult: `.
+fn prev_result<T>(conf: &NetConf<T>) -> Result<Option<CniResult>, CniError> {
+    conf.prev_result()
+        .map_err(|e| e.led_by("could not parse prevResult"))
+}
+
 /// The device of this attachment, for DEL: `None` when there is none to clean up, because the
 /// container namespace is gone (the veth pair and anything inside went with it), `CNI_NETNS`
 /// names something that is no network namespace, or the interface is gone.
@@ -115,11 +129,9 @@ impl Plugin for Bandwidth {
     }
 
     fn add(&self, call: &Call) -> Result<CniResult, CniError> {
-        let conf = call.conf::<BandwidthKeys>()?;
+        let conf = conf::<BandwidthKeys>(call)?;
         let config = Config::from_conf(&conf)?;
-        let mut result = conf
-            .prev_result()?
-            .ok_or(BandwidthError::NotChained("ADD"))?;
+        let mut result = prev_result(&conf)?.ok_or(BandwidthError::NotChained("ADD"))?;
         if config.is_empty() {
             return Ok(result);
         }
@@ -142,10 +154,9 @@ impl Plugin for Bandwidth {
     }
 
     fn check(&self, call: &Call) -> Result<(), CniError> {
-        let conf = call.conf::<BandwidthKeys>()?;
+        let conf = conf::<BandwidthKeys>(call)?;
         let config = Config::from_conf(&conf)?;
-        conf.prev_result()?
-            .ok_or(BandwidthError::NotChained("CHECK"))?;
+        prev_result(&conf)?.ok_or(BandwidthError::NotChained("CHECK"))?;
         if config.is_empty() {
             return Ok(());
         }
@@ -155,7 +166,7 @@ impl Plugin for Bandwidth {
 
     fn del(&self, call: &Call) -> Result<(), CniError> {
         // The limits are not needed (nor validated): DEL removes whatever exists.
-        let conf = call.conf::<serde::de::IgnoredAny>()?;
+        let conf = conf::<serde::de::IgnoredAny>(call)?;
         let ifb = IfbIdentity::of(&owner(call, &conf));
         let mut errors = Vec::new();
         let mut host = None;
@@ -196,7 +207,7 @@ impl Plugin for Bandwidth {
     }
 
     fn gc(&self, call: &Call) -> Result<(), CniError> {
-        let conf = call.conf::<serde::de::IgnoredAny>()?;
+        let conf = conf::<serde::de::IgnoredAny>(call)?;
         let Some(valid) = &conf.valid_attachments else {
             log::warn!("GC without cni.dev/valid-attachments: nothing is collected");
             return Ok(());

@@ -166,6 +166,17 @@ impl CniError {
     }
 }
 
+impl CniError {
+    /// This error with `lead` and `: ` before its message: the reference wraps some errors of
+    /// its library once more (bandwidth's and portmap's
+    /// `could not parse prevResult: could not parse prevResult: …`).
+    #[must_use]
+    pub fn led_by(mut self, lead: &str) -> CniError {
+        self.msg = format!("{lead}: {}", self.msg);
+        self
+    }
+}
+
 /// The lead of the shared configuration decoder's messages (code 6).
 pub const DECODE_LEAD: &str = "failed to decode network configuration";
 
@@ -363,6 +374,20 @@ mod tests {
         );
         let not_decode = CniError::invalid_config("x");
         assert_eq!(not_decode.clone().with_decode_lead("lead"), not_decode);
+    }
+
+    #[test]
+    fn a_lead_goes_before_the_message_only() {
+        let e = CniError::new(ErrorCode::Decode, "could not parse prevResult: x").with_details("d");
+        let led = e.led_by("could not parse prevResult");
+        assert_eq!(
+            (led.code, led.msg.as_str(), led.details.as_str()),
+            (
+                ErrorCode::Decode,
+                "could not parse prevResult: could not parse prevResult: x",
+                "d"
+            )
+        );
     }
 
     #[test]
