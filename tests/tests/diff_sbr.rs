@@ -42,6 +42,7 @@ const TABLE_UNCHECKED: &str = "`table` is not validated (0, negative, 254 accept
 const MAIN_DEFAULT: &str =
     "the default route for a gateway is added, then overwritten by main's default when copying";
 const FREE_TABLE: &str = "a table counts as free when no rule names it";
+const UNLISTED_ROUTES: &str = "all the interface's main routes are deleted, also those serving none of the prevResult addresses";
 
 const HEAD_110: &str = "reference-behaviour.md §1.1/§1.7: HEAD takes 1.1.0, whose result is 1.0.0's with another cniVersion";
 const HEAD_TABLE: &str = "reference-behaviour.md §2.5: with `table` (v1.6.0) only a rule `from <ip> lookup <table>` is added per address, routes untouched; 1.1.1 ignores the key";
@@ -142,6 +143,46 @@ fn lifecycle(name: &str, conf: &Value) -> Case<SbrStage> {
         |check| check,
         |del| del.snap_except("routes", "", DEL_RULES_ONLY),
     )
+}
+
+/// An IPv6-only prevResult on `net1`, which also has IPv4 routes in main: Go deletes them with
+/// the IPv6 ones and copies them nowhere, ours leaves them (README).
+fn ipv6_only() -> Case<SbrStage> {
+    let v6 = conf(
+        json!({"prevResult": prev_ips(json!([{"interface": 0, "address": "fd91::209/64", "gateway": "fd91::1"}]))}),
+    );
+    let v4_routes = [
+        "\"dst\":\"192.168.1.0/24\",\"dev\":\"net1\"",
+        "\"dst\":\"198.51.100.0/24\",\"gateway\":\"192.168.1.1\",\"dev\":\"net1\"",
+    ];
+    let add = v4_routes
+        .iter()
+        .fold(Step::add(v6.clone()).snap(), |step, route| {
+            step.snap_except("routes", route, UNLISTED_ROUTES)
+        });
+    Case::new("IPv6 only")
+        .step(add)
+        // Go's CHECK does nothing; ours passes, and net1's IPv4 routes are still in main.
+        .step(Step::check(v6.clone()).readme(
+            UNLISTED_ROUTES,
+            Want::Check(Box::new(move |out, snap| {
+                ensure!(
+                    out.success() && out.stdout.trim().is_empty(),
+                    "CHECK did not pass silently"
+                );
+                for route in v4_routes {
+                    ensure!(
+                        snap.section("routes")
+                            .iter()
+                            .any(|l| l.contains(route) && !l.contains("\"table\"")),
+                        "no main route with {route} in\n{}",
+                        snap.section("routes").join("\n")
+                    );
+                }
+                Ok(())
+            })),
+        ))
+        .step(Step::del(v6).snap_except("routes", "", DEL_RULES_ONLY))
 }
 
 /// Fails unless section `section` has a line containing every part.
@@ -306,7 +347,7 @@ fn cases() -> Result<Vec<Case<SbrStage>>> {
 
     cases.extend([
         lifecycle("dual-stack", &conf(json!({"prevResult": dual.clone()}))),
-        lifecycle("IPv6 only", &conf(json!({"prevResult": prev_ips(json!([{"interface": 0, "address": "fd91::209/64", "gateway": "fd91::1"}]))}))),
+        ipv6_only(),
         lifecycle("an address without a gateway", &conf(json!({"prevResult": prev_ips(json!([{"interface": 0, "address": "192.168.1.209/24"}]))}))),
         lifecycle("an address whose interface index is out of range", &conf(json!({"prevResult": prev_ips(json!([
             {"interface": 0, "address": "192.168.1.209/24", "gateway": "192.168.1.1"},
