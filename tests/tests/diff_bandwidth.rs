@@ -32,7 +32,7 @@ const HOST_IF: &str = "vethbw0";
 const DEL_KEEPS_QDISCS: &str =
     "DEL removes only the IFB; the host veth's qdiscs stay until the veth goes";
 const IFB_TXQLEN: &str = "IFB txqueuelen 0";
-const IFB_ALIAS: &str = "STATUS, GC: no-ops";
+const IFB_ALIAS: &str = "IFB without alias";
 const DEL_VALIDATES: &str = "DEL parses and validates the limits (an invalid config fails DEL)";
 const PANIC: &str = "ADD with no limits and no prevResult panics (exit 2, no JSON)";
 const REPEATED_ADD: &str = "ADD uses \"add\": a second ADD fails with \"file exists\"; no rollback";
@@ -41,7 +41,7 @@ const PEER_LISTED: &str = "host veth must be listed in prevResult";
 const NULL_KEY: &str = "a `null` for one of the four keys still selects the top-level set";
 const WRAPS: &str = "buffer/limit silently wrap on overflow; rates < 8 bit/s divide by zero";
 const COLLIDE: &str =
-    "IFB name hashes network + container ID only; two interfaces of one pod collide";
+    "a second interface of one container on the same network collides on the IFB name";
 const SENTINEL: &str = "sentinel bursts taken literally";
 
 const HEAD_CHECK_NOTHING: &str = "reference-behaviour.md §2.3: CHECK with nothing configured succeeds (1.1.1 dereferences a nil config and panics; fixed in v1.9.1)";
