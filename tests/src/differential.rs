@@ -37,11 +37,11 @@
 //! `reference-behaviour.md` ([`Why::Head`]) or from the plugin's README ([`Why::Readme`]) and does
 //! not run the Go side at all; a literal step that asks for a snapshot compares ours with the
 //! Go side as it stands, which did not run the step: that checks that a refused call changed
-//! nothing. Every README row cited must be found in the README, so a case
-//! cannot lean on a row that does not exist: in the plugin README's differences table, or, for
-//! the protocol rows every plugin shares (the skel's), in the top-level README's table
-//! "Differences from the Go skel" ([`SKEL_DIFFERENCES`]). One difference is taken care of for every call: a
-//! 1.x result Go printed with an empty `"dns": {}` is compared without it, as HEAD prints it
+//! nothing. Every README row cited must be found in the README, so a case cannot lean on a row
+//! that does not exist: in the plugin README's differences table, or, for the protocol rows
+//! every plugin shares (the skel's), in the top-level README's table "Differences from the Go
+//! skel" ([`SKEL_DIFFERENCES`]). One difference is taken care of for every call: a 1.x result
+//! Go printed with an empty `"dns": {}` is compared without it, as HEAD prints it
 //! (`reference-behaviour.md` §1.8).
 //!
 //! # Fresh namespaces per side
