@@ -1,7 +1,10 @@
 //! The plugin's keys: wire form (as Go decodes it) → validated [`Config`]. Pure.
 
+use std::fmt::Write as _;
+
 use common::error::CniError;
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::names::{
     DEFAULT_ADMIN_CHAIN, DEFAULT_ZONE, FORWARD_CHAIN, IPTABLES_CHAIN_MAX, STAGE1_CHAIN,
@@ -23,6 +26,19 @@ pub struct WireConf {
     /// `ingressPolicy`.
     #[serde(rename = "ingressPolicy")]
     pub ingress_policy: Option<String>,
+}
+
+/// The keys DEL and GC read, and nothing else: a teardown parses only what it needs, so that
+/// an attachment made under a config this version refuses (an older version's, a typo the Go
+/// plugin ignored) can still be removed. Raw values: a key of the wrong type is not an error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct TeardownWire {
+    /// `backend`.
+    pub backend: Option<Value>,
+    /// `firewalldZone`.
+    #[serde(rename = "firewalldZone")]
+    pub zone: Option<Value>,
 }
 
 /// Which mechanism programs the firewall.
@@ -74,8 +90,44 @@ pub struct Config {
     pub ingress: IngressPolicy,
 }
 
+/// A value only we refuse (the reference passes it on): our own message naming the key and
+/// value, the reason in details.
 fn invalid(field: &str, value: &str, why: &str) -> CniError {
-    CniError::invalid_config(format!("invalid {field} {value:?}: {why}"))
+    CniError::invalid_config(format!("invalid {field} {}", go_quote(value))).with_details(why)
+}
+
+/// `s` quoted as Go's `%q` prints a string, so that messages that quote a value read as the
+/// reference's: `"`, `\` and control characters escaped, other characters kept.
+#[must_use]
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if u32::from(c) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c if c.is_control() || (c.is_whitespace() && c != ' ') => {
+                if u32::from(c) < 0x1_0000 {
+                    let _ = write!(out, "\\u{:04x}", u32::from(c));
+                } else {
+                    let _ = write!(out, "\\U{:08x}", u32::from(c));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 impl Config {
@@ -101,11 +153,14 @@ impl Config {
             None | Some("open") => IngressPolicy::Open,
             Some("same-bridge") => IngressPolicy::SameBridge,
             Some("isolated") => IngressPolicy::Isolated,
+            // The reference's message; it fails only after installing the backend's rules.
             Some(other) => {
-                return Err(invalid(
-                    "ingressPolicy",
-                    other,
-                    "expected \"open\", \"same-bridge\" or \"isolated\"",
+                return Err(CniError::invalid_config(format!(
+                    "unknown ingress policy: {}",
+                    go_quote(other)
+                ))
+                .with_details(
+                    "ingressPolicy: expected \"open\", \"same-bridge\" or \"isolated\"",
                 ));
             }
         };
@@ -122,6 +177,37 @@ impl Config {
             zone,
             ingress,
         })
+    }
+}
+
+impl Config {
+    /// The configuration of a DEL or GC: the backend (auto when absent or not one we know,
+    /// as the reference treats any other value) and the zone as given; the keys a teardown
+    /// does not use (admin chain, ingress policy) at their defaults. Never fails.
+    #[must_use]
+    pub fn for_teardown(wire: &TeardownWire) -> Config {
+        let text = |v: &Option<Value>| v.as_ref().and_then(Value::as_str).map(str::to_owned);
+        let backend = match text(&wire.backend).as_deref() {
+            None | Some("") => BackendChoice::Auto,
+            Some("iptables") => BackendChoice::Iptables,
+            Some("nftables") => BackendChoice::Nftables,
+            Some("firewalld") => BackendChoice::Firewalld,
+            Some(other) => {
+                log::warn!(
+                    "unknown backend {}: removing with auto-detection",
+                    go_quote(other)
+                );
+                BackendChoice::Auto
+            }
+        };
+        Config {
+            backend,
+            admin_chain: DEFAULT_ADMIN_CHAIN.to_owned(),
+            zone: text(&wire.zone)
+                .filter(|z| !z.is_empty())
+                .unwrap_or_else(|| DEFAULT_ZONE.to_owned()),
+            ingress: IngressPolicy::Open,
+        }
     }
 }
 
@@ -270,11 +356,69 @@ mod tests {
         ] {
             let err = conf(v).unwrap_err();
             assert_eq!(err.code, ErrorCode::InvalidConfig, "{err:?}");
-            assert!(
-                err.msg.contains(field) && err.msg.contains(value),
-                "{}",
-                err.msg
+            let text = format!("{} {}", err.msg, err.details);
+            assert!(text.contains(field) && text.contains(value), "{text}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_ingress_policy_is_the_references_message_with_the_field_in_details() {
+        let err = conf(json!({"ingressPolicy": "closed"})).unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidConfig);
+        assert_eq!(err.msg, r#"unknown ingress policy: "closed""#);
+        assert!(
+            err.details.starts_with("ingressPolicy: "),
+            "{}",
+            err.details
+        );
+        let err = conf(json!({"ingressPolicy": "a\"b\u{1}\n"})).unwrap_err();
+        assert_eq!(err.msg, r#"unknown ingress policy: "a\"b\x01\n""#);
+    }
+
+    #[test]
+    fn values_are_quoted_as_go_quotes_them() {
+        for (raw, quoted) in [
+            ("same-bridge", r#""same-bridge""#),
+            ("tab\there", r#""tab\there""#),
+            ("back\\slash", r#""back\\slash""#),
+            ("del\u{7f}", r#""del\x7f""#),
+            ("nbsp\u{a0}", r#""nbsp\u00a0""#),
+            ("é ü", r#""é ü""#),
+        ] {
+            assert_eq!(go_quote(raw), quoted);
+        }
+    }
+
+    #[test]
+    fn teardown_reads_only_the_backend_and_zone_and_never_fails() {
+        let teardown = |v: serde_json::Value| {
+            let wire: TeardownWire = common::decode::from_value(v).unwrap();
+            Config::for_teardown(&wire)
+        };
+        let c = teardown(
+            json!({"backend": "nftables", "iptablesAdminChainName": "a b",
+            "ingressPolicy": "closed", "firewalldZone": "my zone"}),
+        );
+        assert_eq!(c.backend, BackendChoice::Nftables);
+        assert_eq!(c.zone, "my zone");
+        assert_eq!(c.admin_chain, "CNI-ADMIN");
+        assert_eq!(c.ingress, IngressPolicy::Open);
+        for v in [
+            json!({"backend": "bogus"}),
+            json!({"backend": 5, "firewalldZone": ["x"]}),
+            json!({"backend": ""}),
+            json!({}),
+        ] {
+            let c = teardown(v);
+            assert_eq!(
+                (c.backend, c.zone.as_str()),
+                (BackendChoice::Auto, "trusted")
             );
         }
+        let c = teardown(json!({"BACKEND": "firewalld", "FirewalldZone": "cni"}));
+        assert_eq!(
+            (c.backend, c.zone.as_str()),
+            (BackendChoice::Firewalld, "cni")
+        );
     }
 }

@@ -1,4 +1,8 @@
 //! The plugin's errors and their CNI codes.
+//!
+//! Where the reference reports an error for the same condition, the message is the reference's,
+//! word for word (scripts and tests match on it; `reference-behaviour.md` §1.9 and §2.4), and
+//! what we add (the field, the value, where we looked) goes in the error object's `details`.
 
 use common::error::{CniError, ErrorCode};
 use common::iptables::IptablesError;
@@ -12,9 +16,17 @@ pub enum FirewallError {
     /// ADD or CHECK without prevResult.
     #[error("missing prevResult from earlier plugin")]
     MissingPrevResult,
-    /// An ingress policy needs a bridge and prevResult has none.
-    #[error("{0}")]
-    NoBridge(String),
+    /// An ingress policy needs a bridge and prevResult lists no interface.
+    #[error(
+        "interface needs to be set for ingress policy {policy:?}, make sure to chain \"firewall\" plugin with \"bridge\""
+    )]
+    NoInterface {
+        /// The policy (`same-bridge` or `isolated`).
+        policy: &'static str,
+    },
+    /// An ingress policy needs a bridge and prevResult's first interface has no name.
+    #[error("got empty bridge name")]
+    EmptyBridgeName,
     /// An iptables tool failed.
     #[error("iptables: {0}")]
     Iptables(#[from] IptablesError),
@@ -27,16 +39,41 @@ pub enum FirewallError {
     /// The per-attachment state could not be read or written.
     #[error("firewall state: {0}")]
     Store(#[from] StoreError),
-    /// CHECK found a rule missing.
-    #[error("expected {what} not found")]
+    /// CHECK found an object missing: `msg` in the reference's words where it checks the same
+    /// object (`expected rule [...] not found`), `details` saying where it was looked for.
+    #[error("{msg}")]
     Missing {
-        /// The rule or object, in the backend's syntax.
-        what: String,
+        /// The message.
+        msg: String,
+        /// Where the object was looked for.
+        details: String,
     },
-    /// A D-Bus call to firewalld failed.
+    /// firewalld refused to add a container address to the zone.
+    #[error("failed to add the address {cidr} to {zone} zone: {reason}")]
+    FirewalldAdd {
+        /// The source (`10.0.0.2/32`).
+        cidr: String,
+        /// The zone.
+        zone: String,
+        /// firewalld's answer (the D-Bus error's message).
+        reason: String,
+        /// The D-Bus error's name.
+        details: String,
+    },
+    /// CHECK: the zone does not have a container address as a source, or the query failed.
+    #[error("failed to find the address {cidr} in {zone} zone")]
+    FirewalldQuery {
+        /// The source (`10.0.0.2/32`).
+        cidr: String,
+        /// The zone.
+        zone: String,
+        /// firewalld's answer or the D-Bus error.
+        details: String,
+    },
+    /// Any other D-Bus call to firewalld failed (removing a source, connecting to the bus).
     #[error("firewalld: {op}: {reason}")]
     Firewalld {
-        /// What was attempted (`add 10.0.0.2/32 to zone trusted`).
+        /// What was attempted (`removeSource(trusted, 10.0.0.2/32)`).
         op: String,
         /// The D-Bus error.
         reason: String,
@@ -54,12 +91,34 @@ pub enum FirewallError {
     Netns(#[source] std::io::Error),
 }
 
+impl FirewallError {
+    /// What the error object's `details` carries beyond the message.
+    fn details(&self) -> Option<String> {
+        match self {
+            FirewallError::NoInterface { .. } => Some(
+                "prevResult.interfaces is empty: the ingress policy isolates the bridge named \
+                 by prevResult.interfaces[0]"
+                    .to_owned(),
+            ),
+            FirewallError::EmptyBridgeName => Some(
+                "prevResult.interfaces[0].name is empty: the ingress policy isolates the bridge \
+                 named there"
+                    .to_owned(),
+            ),
+            FirewallError::Missing { details, .. }
+            | FirewallError::FirewalldAdd { details, .. }
+            | FirewallError::FirewalldQuery { details, .. } => Some(details.clone()),
+            _ => None,
+        }
+    }
+}
+
 impl From<FirewallError> for CniError {
     fn from(err: FirewallError) -> Self {
         let code = match &err {
-            FirewallError::MissingPrevResult | FirewallError::NoBridge(_) => {
-                ErrorCode::InvalidConfig
-            }
+            FirewallError::MissingPrevResult
+            | FirewallError::NoInterface { .. }
+            | FirewallError::EmptyBridgeName => ErrorCode::InvalidConfig,
             FirewallError::Iptables(
                 IptablesError::Locked { .. } | IptablesError::Timeout { .. },
             )
@@ -70,9 +129,84 @@ impl From<FirewallError> for CniError {
             | FirewallError::Nft(_)
             | FirewallError::Store(_)
             | FirewallError::Missing { .. }
+            | FirewallError::FirewalldAdd { .. }
+            | FirewallError::FirewalldQuery { .. }
             | FirewallError::Firewalld { .. }
             | FirewallError::Netns(_) => ErrorCode::Internal,
         };
-        CniError::from_error(code, &err)
+        match err.details() {
+            Some(details) => CniError::new(code, err.to_string()).with_details(details),
+            None => CniError::from_error(code, &err),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cni(err: FirewallError) -> CniError {
+        err.into()
+    }
+
+    #[test]
+    fn the_references_conditions_carry_its_messages_word_for_word() {
+        let cases = [
+            (
+                FirewallError::MissingPrevResult,
+                ErrorCode::InvalidConfig,
+                "missing prevResult from earlier plugin",
+            ),
+            (
+                FirewallError::NoInterface {
+                    policy: "same-bridge",
+                },
+                ErrorCode::InvalidConfig,
+                r#"interface needs to be set for ingress policy "same-bridge", make sure to chain "firewall" plugin with "bridge""#,
+            ),
+            (
+                FirewallError::EmptyBridgeName,
+                ErrorCode::InvalidConfig,
+                "got empty bridge name",
+            ),
+            (
+                FirewallError::FirewalldAdd {
+                    cidr: "10.0.0.2/32".into(),
+                    zone: "trusted".into(),
+                    reason: "INVALID_ZONE: nope".into(),
+                    details: "org.fedoraproject.FirewallD1.Exception".into(),
+                },
+                ErrorCode::Internal,
+                "failed to add the address 10.0.0.2/32 to trusted zone: INVALID_ZONE: nope",
+            ),
+            (
+                FirewallError::FirewalldQuery {
+                    cidr: "fd00::2/128".into(),
+                    zone: "cni".into(),
+                    details: "querySource answered false".into(),
+                },
+                ErrorCode::Internal,
+                "failed to find the address fd00::2/128 in cni zone",
+            ),
+        ];
+        for (err, code, msg) in cases {
+            let cni = cni(err);
+            assert_eq!((cni.code, cni.msg.as_str()), (code, msg));
+        }
+    }
+
+    #[test]
+    fn what_we_add_goes_in_details() {
+        let missing = cni(FirewallError::Missing {
+            msg: "expected rule [-s 10.0.0.2/32 -j ACCEPT] not found".into(),
+            details: "ipv4 filter table, chain CNI-FORWARD".into(),
+        });
+        assert_eq!(
+            missing.msg,
+            "expected rule [-s 10.0.0.2/32 -j ACCEPT] not found"
+        );
+        assert_eq!(missing.details, "ipv4 filter table, chain CNI-FORWARD");
+        let empty = cni(FirewallError::EmptyBridgeName);
+        assert!(empty.details.contains("interfaces[0].name"), "{empty:?}");
     }
 }

@@ -37,7 +37,7 @@ use backend::iptables::Iptables;
 use backend::nftables::Nftables;
 use backend::state::State;
 use backend::{FirewallBackend, Owner};
-use config::{BackendChoice, Config, WireConf};
+use config::{BackendChoice, Config, TeardownWire, WireConf};
 use error::FirewallError;
 use plan::Target;
 
@@ -48,21 +48,38 @@ pub const SUPPORTED_VERSIONS: &[&str] = &["0.4.0", "1.0.0", "1.1.0"];
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Firewall;
 
-/// The decoded call: config, validated keys, and who the attachment is.
-struct Parsed {
-    conf: NetConf<WireConf>,
+/// The decoded call: config, keys, and who the attachment is.
+struct Parsed<W> {
+    conf: NetConf<W>,
     config: Config,
     owner: Owner,
 }
 
-fn parse(call: &Call) -> Result<Parsed, CniError> {
-    let conf: NetConf<WireConf> = call.conf()?;
-    let config = Config::from_wire(&conf.plugin)?;
-    let owner = Owner {
-        network: conf.name.clone(),
+fn owner(call: &Call, network: &str) -> Owner {
+    Owner {
+        network: network.to_owned(),
         container_id: call.container_id.clone(),
         ifname: call.ifname.clone(),
-    };
+    }
+}
+
+/// ADD, CHECK and STATUS: every key validated.
+fn parse(call: &Call) -> Result<Parsed<WireConf>, CniError> {
+    let conf: NetConf<WireConf> = call.conf()?;
+    let config = Config::from_wire(&conf.plugin)?;
+    let owner = owner(call, &conf.name);
+    Ok(Parsed {
+        conf,
+        config,
+        owner,
+    })
+}
+
+/// DEL and GC: only the keys they use, none of them validated ([`Config::for_teardown`]).
+fn parse_teardown(call: &Call) -> Result<Parsed<TeardownWire>, CniError> {
+    let conf: NetConf<TeardownWire> = call.conf()?;
+    let config = Config::for_teardown(&conf.plugin);
+    let owner = owner(call, &conf.name);
     Ok(Parsed {
         conf,
         config,
@@ -129,26 +146,30 @@ impl Plugin for Firewall {
     }
 
     fn del(&self, call: &Call) -> Result<(), CniError> {
-        let p = parse(call)?;
-        // The bridge does not matter on DEL (isolation rules are shared): only the IPs.
-        let target = p.conf.prev_result()?.map(|r| Target {
-            ips: Target::from_result(
-                &r,
-                &Config {
-                    ingress: config::IngressPolicy::Open,
-                    ..p.config.clone()
-                },
-            )
-            .map(|t| t.ips)
-            .unwrap_or_default(),
-            bridge: None,
-        });
+        let p = parse_teardown(call)?;
+        // prevResult only names the IPs (the bridge does not matter: isolation rules are
+        // shared). One that does not parse is no reason to keep the attachment's objects:
+        // the state and the owner comments name them too.
+        let target = match p.conf.prev_result() {
+            Ok(result) => result.map(|r| Target {
+                ips: Target::addresses(&r),
+                bridge: None,
+            }),
+            Err(e) => {
+                log::warn!(
+                    "DEL {}: ignoring prevResult: {}",
+                    p.owner.state_name(),
+                    e.msg
+                );
+                None
+            }
+        };
         backend_for(&p.config)?.del(&p.owner, target.as_ref())?;
         Ok(())
     }
 
     fn gc(&self, call: &Call) -> Result<(), CniError> {
-        let p = parse(call)?;
+        let p = parse_teardown(call)?;
         let valid = p.conf.valid_attachments.clone().unwrap_or_default();
         backend_for(&p.config)?.gc(&p.conf.name, &valid)?;
         Ok(())

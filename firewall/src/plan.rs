@@ -29,6 +29,19 @@ impl Target {
     /// # Errors
     /// When the policy needs a bridge and prevResult names none (the reference's messages).
     pub fn from_result(result: &CniResult, config: &Config) -> Result<Target, FirewallError> {
+        let bridge = match config.ingress {
+            IngressPolicy::Open => None,
+            policy => Some(bridge_name(result, policy)?),
+        };
+        Ok(Target {
+            ips: Target::addresses(result),
+            bridge,
+        })
+    }
+
+    /// Every address of `result` (all IPs, whatever their interface), without duplicates.
+    #[must_use]
+    pub fn addresses(result: &CniResult) -> Vec<IpAddr> {
         let mut ips = Vec::new();
         for ip in &result.ips {
             let addr = ip.address.addr();
@@ -36,11 +49,7 @@ impl Target {
                 ips.push(addr);
             }
         }
-        let bridge = match config.ingress {
-            IngressPolicy::Open => None,
-            policy => Some(bridge_name(result, policy)?),
-        };
-        Ok(Target { ips, bridge })
+        ips
     }
 
     /// The addresses of one family.
@@ -63,13 +72,12 @@ impl Target {
 
 fn bridge_name(result: &CniResult, policy: IngressPolicy) -> Result<String, FirewallError> {
     let Some(first) = result.interfaces.first() else {
-        return Err(FirewallError::NoBridge(format!(
-            "interface needs to be set for ingress policy {:?}, make sure to chain \"firewall\" plugin with \"bridge\"",
-            policy.name()
-        )));
+        return Err(FirewallError::NoInterface {
+            policy: policy.name(),
+        });
     };
     if first.name.is_empty() {
-        return Err(FirewallError::NoBridge("got empty bridge name".to_owned()));
+        return Err(FirewallError::EmptyBridgeName);
     }
     Ok(first.name.clone())
 }
@@ -321,20 +329,60 @@ pub fn iptables_isolation(
     Ok(lines)
 }
 
-/// The first rule CHECK finds missing in `family`, as `(chain, args)`; `None` when complete.
-/// Checks the chains, both jumps, this attachment's accepts and its bridge's isolation rules.
+/// A rule CHECK did not find.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingRule {
+    /// The family.
+    pub family: Family,
+    /// Its chain.
+    pub chain: String,
+    /// Its arguments.
+    pub rule: Vec<String>,
+    /// The chain that does not exist, when that is why: the rule's own, or the one it jumps to.
+    pub absent_chain: Option<String>,
+}
+
+impl MissingRule {
+    /// The reference's message for the rules it checks (`expected FORWARD rule [...] not
+    /// found` for the jump to `CNI-FORWARD`, `expected CNI-FORWARD rule [...] not found` for
+    /// the admin jump, `expected rule [...] not found` for an accept: Go's `%v` of the
+    /// arguments), and the same form naming the chain for the isolation rules, which only we
+    /// check.
+    #[must_use]
+    pub fn message(&self) -> String {
+        let args = format!("[{}]", self.rule.join(" "));
+        let is_accept =
+            self.chain == CNI_FORWARD_CHAIN && self.rule.last().is_some_and(|t| t == "ACCEPT");
+        if is_accept {
+            format!("expected rule {args} not found")
+        } else {
+            format!("expected {} rule {args} not found", self.chain)
+        }
+    }
+
+    /// Where it was looked for, and the chain that is absent, if one is.
+    #[must_use]
+    pub fn details(&self) -> String {
+        let place = format!("{}-save -t filter", self.family);
+        let rule = restore_line("-A", &self.chain, &self.rule)
+            .unwrap_or_else(|_| format!("-A {} {}", self.chain, self.rule.join(" ")));
+        match &self.absent_chain {
+            Some(chain) => format!("{place} has no chain {chain}, so no rule {rule}"),
+            None => format!("{place} has no rule {rule}"),
+        }
+    }
+}
+
+/// The first rule CHECK finds missing in `family`; `None` when complete. Checks both jumps
+/// (so the chains they jump to), this attachment's accepts and its bridge's isolation rules,
+/// in the reference's order.
 #[must_use]
 pub fn iptables_missing(
     dump: &TableDump,
     family: Family,
     config: &Config,
     target: &Target,
-) -> Option<(String, Vec<String>)> {
-    for chain in [CNI_FORWARD_CHAIN, config.admin_chain.as_str()] {
-        if !dump.has_chain(chain) {
-            return Some((chain.to_owned(), Vec::new()));
-        }
-    }
+) -> Option<MissingRule> {
     let mut wanted: Vec<(&str, Vec<String>)> = vec![
         (FORWARD_CHAIN, forward_jump()),
         (CNI_FORWARD_CHAIN, admin_jump(&config.admin_chain)),
@@ -349,11 +397,28 @@ pub fn iptables_missing(
                 .map(|(c, _, r)| (c, r)),
         );
     }
-    wanted
+    let (chain, rule) = wanted
         .into_iter()
-        .find(|(chain, rule)| !dump.has_rule(chain, rule))
-        .map(|(chain, rule)| (chain.to_owned(), rule))
+        .find(|(chain, rule)| !dump.has_rule(chain, rule))?;
+    let jumps_to = rule
+        .iter()
+        .skip_while(|a| *a != "-j")
+        .nth(1)
+        .filter(|t| !BUILTIN_TARGETS.contains(&t.as_str()));
+    let absent_chain = std::iter::once(chain)
+        .chain(jumps_to.map(String::as_str))
+        .find(|c| !dump.has_chain(c))
+        .map(str::to_owned);
+    Some(MissingRule {
+        family,
+        chain: chain.to_owned(),
+        rule,
+        absent_chain,
+    })
 }
+
+/// Targets that are not chains.
+const BUILTIN_TARGETS: [&str; 3] = ["ACCEPT", "DROP", "RETURN"];
 
 /// Restore lines deleting every copy of the per-address accepts of `ips` in `family` that
 /// `dump` holds. Chains, jumps and isolation rules are shared and stay.
@@ -480,9 +545,15 @@ COMMIT
         let append = iptables_add(&dump, Family::V4, &c, &other).unwrap();
         assert!(append.only_appends_accepts(), "{append:?}");
         assert_eq!(append.accepts, ip_rules("10.1.0.6".parse().unwrap()));
-        let (chain, rule) = iptables_missing(&dump, Family::V4, &c, &other).unwrap();
-        assert_eq!(chain, "CNI-FORWARD");
-        assert_eq!(rule[1], "10.1.0.6/32");
+        let missing = iptables_missing(&dump, Family::V4, &c, &other).unwrap();
+        assert_eq!(
+            missing.message(),
+            "expected rule [-d 10.1.0.6/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT] not found"
+        );
+        assert_eq!(
+            missing.details(),
+            "iptables-save -t filter has no rule -A CNI-FORWARD -d 10.1.0.6/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
+        );
         let isolated = config(IngressPolicy::Isolated);
         let plan = iptables_add(&dump, Family::V4, &isolated, &t).unwrap();
         assert!(plan.accepts.is_empty() && !plan.only_appends_accepts());
@@ -539,13 +610,83 @@ COMMIT
     }
 
     #[test]
+    fn check_names_the_jumps_as_the_reference_does_and_the_absent_chain_in_details() {
+        let c = config(IngressPolicy::SameBridge);
+        let t = Target {
+            ips: vec!["10.1.0.5".parse().unwrap()],
+            bridge: Some("br0".into()),
+        };
+        let forward_jump =
+            "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD\n";
+        let admin_jump = "-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN\n";
+        let cases: [(&[&str], &str, Option<&str>); 5] = [
+            (
+                &[forward_jump],
+                "expected FORWARD rule [-m comment --comment CNI firewall plugin rules -j CNI-FORWARD] not found",
+                None,
+            ),
+            (
+                &[
+                    ":CNI-FORWARD - [0:0]\n",
+                    forward_jump,
+                    admin_jump,
+                    "-A CNI-FORWARD -d 10.1.0.5/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n",
+                    "-A CNI-FORWARD -s 10.1.0.5/32 -j ACCEPT\n",
+                ],
+                "expected FORWARD rule [-m comment --comment CNI firewall plugin rules -j CNI-FORWARD] not found",
+                Some("CNI-FORWARD"),
+            ),
+            (
+                &[":CNI-ADMIN - [0:0]\n", admin_jump],
+                "expected CNI-FORWARD rule [-m comment --comment CNI firewall plugin admin overrides -j CNI-ADMIN] not found",
+                Some("CNI-ADMIN"),
+            ),
+            (
+                &["-A CNI-FORWARD -s 10.1.0.5/32 -j ACCEPT\n"],
+                "expected rule [-s 10.1.0.5/32 -j ACCEPT] not found",
+                None,
+            ),
+            (
+                &[
+                    "-A CNI-ISOLATION-STAGE-2 -o br0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j DROP\n",
+                ],
+                "expected CNI-ISOLATION-STAGE-2 rule [-o br0 -m comment --comment CNI firewall plugin rules (ingressPolicy: same-bridge) -j DROP] not found",
+                None,
+            ),
+        ];
+        for (lines, msg, absent) in cases {
+            let text = lines.iter().fold(GO_SAME_BRIDGE.to_owned(), |text, line| {
+                assert!(text.contains(line), "{line}");
+                text.replace(line, "")
+            });
+            let dump = TableDump::parse(&text).unwrap();
+            let missing = iptables_missing(&dump, Family::V4, &c, &t).unwrap();
+            assert_eq!(missing.message(), msg);
+            assert_eq!(missing.absent_chain.as_deref(), absent);
+            if let Some(chain) = absent {
+                assert!(
+                    missing.details().contains(&format!("has no chain {chain}")),
+                    "{}",
+                    missing.details()
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_policy_without_a_bridge_in_prev_result_is_the_references_error() {
         let result = CniResult::default();
         let err = Target::from_result(&result, &config(IngressPolicy::Isolated)).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("interface needs to be set for ingress policy \"isolated\"")
+        assert_eq!(
+            err.to_string(),
+            r#"interface needs to be set for ingress policy "isolated", make sure to chain "firewall" plugin with "bridge""#
         );
+        let unnamed = CniResult {
+            interfaces: vec![common::types::Interface::default()],
+            ..CniResult::default()
+        };
+        let err = Target::from_result(&unnamed, &config(IngressPolicy::SameBridge)).unwrap_err();
+        assert_eq!(err.to_string(), "got empty bridge name");
         assert_eq!(
             Target::from_result(&result, &config(IngressPolicy::Open)).unwrap(),
             Target::default()

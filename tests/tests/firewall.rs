@@ -637,6 +637,136 @@ mod e2e {
         Ok(())
     }
 
+    /// The same failing calls to Debian's Go firewall and to ours give the same message (the
+    /// reference's, word for word): CHECK of a missing jump or accept, ADD and CHECK without
+    /// prevResult, an ingress policy without a bridge, an unknown ingress policy. IPv4 only,
+    /// as the Go plugin checks its families in a random order.
+    #[test]
+    fn error_messages_are_the_go_plugins() -> Result<()> {
+        let reference = tests::bins::reference_binary("firewall")?
+            .to_string_lossy()
+            .into_owned();
+        let (host, rt, netns) = host_runtime("fwmsg")?;
+        let v4_only = json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [{ "name": "br0" }, { "name": "veth1", "sandbox": "/x" }],
+            "ips": [{ "address": "10.69.0.2/24", "interface": 1 }],
+        });
+        let conf = direct_conf("iptables", "open", Some(v4_only.clone()));
+        let both = |verb: &str, conf: &Value, what: &str| -> Result<String> {
+            let go = exec(&rt, &reference, verb, "msg", &netns, conf);
+            let ours = exec(&rt, "firewall", verb, "msg", &netns, conf);
+            let (go, ours) = (
+                go.error().with_context(|| format!("Go {what}: no error"))?,
+                ours.error()
+                    .with_context(|| format!("our {what}: no error"))?,
+            );
+            ensure!(
+                go.msg == ours.msg,
+                "{what}: Go says {go:?}, we say {ours:?}"
+            );
+            Ok(ours.msg)
+        };
+        ok(
+            &exec(&rt, &reference, "ADD", "msg", &netns, &conf),
+            "Go ADD",
+        );
+        let delete = |rule: &str| -> Result<()> {
+            let mut args = vec!["-w", "-D"];
+            args.extend(rule.split(' '));
+            host.exec_ok("iptables", &args)?;
+            Ok(())
+        };
+        delete("CNI-FORWARD -s 10.69.0.2/32 -j ACCEPT")?;
+        let said = both("CHECK", &conf, "CHECK without the source accept")?;
+        ensure!(
+            said == "expected rule [-s 10.69.0.2/32 -j ACCEPT] not found",
+            "{said}"
+        );
+        host.exec_ok(
+            "iptables",
+            &[
+                "-w",
+                "-D",
+                "FORWARD",
+                "-m",
+                "comment",
+                "--comment",
+                "CNI firewall plugin rules",
+                "-j",
+                "CNI-FORWARD",
+            ],
+        )?;
+        both("CHECK", &conf, "CHECK without the FORWARD jump")?;
+        let bare = direct_conf("iptables", "open", None);
+        both("ADD", &bare, "ADD without prevResult")?;
+        both("CHECK", &bare, "CHECK without prevResult")?;
+        let no_interfaces = json!({
+            "cniVersion": "1.0.0",
+            "ips": [{ "address": "10.69.0.3/24" }],
+        });
+        let policy = |p: &str, prev: &Value| direct_conf("iptables", p, Some(prev.clone()));
+        both(
+            "ADD",
+            &policy("same-bridge", &no_interfaces),
+            "ADD without a bridge",
+        )?;
+        let mut unnamed = v4_only.clone();
+        unnamed["interfaces"][0]["name"] = json!("");
+        both(
+            "ADD",
+            &policy("same-bridge", &unnamed),
+            "ADD with an empty bridge name",
+        )?;
+        both(
+            "ADD",
+            &policy("closed", &v4_only),
+            "ADD with an unknown policy",
+        )?;
+        Ok(())
+    }
+
+    /// DEL reads only the backend, the zone and prevResult: keys this version refuses on ADD
+    /// (a config an older version accepted, a typo the Go plugin ignores) and a prevResult that
+    /// does not parse do not keep an attachment's objects (issue 22 #7).
+    #[test]
+    fn del_succeeds_whatever_the_keys_it_does_not_use_say() -> Result<()> {
+        for backend in ["iptables", "nftables"] {
+            let (host, rt, netns) = host_runtime("fwdellax")?;
+            let prev = prev_result("10.69.1.2", "fd69:1::2");
+            ok(
+                &exec(
+                    &rt,
+                    "firewall",
+                    "ADD",
+                    "lax",
+                    &netns,
+                    &direct_conf(backend, "open", Some(prev.clone())),
+                ),
+                "ADD",
+            );
+            let mut del = direct_conf(backend, "bogus-policy", Some(prev));
+            del["iptablesAdminChainName"] = json!("a b");
+            del["firewalldZone"] = json!("not a zone!");
+            del["prevResult"]["ips"][0]["address"] = json!("not an address");
+            let out = exec(&rt, "firewall", "DEL", "lax", &netns, &del);
+            ok(&out, &format!("{backend} DEL with keys ADD refuses"));
+            let left = listing(&host, backend)?;
+            ensure!(
+                !left.contains("10.69.1.2") && !left.contains("fd69:1::2"),
+                "{backend}: DEL left {left}"
+            );
+            // The same keys still fail an ADD, naming them.
+            let mut add = del.clone();
+            add["prevResult"] = prev_result("10.69.1.3", "fd69:1::3");
+            let err = exec(&rt, "firewall", "ADD", "lax2", &netns, &add)
+                .error()
+                .context("ADD with bad keys gave no error")?;
+            ensure!(err.code == 7, "{err:?}");
+        }
+        Ok(())
+    }
+
     /// The filter tables of both families of `ns`.
     fn both_tables(ns: &TestNetns) -> (Vec<String>, Vec<String>) {
         (

@@ -175,9 +175,21 @@ mod real_firewalld {
         command: &str,
         conf: &Value,
     ) -> Result<PluginOutput> {
+        exec_binary(rt, fw, ns, "firewall", command, conf)
+    }
+
+    /// [`exec`] of `plugin` (our `firewall`, or a path).
+    fn exec_binary(
+        rt: &Runtime,
+        fw: &Firewalld,
+        ns: &TestNetns,
+        plugin: &str,
+        command: &str,
+        conf: &Value,
+    ) -> Result<PluginOutput> {
         let netns = ns.path().to_string_lossy().into_owned();
         rt.exec_plugin(
-            "firewall",
+            plugin,
             Some(command),
             &[
                 ("CNI_CONTAINERID", "fwd-ctr"),
@@ -253,6 +265,26 @@ mod real_firewalld {
         ok(&exec(&rt, &fw, &ns, "GC", &gc)?, "GC")?;
         let sources = fw.sources(&ns)?;
         ensure!(!sources.contains("10.68.0.2"), "{sources}");
+        // A zone firewalld does not know: ours and the Go plugin fail with the same message.
+        let mut unknown = conf("firewalld", true);
+        unknown["firewalldZone"] = json!("nosuchzone");
+        // Debian's Go plugin (v1.1.1) stops at 1.0.0.
+        unknown["cniVersion"] = json!("1.0.0");
+        unknown["prevResult"]["cniVersion"] = json!("1.0.0");
+        let ours = exec(&rt, &fw, &ns, "ADD", &unknown)?
+            .error()
+            .context("our ADD into an unknown zone gave no error")?;
+        let reference = tests::bins::reference_binary("firewall")?;
+        let go = exec_binary(&rt, &fw, &ns, &reference.to_string_lossy(), "ADD", &unknown)?
+            .error()
+            .context("Go ADD into an unknown zone gave no error")?;
+        ensure!(
+            ours.msg == go.msg
+                && ours
+                    .msg
+                    .starts_with("failed to add the address 10.68.0.2/32 to nosuchzone zone: "),
+            "ours {ours:?}, Go {go:?}"
+        );
         Ok(())
     }
 }

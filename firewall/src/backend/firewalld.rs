@@ -56,6 +56,56 @@ fn name_has_owner(conn: &Connection) -> Result<bool, String> {
         .map_err(|e| e.to_string())
 }
 
+/// A failed D-Bus call: the error's name and its message. The reference's messages quote the
+/// message alone (godbus' `Error()` is the reply's first string, e.g. `INVALID_ZONE: cni`).
+#[derive(Debug)]
+struct CallError {
+    /// The D-Bus error name (`org.fedoraproject.FirewallD1.Exception`); empty for a failure
+    /// that is not a method error (no bus, a broken connection).
+    name: String,
+    /// Its message.
+    message: String,
+}
+
+impl CallError {
+    /// The details of an error object about this failure of `method`.
+    fn details(&self, method: &str) -> String {
+        if self.name.is_empty() {
+            format!("{FIREWALLD_ZONE_IFACE}.{method}: {}", self.message)
+        } else {
+            format!(
+                "{FIREWALLD_ZONE_IFACE}.{method}: {}: {}",
+                self.name, self.message
+            )
+        }
+    }
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.name.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.name, self.message)
+        }
+    }
+}
+
+impl From<zbus::Error> for CallError {
+    fn from(e: zbus::Error) -> CallError {
+        match e {
+            zbus::Error::MethodError(name, detail, _) => CallError {
+                message: detail.unwrap_or_else(|| name.to_string()),
+                name: name.to_string(),
+            },
+            other => CallError {
+                name: String::new(),
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
 /// The firewalld backend.
 #[derive(Debug)]
 pub struct Firewalld {
@@ -89,11 +139,14 @@ impl Firewalld {
     }
 
     /// Calls `zone.<method>(zone, source)` and returns the reply body's boolean when it has one.
-    fn zone_call(&mut self, method: &str, ip: IpAddr) -> Result<Option<bool>, FirewallError> {
+    fn zone_call(&mut self, method: &str, ip: IpAddr) -> Result<Option<bool>, CallError> {
         let zone = self.config.zone.clone();
         let source = host_cidr(ip);
         let op = format!("{method}({zone}, {source})");
-        let conn = self.conn(&op)?;
+        let conn = self.conn(&op).map_err(|e| CallError {
+            name: String::new(),
+            message: e.to_string(),
+        })?;
         let reply = conn
             .call_method(
                 Some(FIREWALLD_NAME),
@@ -102,11 +155,40 @@ impl Firewalld {
                 method,
                 &(zone.as_str(), source.as_str()),
             )
-            .map_err(|e| FirewallError::Firewalld {
-                op: op.clone(),
-                reason: e.to_string(),
-            })?;
+            .map_err(CallError::from)?;
         Ok(reply.body().deserialize::<bool>().ok())
+    }
+
+    /// `addSource(zone, ip)`; firewalld's `ZONE_ALREADY_SET` is success.
+    fn add_source(&mut self, ip: IpAddr) -> Result<bool, FirewallError> {
+        match self.zone_call("addSource", ip) {
+            Ok(_) => Ok(true),
+            Err(e) if e.message.contains(ZONE_ALREADY_SET) => Ok(false),
+            Err(e) => Err(FirewallError::FirewalldAdd {
+                cidr: host_cidr(ip),
+                zone: self.config.zone.clone(),
+                details: e.details("addSource"),
+                reason: e.message,
+            }),
+        }
+    }
+
+    /// `removeSource(zone, ip)`; a source or firewalld already gone is success.
+    fn remove_source(&mut self, ip: IpAddr) -> Result<(), FirewallError> {
+        match self.zone_call("removeSource", ip) {
+            Ok(_) => Ok(()),
+            Err(e)
+                if ALREADY_GONE
+                    .iter()
+                    .any(|g| e.message.contains(g) || e.name.contains(g)) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(FirewallError::Firewalld {
+                op: format!("removeSource({}, {})", self.config.zone, host_cidr(ip)),
+                reason: e.to_string(),
+            }),
+        }
     }
 
     fn remove(&mut self, name: &str, ips: &[IpAddr]) -> Result<(), FirewallError> {
@@ -115,14 +197,9 @@ impl Firewalld {
             if self.state.claimed_by_other(*ip, name)? {
                 continue;
             }
-            match self.zone_call("removeSource", *ip) {
-                Ok(_) => {}
-                Err(FirewallError::Firewalld { reason, .. })
-                    if ALREADY_GONE.iter().any(|g| reason.contains(g)) => {}
-                Err(e) => {
-                    log::warn!("DEL {name}: {e}");
-                    first_error.get_or_insert(e);
-                }
+            if let Err(e) = self.remove_source(*ip) {
+                log::warn!("DEL {name}: {e}");
+                first_error.get_or_insert(e);
             }
         }
         if let Some(e) = first_error {
@@ -141,13 +218,12 @@ impl FirewallBackend for Firewalld {
         let _lock = self.state.lock()?;
         let mut added = Vec::new();
         for ip in &target.ips {
-            match self.zone_call("addSource", *ip) {
-                Ok(_) => added.push(*ip),
-                Err(FirewallError::Firewalld { reason, .. })
-                    if reason.contains(ZONE_ALREADY_SET) => {}
+            match self.add_source(*ip) {
+                Ok(true) => added.push(*ip),
+                Ok(false) => {}
                 Err(e) => {
                     for ip in added {
-                        let _ = self.zone_call("removeSource", ip);
+                        let _ = self.remove_source(ip);
                     }
                     return Err(e);
                 }
@@ -168,15 +244,16 @@ impl FirewallBackend for Firewalld {
 
     fn check(&mut self, _owner: &Owner, target: &Target) -> Result<(), FirewallError> {
         for ip in &target.ips {
-            if self.zone_call("querySource", *ip)? != Some(true) {
-                return Err(FirewallError::Missing {
-                    what: format!(
-                        "source {} in firewalld zone {}",
-                        host_cidr(*ip),
-                        self.config.zone
-                    ),
-                });
-            }
+            let details = match self.zone_call("querySource", *ip) {
+                Ok(Some(true)) => continue,
+                Ok(answer) => format!("querySource answered {answer:?}, not Some(true)"),
+                Err(e) => e.details("querySource"),
+            };
+            return Err(FirewallError::FirewalldQuery {
+                cidr: host_cidr(*ip),
+                zone: self.config.zone.clone(),
+                details,
+            });
         }
         Ok(())
     }

@@ -367,13 +367,11 @@ impl FirewallBackend for Iptables {
         let read = |family| read(family, &self.config, target, true);
         for (family, dump) in per_family(&families, read) {
             let dump = dump?;
-            if let Some((chain, rule)) = iptables_missing(&dump, family, &self.config, target) {
-                let what = if rule.is_empty() {
-                    format!("{family} chain {chain}")
-                } else {
-                    format!("{family} rule -A {chain} {}", rule.join(" "))
-                };
-                return Err(FirewallError::Missing { what });
+            if let Some(missing) = iptables_missing(&dump, family, &self.config, target) {
+                return Err(FirewallError::Missing {
+                    msg: missing.message(),
+                    details: missing.details(),
+                });
             }
         }
         Ok(())

@@ -344,7 +344,10 @@ impl FirewallBackend for Nftables {
 
     fn check(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
         let t = table();
-        let missing = |what: String| FirewallError::Missing { what };
+        let missing = |what: String| FirewallError::Missing {
+            msg: format!("expected {what} not found"),
+            details: format!("nft list table {t}"),
+        };
         let base = rules_or_none(&mut self.nft, &t, NFT_FORWARD_CHAIN)?
             .ok_or_else(|| missing(format!("chain {t} {NFT_FORWARD_CHAIN}")))?;
         for rule in skeleton() {
