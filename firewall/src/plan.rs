@@ -222,8 +222,9 @@ pub struct AddPlan {
     /// Restore lines for the chains the table lacks (`-N`; never `:CHAIN`, which would flush
     /// an existing one) and the jumps absent anywhere in their chain (inserted first).
     pub head: Vec<String>,
-    /// The attachment's accepts that `CNI-FORWARD` lacks, as the arguments of `-A CNI-FORWARD`.
-    pub accepts: Vec<Vec<String>>,
+    /// The attachment's accepts that `CNI-FORWARD` lacks, with their address, as the
+    /// arguments of `-A CNI-FORWARD`.
+    pub accepts: Vec<(IpAddr, Vec<String>)>,
     /// Restore lines for the bridge's isolation chains and rules.
     pub tail: Vec<String>,
 }
@@ -241,15 +242,30 @@ impl AddPlan {
         self.head.is_empty() && self.tail.is_empty()
     }
 
+    /// The writes other than the accepts (chains, jumps, isolation rules) as restore lines.
+    #[must_use]
+    pub fn skeleton_lines(&self) -> Vec<String> {
+        self.head.iter().chain(&self.tail).cloned().collect()
+    }
+
+    /// The accepts as restore lines.
+    ///
+    /// # Errors
+    /// An argument that cannot be written on a restore line.
+    pub fn accept_lines(&self) -> Result<Vec<String>, IptablesError> {
+        self.accepts
+            .iter()
+            .map(|(_, args)| restore_line("-A", CNI_FORWARD_CHAIN, args))
+            .collect()
+    }
+
     /// Every write as restore lines, in order.
     ///
     /// # Errors
     /// An argument that cannot be written on a restore line.
     pub fn lines(&self) -> Result<Vec<String>, IptablesError> {
         let mut lines = self.head.clone();
-        for args in &self.accepts {
-            lines.push(restore_line("-A", CNI_FORWARD_CHAIN, args)?);
-        }
+        lines.extend(self.accept_lines()?);
         lines.extend(self.tail.iter().cloned());
         Ok(lines)
     }
@@ -285,7 +301,7 @@ pub fn iptables_add(
     for ip in target.ips_of(family) {
         for rule in ip_rules(ip) {
             if !dump.has_rule(CNI_FORWARD_CHAIN, &rule) {
-                plan.accepts.push(rule);
+                plan.accepts.push((ip, rule));
             }
         }
     }
@@ -544,7 +560,8 @@ COMMIT
         };
         let append = iptables_add(&dump, Family::V4, &c, &other).unwrap();
         assert!(append.only_appends_accepts(), "{append:?}");
-        assert_eq!(append.accepts, ip_rules("10.1.0.6".parse().unwrap()));
+        let ip: IpAddr = "10.1.0.6".parse().unwrap();
+        assert_eq!(append.accepts, ip_rules(ip).map(|rule| (ip, rule)));
         let missing = iptables_missing(&dump, Family::V4, &c, &other).unwrap();
         assert_eq!(
             missing.message(),

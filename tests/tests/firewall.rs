@@ -936,6 +936,185 @@ mod e2e {
         Ok(())
     }
 
+    /// The state file of attachment `cid` of network `fwdirect` in host namespace `host`.
+    fn record_path(host: &TestNetns, cid: &str) -> Result<std::path::PathBuf> {
+        use std::os::unix::fs::MetadataExt as _;
+        let ino = std::fs::metadata(host.path())?.ino();
+        Ok(std::path::PathBuf::from(format!(
+            "/run/cni-firewall/{ino}/attachments/fwdirect:{cid}:eth0"
+        )))
+    }
+
+    /// Where iptables is iptables-nft, ADD records the handles of the accepts it appends, and
+    /// DEL deletes them by those handles without listing `CNI-FORWARD` (so a rule there that
+    /// holds the address in a form the decoder does not know, which a listing would leave to
+    /// the tools, does not matter, and no tool is needed). A record without handles (an
+    /// earlier version's), whose handles no longer hold the accepts (deleted and written again
+    /// by hand), or whose table was made anew, is looked up in the chain instead.
+    #[test]
+    fn iptables_del_deletes_by_the_handles_add_recorded() -> Result<()> {
+        let (host, rt, netns) = host_runtime("fwhandle")?;
+        let no_tools = [("PATH", "/nonexistent")];
+        let conf = |v4, v6| direct_conf("iptables", "open", Some(prev_result(v4, v6)));
+        let a = conf("10.70.1.2", "fd70:1::2");
+        ok(&exec(&rt, "firewall", "ADD", "hnd-a", &netns, &a), "ADD a");
+        let record = std::fs::read_to_string(record_path(&host, "hnd-a")?)?;
+        let recorded: Value = serde_json::from_str(&record)?;
+        ensure!(
+            recorded["accepts"].as_array().map(Vec::len) == Some(4),
+            "{record}"
+        );
+        // Rules the decoder does not know, holding a's addresses.
+        host.exec_ok(
+            "iptables",
+            &[
+                "-w",
+                "-A",
+                "CNI-FORWARD",
+                "-s",
+                "10.70.1.2/32",
+                "-m",
+                "mark",
+                "--mark",
+                "1",
+                "-j",
+                "ACCEPT",
+            ],
+        )?;
+        host.exec_ok(
+            "ip6tables",
+            &[
+                "-w",
+                "-A",
+                "CNI-FORWARD",
+                "-s",
+                "fd70:1::2/128",
+                "-m",
+                "mark",
+                "--mark",
+                "1",
+                "-j",
+                "ACCEPT",
+            ],
+        )?;
+        let del = exec_env(
+            &rt,
+            "firewall",
+            "DEL",
+            ("hnd-a", &netns),
+            &bare_of(&a),
+            &no_tools,
+        );
+        ok(&del, "DEL a by handle, without the tools");
+        let (v4, v6) = both_tables(&host);
+        let left: Vec<&String> = v4
+            .iter()
+            .chain(&v6)
+            .filter(|l| l.contains("10.70.1.2") || l.contains("fd70:1::2"))
+            .collect();
+        ensure!(
+            left.len() == 2 && left.iter().all(|l| l.contains("--mark 0x1")),
+            "{left:#?}"
+        );
+
+        // An earlier version's record: the addresses only.
+        let b = conf("10.70.1.3", "fd70:1::3");
+        ok(&exec(&rt, "firewall", "ADD", "hnd-b", &netns, &b), "ADD b");
+        std::fs::write(
+            record_path(&host, "hnd-b")?,
+            r#"{"ips":["10.70.1.3","fd70:1::3"]}"#,
+        )?;
+        // Handles that no longer hold their accepts: one deleted and written again by hand.
+        let c = conf("10.70.1.4", "fd70:1::4");
+        ok(&exec(&rt, "firewall", "ADD", "hnd-c", &netns, &c), "ADD c");
+        for op in ["-D", "-A"] {
+            host.exec_ok(
+                "iptables",
+                &[
+                    "-w",
+                    op,
+                    "CNI-FORWARD",
+                    "-s",
+                    "10.70.1.4/32",
+                    "-j",
+                    "ACCEPT",
+                ],
+            )?;
+        }
+        for (cid, conf) in [("hnd-b", &b), ("hnd-c", &c)] {
+            let del = exec_env(
+                &rt,
+                "firewall",
+                "DEL",
+                (cid, &netns),
+                &bare_of(conf),
+                &no_tools,
+            );
+            ok(&del, &format!("DEL {cid} by listing, without the tools"));
+        }
+        // A table made anew (a saved ruleset restored: iptables-nft deletes the table and
+        // makes it again, every rule with a new handle, which may be a recorded one of another
+        // rule): d's recorded handles name nothing any more, and e's accepts must stay.
+        let d = conf("10.70.1.5", "fd70:1::5");
+        let e = conf("10.70.1.6", "fd70:1::6");
+        ok(&exec(&rt, "firewall", "ADD", "hnd-d", &netns, &d), "ADD d");
+        ok(&exec(&rt, "firewall", "ADD", "hnd-e", &netns, &e), "ADD e");
+        for family in ["iptables", "ip6tables"] {
+            let saved = host.exec_ok(&format!("{family}-save"), &["-t", "filter"])?;
+            let file = tempfile::NamedTempFile::new()?;
+            std::fs::write(file.path(), saved)?;
+            host.exec_ok(
+                "sh",
+                &[
+                    "-c",
+                    &format!("{family}-restore < {}", file.path().display()),
+                ],
+            )?;
+        }
+        let del = exec_env(
+            &rt,
+            "firewall",
+            "DEL",
+            ("hnd-d", &netns),
+            &bare_of(&d),
+            &no_tools,
+        );
+        ok(&del, "DEL d after the table was made anew");
+        let (v4, v6) = both_tables(&host);
+        let left: Vec<&String> = v4
+            .iter()
+            .chain(&v6)
+            .filter(|l| l.contains("10.70.1.") || l.contains("fd70:1::"))
+            .filter(|l| !l.contains("--mark 0x1"))
+            .collect();
+        ensure!(
+            left.len() == 4
+                && left
+                    .iter()
+                    .all(|l| l.contains("10.70.1.6") || l.contains("fd70:1::6")),
+            "{left:#?}"
+        );
+        ok(
+            &exec_env(
+                &rt,
+                "firewall",
+                "DEL",
+                ("hnd-e", &netns),
+                &bare_of(&e),
+                &no_tools,
+            ),
+            "DEL e",
+        );
+        Ok(())
+    }
+
+    /// `conf` without its prevResult (DEL then goes by the state alone).
+    fn bare_of(conf: &Value) -> Value {
+        let mut bare = conf.clone();
+        bare.as_object_mut().map(|o| o.remove("prevResult"));
+        bare
+    }
+
     #[test]
     fn iptables_add_and_check_read_the_chains_over_nf_tables_without_duplicates() -> Result<()> {
         let (host, rt, netns) = host_runtime("fwnative")?;

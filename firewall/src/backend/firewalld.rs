@@ -239,7 +239,7 @@ impl FirewallBackend for Firewalld {
                 )?;
             }
         }
-        self.state.record(&owner.state_name(), &target.ips)
+        self.state.record(&owner.state_name(), &target.ips, &[])
     }
 
     fn check(&mut self, _owner: &Owner, target: &Target) -> Result<(), FirewallError> {
@@ -261,7 +261,7 @@ impl FirewallBackend for Firewalld {
     fn del(&mut self, owner: &Owner, target: Option<&Target>) -> Result<(), FirewallError> {
         let _lock = self.state.lock()?;
         let name = owner.state_name();
-        let ips = self.state.ips_to_remove(&name, target)?;
+        let ips = self.state.to_remove(&name, target)?.ips;
         self.remove(&name, &ips)
     }
 

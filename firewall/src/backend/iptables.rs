@@ -1,25 +1,27 @@
-//! The reference's iptables layout in the `filter` table, written with one
-//! `iptables-restore --noflush` transaction per family per call after one read of the chains
-//! involved.
+//! The reference's iptables layout in the `filter` table.
 //!
 //! The read goes over nf_tables netlink where the tools are `iptables-nft`
 //! ([`Tools::snapshot`]), so it neither starts a process nor grows with the other attachments'
 //! rules; `iptables-save` otherwise. The tools' process starts dominate every call, so nothing
-//! is exec'd that can be done without: where the tools are `iptables-nft`, an ADD that only
-//! appends an attachment's accepts (every ADD once a node has the skeleton) writes them over
-//! nf_tables netlink, encoded as the tools would ([`native::encode_rule`]), and DEL deletes
-//! by handle the same way. Otherwise the families' restores run concurrently, never without
-//! lines or for a family without addresses, and DEL first tries its deletions blind (one
-//! restore, no save), reading the table only when that transaction fails.
+//! is exec'd that can be done without: where the tools are `iptables-nft`, an ADD appends the
+//! attachment's accepts over nf_tables netlink, encoded as the tools would
+//! ([`native::encode_rule`]), and records the handles the kernel gave them (and the table's),
+//! so that DEL deletes them by handle without listing `CNI-FORWARD` (which grows with the
+//! attachments). Only what the table
+//! lacks besides the accepts (the chains and jumps of a first ADD, a new bridge's isolation
+//! rules) goes to `iptables-restore --noflush`, one transaction per family. With
+//! `iptables-legacy` everything does: the families' restores run concurrently, and DEL first
+//! tries its deletions blind (one restore, no save), reading the table only when that
+//! transaction fails.
 
 use std::net::IpAddr;
 
 use common::conf::Attachment;
 use common::iptables::native::{self, Wanted};
 use common::iptables::{Family, Iptables as Tools, IptablesError, TableDump, restore_line};
-use common::nft::{Batch, Nft, addr_bytes};
+use common::nft::{Batch, LazyNft, Nft, NftError, addr_bytes};
 
-use super::state::State;
+use super::state::{Accept, State};
 use super::{FirewallBackend, Owner};
 use crate::config::Config;
 use crate::error::FirewallError;
@@ -81,114 +83,153 @@ fn delete_accepts(family: Family, ips: &[IpAddr]) -> Result<(), FirewallError> {
     Ok(())
 }
 
-/// DEL's fast path where iptables is `iptables-nft`: the accept rules of `ips` are nf_tables
-/// rules in chain `CNI-FORWARD` of table `ip filter` / `ip6 filter`, found by their
-/// expressions and deleted by handle over netlink in one batch for both families, with nothing
-/// exec'd. The deletion is what `iptables-restore` would commit, without its process starts,
-/// its cache of the whole table (which grows with the attachments) and, above all, its wait at
-/// exit for the kernel to free the deleted rules (13 ms or more here): the socket goes to a
-/// detached child ([`common::linger::hand_off`]).
-///
-/// Every rule of the chain that holds one of the addresses must decode
-/// ([`native::rule_args`]); the accepts are those equal to [`ip_rules`]. Returns true when it is done: it deleted the accepts, or found none while, in every
-/// family, the tools are `iptables-nft` ([`native::writes_nf_tables`]) or no legacy `filter`
-/// table exists in the namespace, so that nf_tables holds every rule there is and an accept
-/// absent there is absent (a repeated DEL then costs no exec and no read of the whole table,
-/// and a DEL on a node without the tools succeeds when there is nothing to delete). False when
-/// the caller must go the tools' way: a rule did not decode, or nothing was found while
-/// `iptables-legacy` may hold rules.
-fn delete_accepts_nft(families: &[Family], ips: &[IpAddr]) -> Result<bool, FirewallError> {
-    let authoritative = families
+/// The handles of the accepts of `ips` (all of `family`) in `CNI-FORWARD` that their ADD
+/// recorded (`recorded`), when the table is still the one they were recorded in (one request,
+/// whatever the length of the chain: a rule handle names the same rule for the life of its
+/// table, so no rule is read). `None` when an address lacks its two handles or the table was
+/// made anew (by a restore of a saved ruleset, say), and the caller looks the accepts up in
+/// the chain ([`by_listing`]). A recorded rule since deleted (by hand) makes the deletion fail
+/// as a whole, and the caller then looks them up too.
+fn by_handle(
+    nft: &mut Nft,
+    family: Family,
+    ips: &[IpAddr],
+    recorded: &[Accept],
+) -> Result<Option<Vec<u64>>, NftError> {
+    let mine: Vec<&Accept> = recorded.iter().filter(|a| ips.contains(&a.ip)).collect();
+    if ips
         .iter()
-        .all(|f| native::writes_nf_tables(*f) || !legacy_filter_exists(*f));
-    let mut nft = Nft::new()?;
-    let mut batch = Batch::new();
-    let mut found = 0;
-    for family in families {
-        let table = native::nft_table(*family, FILTER_TABLE);
-        let needles: Vec<Vec<u8>> = ips
-            .iter()
-            .filter(|ip| Family::of(ip) == *family)
-            .map(|ip| addr_bytes(*ip))
-            .collect();
-        let needles: Vec<&[u8]> = needles.iter().map(Vec::as_slice).collect();
-        // Only the rules holding one of the addresses can be their accepts.
-        let rules = match nft.rules_containing(&table, CNI_FORWARD_CHAIN, &needles) {
-            Ok(rules) => rules,
-            Err(e) if e.is_not_found() => continue,
-            Err(e) => return Err(e.into()),
-        };
-        for rule in rules {
-            let Some(args) = native::rule_args(*family, &rule.exprs) else {
-                // Not a form this decoder knows (another iptables version?): it might be one
-                // of the accepts, so the tools, which know every form, do the deletion.
-                log::debug!(
-                    "{table} {CNI_FORWARD_CHAIN}: rule {} is not decoded",
-                    rule.handle
-                );
-                return Ok(false);
-            };
-            let mine = ips
-                .iter()
-                .filter(|ip| Family::of(ip) == *family)
-                .any(|ip| ip_rules(*ip).contains(&args));
-            if mine {
-                batch.delete_rule(&table, CNI_FORWARD_CHAIN, rule.handle);
-                found += 1;
-            }
-        }
+        .any(|ip| mine.iter().filter(|a| a.ip == *ip).count() < 2)
+    {
+        return Ok(None);
     }
-    if found == 0 {
-        return Ok(authoritative);
+    let table = nft.table_handle(&native::nft_table(family, FILTER_TABLE))?;
+    if mine.iter().any(|a| Some(a.table) != table) {
+        return Ok(None);
     }
-    nft.apply(&batch)?;
-    log::debug!("deleted {found} accept rule(s) over nf_tables netlink");
-    if let Err(e) = common::linger::hand_off(&nft) {
-        log::debug!("closing the nf_tables socket at exit: {e}");
-    }
-    Ok(true)
+    Ok(Some(mine.iter().map(|a| a.handle).collect()))
 }
 
-/// ADD's fast path where the tools are `iptables-nft` and the plans only append accepts to
-/// `CNI-FORWARD` (every ADD once the node has the skeleton), in forms
-/// [`native::encode_rule`] knows: the rules go in over nf_tables netlink, encoded as
-/// `iptables-restore` would have, both families in one transaction. That saves the restores'
-/// process starts (2 ms each, and competing for the CPU with the reads) and their loads of the
-/// table. Returns false when the caller must run the restores: a family's tools are legacy,
-/// the plan writes anything else (the first ADD on a node creates chains and jumps), or the
-/// transaction failed (logged).
-fn append_natively(plans: &[(Family, AddPlan)]) -> bool {
-    let mut batch = Batch::new();
-    for (family, plan) in plans {
-        if !plan.only_appends_accepts()
-            || (!plan.accepts.is_empty() && !native::writes_nf_tables(*family))
-        {
-            return false;
+/// The handles of every copy of the accepts of `ips` (all of `family`) in `CNI-FORWARD`,
+/// found by listing the chain: the rules that hold one of the addresses, decoded
+/// ([`native::rule_args`]) and compared with [`ip_rules`]. `None` when such a rule does not
+/// decode (a form of another iptables version: it might be one of the accepts, so the tools,
+/// which know every form, must do the deletion). A chain or table that does not exist holds
+/// none.
+fn by_listing(nft: &mut Nft, family: Family, ips: &[IpAddr]) -> Result<Option<Vec<u64>>, NftError> {
+    let table = native::nft_table(family, FILTER_TABLE);
+    let needles: Vec<Vec<u8>> = ips.iter().map(|ip| addr_bytes(*ip)).collect();
+    let needles: Vec<&[u8]> = needles.iter().map(Vec::as_slice).collect();
+    let rules = match nft.rules_containing(&table, CNI_FORWARD_CHAIN, &needles) {
+        Ok(rules) => rules,
+        Err(e) if e.is_not_found() => return Ok(Some(Vec::new())),
+        Err(e) => return Err(e),
+    };
+    let mut handles = Vec::new();
+    for rule in rules {
+        let Some(args) = native::rule_args(family, &rule.exprs) else {
+            log::debug!(
+                "{table} {CNI_FORWARD_CHAIN}: rule {} is not decoded",
+                rule.handle
+            );
+            return Ok(None);
+        };
+        if ips.iter().any(|ip| ip_rules(*ip).contains(&args)) {
+            handles.push(rule.handle);
         }
-        for args in &plan.accepts {
-            let Some(rule) = native::encode_rule(*family, args) else {
-                return false;
-            };
-            batch.add_rule(
+    }
+    Ok(Some(handles))
+}
+
+/// DEL where iptables is `iptables-nft`: the accepts of `ips` are nf_tables rules in chain
+/// `CNI-FORWARD` of table `ip filter` / `ip6 filter`, deleted by handle over netlink in one
+/// batch for both families, with nothing exec'd. The handles are those the ADD recorded
+/// ([`by_handle`]), else those a listing of the chain finds ([`by_listing`]). Returns the
+/// families the caller must leave to the tools: those with a rule the decoder does not know,
+/// and those where nothing was found while `iptables-legacy` may hold rules (in a family
+/// whose tools are `iptables-nft`, or without a legacy `filter` table in the namespace,
+/// nf_tables holds every rule there is, and an accept absent there is absent: a repeated DEL
+/// then costs no exec, and a DEL on a node without the tools succeeds when there is nothing
+/// to delete).
+fn delete_natively(
+    nft: &mut Nft,
+    families: &[Family],
+    ips: &[IpAddr],
+    recorded: &[Accept],
+) -> Result<Vec<Family>, NftError> {
+    match deletions(nft, families, ips, recorded) {
+        Ok(tools) => Ok(tools),
+        // A recorded rule is gone (deleted by hand): the transaction changed nothing.
+        Err(e) if e.is_not_found() && !recorded.is_empty() => {
+            log::debug!("deleting by the recorded handles: {e}; looking the accepts up");
+            deletions(nft, families, ips, &[])
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// One try of [`delete_natively`]: by the `recorded` handles where they do, else by listing.
+fn deletions(
+    nft: &mut Nft,
+    families: &[Family],
+    ips: &[IpAddr],
+    recorded: &[Accept],
+) -> Result<Vec<Family>, NftError> {
+    let mut batch = Batch::new();
+    let mut tools = Vec::new();
+    for family in families {
+        let ips: Vec<IpAddr> = ips
+            .iter()
+            .copied()
+            .filter(|ip| Family::of(ip) == *family)
+            .collect();
+        let handles = match by_handle(nft, *family, &ips, recorded)? {
+            Some(handles) => Some(handles),
+            None => by_listing(nft, *family, &ips)?,
+        };
+        let authoritative = || native::writes_nf_tables(*family) || !legacy_filter_exists(*family);
+        match handles {
+            Some(handles) if !handles.is_empty() || authoritative() => {
+                let table = native::nft_table(*family, FILTER_TABLE);
+                for handle in handles {
+                    batch.delete_rule(&table, CNI_FORWARD_CHAIN, handle);
+                }
+            }
+            _ => tools.push(*family),
+        }
+    }
+    nft.apply(&batch)?;
+    log::debug!(
+        "deleted {} accept rule(s) over nf_tables netlink",
+        batch.len()
+    );
+    Ok(tools)
+}
+
+/// The accepts of `plans` (in forms [`native::encode_rule`] knows), encoded as
+/// `iptables-restore` would have, for one transaction of both families; `None` when a family's
+/// tools are legacy or an accept has another form, and the tools must write them.
+fn native_appends(plans: &[(Family, AddPlan)]) -> Option<(Batch, Vec<IpAddr>)> {
+    let mut batch = Batch::new();
+    let mut ips = Vec::new();
+    for (family, plan) in plans {
+        if plan.accepts.is_empty() {
+            continue;
+        }
+        if !native::writes_nf_tables(*family) {
+            return None;
+        }
+        for (ip, args) in &plan.accepts {
+            let rule = native::encode_rule(*family, args)?;
+            batch.add_rule_echo(
                 &native::nft_table(*family, FILTER_TABLE),
                 CNI_FORWARD_CHAIN,
                 &rule,
             );
+            ips.push(*ip);
         }
     }
-    if batch.is_empty() {
-        return true;
-    }
-    match Nft::new().and_then(|mut nft| nft.apply(&batch)) {
-        Ok(()) => {
-            log::debug!("appended {} rule(s) over nf_tables netlink", batch.len());
-            true
-        }
-        Err(e) => {
-            log::debug!("appending over nf_tables failed ({e}); using iptables-restore");
-            false
-        }
-    }
+    Some((batch, ips))
 }
 
 /// Whether the legacy (x_tables) `filter` table of `family` exists in the calling thread's
@@ -246,18 +287,88 @@ fn read(
 pub struct Iptables {
     config: Config,
     state: State,
+    /// The call's one nf_tables socket, opened on first use.
+    nft: LazyNft,
 }
 
 impl Iptables {
     /// The backend for `config`, keeping its state in `state`.
     #[must_use]
     pub fn new(config: Config, state: State) -> Iptables {
-        Iptables { config, state }
+        Iptables {
+            config,
+            state,
+            nft: LazyNft::new(),
+        }
+    }
+
+    /// Appends the accepts of `plans` over nf_tables netlink, both families in one
+    /// transaction, and returns them with the handles the kernel gave them. `None` when the
+    /// tools must write them: a family's tools are legacy, an accept has a form the encoder
+    /// does not know, or the transaction failed (logged). That saves the restores' process
+    /// starts (2 ms each) and their loads of the table, and the handles let DEL delete them
+    /// without listing the chain.
+    fn append_natively(&mut self, plans: &[(Family, AddPlan)]) -> Option<Vec<Accept>> {
+        let (batch, ips) = native_appends(plans)?;
+        if batch.is_empty() {
+            return Some(Vec::new());
+        }
+        let appended = self.nft.get().and_then(|nft| {
+            // The tables' handles before the append: should a table be made anew in between,
+            // the record names the old one, and DEL looks the accepts up instead.
+            let mut tables = Vec::new();
+            for family in Family::BOTH {
+                if ips.iter().any(|ip| Family::of(ip) == family) {
+                    let table = nft.table_handle(&native::nft_table(family, FILTER_TABLE))?;
+                    tables.push((family, table.unwrap_or_default()));
+                }
+            }
+            Ok((tables, nft.apply_echo(&batch)?))
+        });
+        match appended {
+            Ok((tables, rules)) if rules.len() == ips.len() => {
+                log::debug!("appended {} rule(s) over nf_tables netlink", rules.len());
+                let table_of = |ip: &IpAddr| {
+                    tables
+                        .iter()
+                        .find(|(f, _)| *f == Family::of(ip))
+                        .map_or(0, |(_, t)| *t)
+                };
+                Some(
+                    ips.into_iter()
+                        .zip(rules)
+                        .map(|(ip, rule)| Accept {
+                            table: table_of(&ip),
+                            ip,
+                            handle: rule.handle,
+                        })
+                        .collect(),
+                )
+            }
+            Ok((_, rules)) => {
+                // Committed, but the echo does not say which rule is which: DEL looks them up.
+                log::warn!(
+                    "{} of {} appended rule(s) echoed; not recording handles",
+                    rules.len(),
+                    ips.len()
+                );
+                Some(Vec::new())
+            }
+            Err(e) => {
+                log::debug!("appending over nf_tables failed ({e}); using iptables-restore");
+                None
+            }
+        }
     }
 
     /// Deletes the accepts of `ips` (those no other attachment claims) in every family they
-    /// belong to, and forgets the attachment.
-    fn remove(&self, name: &str, ips: &[IpAddr]) -> Result<(), FirewallError> {
+    /// belong to, by the handles in `recorded` where it can, and forgets the attachment.
+    fn remove(
+        &mut self,
+        name: &str,
+        ips: &[IpAddr],
+        recorded: &[Accept],
+    ) -> Result<(), FirewallError> {
         let mut mine = Vec::new();
         for ip in ips {
             if !self.state.claimed_by_other(*ip, name)? {
@@ -271,13 +382,19 @@ impl Iptables {
         if families.is_empty() {
             return self.state.forget(name, ips);
         }
-        match delete_accepts_nft(&families, &mine) {
-            Ok(true) => return self.state.forget(name, ips),
-            Ok(false) => {}
-            Err(e) => log::debug!("DEL {name}: over nf_tables: {e}; using iptables-restore"),
-        }
+        let tools = match self
+            .nft
+            .get()
+            .and_then(|nft| delete_natively(nft, &families, &mine, recorded))
+        {
+            Ok(tools) => tools,
+            Err(e) => {
+                log::debug!("DEL {name}: over nf_tables: {e}; using iptables-restore");
+                families.clone()
+            }
+        };
         let mut first_error = None;
-        for (family, result) in per_family(&families, |family| delete_accepts(family, &mine)) {
+        for (family, result) in per_family(&tools, |family| delete_accepts(family, &mine)) {
             if let Err(e) = result {
                 log::warn!("DEL {name}: {family}: {e}");
                 first_error.get_or_insert(e);
@@ -299,11 +416,12 @@ impl FirewallBackend for Iptables {
         let _lock = self.state.lock()?;
         let families = target.families();
         let name = owner.state_name();
-        let known = self.state.attachment(&name)?.is_some();
+        let existing = self.state.attachment(&name)?;
+        let known = existing.is_some();
         // Every accept this backend commits is recorded first, so unless the attachment or
         // one of its addresses is recorded, its accepts are not in the table (but for copies
         // written by something else, such as the Go plugin before an upgrade for a container
-        // ADDed again without a DEL, which are then duplicated; DEL removes every copy).
+        // ADDed again without a DEL, which are then duplicated).
         let accepts = known || self.state.claims_any(&target.ips)?;
         let saves = per_family(&families, |family| {
             read(family, &self.config, target, accepts)
@@ -318,20 +436,66 @@ impl FirewallBackend for Iptables {
             }
             plans.push((family, iptables_add(&dump, family, &self.config, target)?));
         }
+        // The accepts a repeated ADD finds in place stay those of the record.
+        let kept: Vec<Accept> = existing
+            .map(|e| e.accepts)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| target.ips.contains(&a.ip))
+            .collect();
         // Recorded before any rule is committed: a call killed after its commit (or an
         // `iptables-restore` it fed, finishing after it) leaves rules that only the record
         // lets a DEL without prevResult find.
-        self.state.record(&name, &target.ips)?;
-        if append_natively(&plans) {
-            return Ok(());
-        }
-        let results: Vec<(Family, Result<(), IptablesError>)> =
-            concurrently(plans.iter().collect(), |(family, plan)| {
-                let result = plan
-                    .lines()
-                    .and_then(|lines| Tools::new(*family).restore(FILTER_TABLE, &lines));
-                (*family, result)
+        self.state.record(&name, &target.ips, &kept)?;
+        let forget = |state: &State| {
+            // A first ADD leaves no record behind; a repeated one keeps its record, whose
+            // earlier rules are still there.
+            if !known && let Err(f) = state.forget(&name, &target.ips) {
+                log::warn!("ADD rollback of the state of {name} failed: {f}");
+            }
+        };
+        let lines: Vec<(Family, Vec<String>)> = if native_appends(&plans).is_some() {
+            // The chains, jumps and isolation rules the table lacks (a first ADD on a node, a
+            // new bridge) go to the tools; the accepts then over nf_tables, with handles.
+            let skeleton: Vec<(Family, Vec<String>)> = plans
+                .iter()
+                .map(|(family, plan)| (*family, plan.skeleton_lines()))
+                .filter(|(_, lines)| !lines.is_empty())
+                .collect();
+            let restored = concurrently(skeleton, |(family, lines)| {
+                Tools::new(family).restore(FILTER_TABLE, &lines)
             });
+            if let Some(e) = restored.into_iter().find_map(Result::err) {
+                // Nothing of this attachment's own was written; shared objects may stay.
+                forget(&self.state);
+                return Err(e.into());
+            }
+            if let Some(appended) = self.append_natively(&plans) {
+                if !appended.is_empty() {
+                    let all: Vec<Accept> = kept.iter().copied().chain(appended).collect();
+                    if let Err(e) = self.state.record_accepts(&name, &target.ips, &all) {
+                        // DEL then looks the accepts up in the chain.
+                        log::warn!("ADD {name}: recording the accepts' handles: {e}");
+                    }
+                }
+                return Ok(());
+            }
+            let mut lines = Vec::new();
+            for (family, plan) in &plans {
+                lines.push((*family, plan.accept_lines()?));
+            }
+            lines
+        } else {
+            let mut lines = Vec::new();
+            for (family, plan) in &plans {
+                lines.push((*family, plan.lines()?));
+            }
+            lines
+        };
+        let results: Vec<(Family, Result<(), IptablesError>)> = concurrently(
+            lines.into_iter().filter(|(_, l)| !l.is_empty()).collect(),
+            |(family, lines)| (family, Tools::new(family).restore(FILTER_TABLE, &lines)),
+        );
         if results.iter().any(|(_, r)| r.is_err()) {
             // Undo this attachment's accepts in the families that committed; the skeleton and
             // isolation rules are shared and may stay.
@@ -343,7 +507,7 @@ impl FirewallBackend for Iptables {
                     .iter()
                     .filter(|(f, _)| f == family)
                     .flat_map(|(_, plan)| &plan.accepts)
-                    .map(|args| restore_line("-D", CNI_FORWARD_CHAIN, args))
+                    .map(|(_, args)| restore_line("-D", CNI_FORWARD_CHAIN, args))
                     .collect();
                 let undone = undo.and_then(|undo| Tools::new(*family).restore(FILTER_TABLE, &undo));
                 if let Err(u) = undone {
@@ -351,11 +515,7 @@ impl FirewallBackend for Iptables {
                 }
             }
             if let Some(e) = results.into_iter().find_map(|(_, r)| r.err()) {
-                // A first ADD leaves no record behind; a repeated one keeps its record, whose
-                // earlier rules are still there.
-                if !known && let Err(f) = self.state.forget(&name, &target.ips) {
-                    log::warn!("ADD rollback of the state of {name} failed: {f}");
-                }
+                forget(&self.state);
                 return Err(e.into());
             }
         }
@@ -380,8 +540,8 @@ impl FirewallBackend for Iptables {
     fn del(&mut self, owner: &Owner, target: Option<&Target>) -> Result<(), FirewallError> {
         let _lock = self.state.lock()?;
         let name = owner.state_name();
-        let ips = self.state.ips_to_remove(&name, target)?;
-        self.remove(&name, &ips)
+        let record = self.state.to_remove(&name, target)?;
+        self.remove(&name, &record.ips, &record.accepts)
     }
 
     fn gc(&mut self, network: &str, valid: &[Attachment]) -> Result<(), FirewallError> {
@@ -394,12 +554,8 @@ impl FirewallBackend for Iptables {
             if live {
                 continue;
             }
-            let ips = self
-                .state
-                .attachment(&name)?
-                .map(|s| s.ips)
-                .unwrap_or_default();
-            if let Err(e) = self.remove(&name, &ips) {
+            let record = self.state.attachment(&name)?.unwrap_or_default();
+            if let Err(e) = self.remove(&name, &record.ips, &record.accepts) {
                 first_error.get_or_insert(e);
             }
         }

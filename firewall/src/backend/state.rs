@@ -23,6 +23,25 @@ use crate::names::{LOCK_WAIT, RUN_DIR};
 pub struct AttachmentState {
     /// Its addresses.
     pub ips: Vec<IpAddr>,
+    /// The accepts its ADD appended to `CNI-FORWARD` over nf_tables, by handle, so that DEL
+    /// finds them without listing the chain. Empty when the tools wrote them (legacy iptables,
+    /// a fallback) and in the records of earlier versions: DEL then looks them up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accepts: Vec<Accept>,
+}
+
+/// An accept rule an ADD appended: the address it is for, its nf_tables handle in
+/// `CNI-FORWARD` of the address family's `filter` table, and that table's handle then. A table
+/// never reuses a rule handle, and a namespace never reuses a table handle: while the table
+/// has that handle, the rule handle names this accept, or nothing once it is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Accept {
+    /// The address.
+    pub ip: IpAddr,
+    /// The rule's handle.
+    pub handle: u64,
+    /// The handle of the table the rule is in.
+    pub table: u64,
 }
 
 /// The state directory of the calling thread's network namespace.
@@ -87,35 +106,59 @@ impl State {
         Ok(self.attachments.read(name)?)
     }
 
-    /// The IPs a DEL of attachment `name` removes: those recorded at ADD, and those of
-    /// prevResult (`target`) when the runtime passed it.
+    /// What a DEL of attachment `name` removes: the IPs recorded at ADD and those of
+    /// prevResult (`target`) when the runtime passed it, with the accepts recorded.
     ///
     /// # Errors
     /// An unreadable state file.
-    pub fn ips_to_remove(
+    pub fn to_remove(
         &self,
         name: &str,
         target: Option<&crate::backend::Target>,
-    ) -> Result<Vec<IpAddr>, FirewallError> {
-        let mut ips = self.attachment(name)?.map(|s| s.ips).unwrap_or_default();
+    ) -> Result<AttachmentState, FirewallError> {
+        let mut record = self.attachment(name)?.unwrap_or_default();
         for ip in target.map(|t| t.ips.as_slice()).unwrap_or_default() {
-            if !ips.contains(ip) {
-                ips.push(*ip);
+            if !record.ips.contains(ip) {
+                record.ips.push(*ip);
             }
         }
-        Ok(ips)
+        Ok(record)
     }
 
-    /// Records an attachment and claims its IPs.
+    /// Records an attachment with the accepts known to be its own, and claims its IPs.
     ///
     /// # Errors
     /// An unwritable state file.
-    pub fn record(&self, name: &str, ips: &[IpAddr]) -> Result<(), FirewallError> {
-        self.attachments
-            .write(name, &AttachmentState { ips: ips.to_vec() })?;
+    pub fn record(
+        &self,
+        name: &str,
+        ips: &[IpAddr],
+        accepts: &[Accept],
+    ) -> Result<(), FirewallError> {
+        self.record_accepts(name, ips, accepts)?;
         for ip in ips {
             self.ips.write(&ip.to_string(), &name)?;
         }
+        Ok(())
+    }
+
+    /// Rewrites an attachment's record with `accepts` (its IPs already claimed).
+    ///
+    /// # Errors
+    /// An unwritable state file.
+    pub fn record_accepts(
+        &self,
+        name: &str,
+        ips: &[IpAddr],
+        accepts: &[Accept],
+    ) -> Result<(), FirewallError> {
+        self.attachments.write(
+            name,
+            &AttachmentState {
+                ips: ips.to_vec(),
+                accepts: accepts.to_vec(),
+            },
+        )?;
         Ok(())
     }
 
@@ -179,8 +222,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let state = State::in_dir(dir.path().to_path_buf());
         let ip: IpAddr = "10.0.0.2".parse().unwrap();
-        state.record("net:old:eth0", &[ip]).unwrap();
-        state.record("net:new:eth0", &[ip]).unwrap();
+        state.record("net:old:eth0", &[ip], &[]).unwrap();
+        let accepts = [Accept {
+            ip,
+            handle: 7,
+            table: 3,
+        }];
+        state.record("net:new:eth0", &[ip], &accepts).unwrap();
         assert!(state.claimed_by_other(ip, "net:old:eth0").unwrap());
         assert!(!state.claimed_by_other(ip, "net:new:eth0").unwrap());
         state.forget("net:old:eth0", &[ip]).unwrap();
@@ -188,15 +236,33 @@ mod tests {
         assert_eq!(state.attachments_of("net").unwrap(), ["net:new:eth0"]);
         assert_eq!(
             state.attachment("net:new:eth0").unwrap(),
-            Some(AttachmentState { ips: vec![ip] })
+            Some(AttachmentState {
+                ips: vec![ip],
+                accepts: accepts.to_vec()
+            })
         );
         state.forget("net:new:eth0", &[ip]).unwrap();
         assert!(!state.claimed_by_other(ip, "x").unwrap());
         assert!(state.attachments_of("net").unwrap().is_empty());
-        state.record("net:stale:eth0", &[ip]).unwrap();
+        state.record("net:stale:eth0", &[ip], &[]).unwrap();
         state.reset().unwrap();
         assert!(!state.claimed_by_other(ip, "x").unwrap());
         assert!(state.attachments_of("net").unwrap().is_empty());
         let _lock = state.lock().unwrap();
+    }
+
+    #[test]
+    fn records_of_earlier_versions_read_without_accepts() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = State::in_dir(dir.path().to_path_buf());
+        std::fs::create_dir_all(dir.path().join("attachments")).unwrap();
+        std::fs::write(
+            dir.path().join("attachments/net:old:eth0"),
+            r#"{"ips":["10.0.0.2","fd00::2"]}"#,
+        )
+        .unwrap();
+        let record = state.attachment("net:old:eth0").unwrap().unwrap();
+        assert_eq!(record.ips.len(), 2);
+        assert!(record.accepts.is_empty());
     }
 }

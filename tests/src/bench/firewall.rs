@@ -6,7 +6,8 @@
 //! - Scale: three series, each in a host namespace of its own: `ours iptables`, `ours nftables`
 //!   and `Go iptables`, each installing its N others itself (one timed ADD per attachment,
 //!   round-robin across the series). At every size of [`Options::scale_sizes`] (which adds
-//!   500, the size of the growth target, to the default sizes), one more ADD and its DEL of
+//!   500, the size of the ADD growth targets, to the default sizes; 5000, that of the
+//!   iptables DEL's, is one of them), one more ADD and its DEL of
 //!   each series, interleaved. The Go series stops above [`Options::reference_max_size`]:
 //!   each Go ADD runs `iptables` several times over the whole `CNI-FORWARD` chain, so its
 //!   install cost grows with N; the report then notes the install time extrapolated from the
@@ -140,15 +141,16 @@ impl Series {
     }
 }
 
-/// The address whose accepts [`time_kernel_append`] appends: outside every series' range.
+/// The address whose accepts [`time_kernel_commits`] appends: outside every series' range.
 const PROBE_V4: &str = "10.71.255.254/32";
 const PROBE_V6: &str = "fd71::ffff/128";
 
-/// The median time the kernel takes to commit one attachment's four accepts (both families,
-/// one nf_tables transaction, as our iptables ADD sends them) into `CNI-FORWARD` of `ns`,
-/// timed from this process so that no plugin start is in it. Each append is deleted again,
-/// out of the timing.
-fn time_kernel_append(ns: &NetNs, iterations: usize) -> Result<Duration> {
+/// The median times the kernel takes to commit one attachment's four accepts (both families,
+/// one nf_tables transaction, as our iptables ADD sends them) into `CNI-FORWARD` of `ns`, and
+/// to commit their deletion by handle (as our iptables DEL sends it), timed from this process
+/// so that no plugin start is in them (nor the handles' look-up, nor the wait for the kernel
+/// to free what was deleted).
+fn time_kernel_commits(ns: &NetNs, iterations: usize) -> Result<[Duration; 2]> {
     use common::iptables::{Family, native};
     use common::nft::{Batch, Nft, addr_bytes};
     let accepts = |family: Family, cidr: &str| -> Result<Vec<common::nft::Rule>> {
@@ -185,6 +187,7 @@ fn time_kernel_append(ns: &NetNs, iterations: usize) -> Result<Duration> {
         ),
     ];
     let mut samples = Samples::default();
+    let mut deletes = Samples::default();
     ns.run(|| -> Result<()> {
         let mut nft = Nft::new()?;
         for _ in 0..=iterations {
@@ -208,21 +211,28 @@ fn time_kernel_append(ns: &NetNs, iterations: usize) -> Result<Duration> {
                     del.delete_rule(table, "CNI-FORWARD", rule.handle);
                 }
             }
+            let start = Instant::now();
             nft.apply(&del)?;
+            deletes.push(Sample {
+                elapsed: start.elapsed(),
+                max_rss_kib: None,
+            });
             // So that the next append is timed alone.
             super::wait_for_nf_tables_frees()?;
         }
         Ok(())
     })??;
-    // The first append warmed up.
+    // The first round warmed up.
     samples.0.remove(0);
-    Ok(samples.median())
+    deletes.0.remove(0);
+    Ok([samples.median(), deletes.median()])
 }
 
-/// What [`time_kernel_append`] measured at each size, beside the growth of our iptables ADD
-/// (`ours_growth`: at each size above 0, its median less that of the ADD timed alongside with
-/// no others, in ms), for the report.
-fn kernel_append_note(kernel: &[(usize, Duration)], ours_growth: &[(usize, f64)]) -> String {
+/// What [`time_kernel_commits`] measured at each size (`step` `"ADD"`: the append, `"DEL"`: the
+/// deletion), beside the growth of our iptables ADD or DEL (`ours_growth`: at each size above
+/// 0, its median less that of the same call timed alongside with no others, in ms), for the
+/// report.
+fn kernel_note(step: &str, kernel: &[(usize, Duration)], ours_growth: &[(usize, f64)]) -> String {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let figures: Vec<String> = kernel
         .iter()
@@ -242,22 +252,35 @@ fn kernel_append_note(kernel: &[(usize, Duration)], ours_growth: &[(usize, f64)]
             ))
         })
         .collect();
-    format!(
-        "firewall: the kernel alone takes {} others to commit one attachment's four accepts \
-         (both families, one nf_tables transaction, timed from the bench process: no plugin \
-         start in it); of the growth of our iptables ADD's median over the ADD timed alongside \
-         with no others, that is {}. \
-         The kernel re-checks every chain reachable from a base chain and re-packs a changed \
-         chain whole at each commit, so any writer of the reference's iptables layout (our \
-         iptables backend, iptables-restore, the Go plugin) pays this growth on each ADD; the \
-         nftables backend adds set elements and no rules, so it does not.",
-        figures.join(", "),
-        if compared.is_empty() {
-            "not measured (no size above 0)".to_owned()
-        } else {
-            compared.join(", ")
-        }
-    )
+    let compared = if compared.is_empty() {
+        "not measured (no size above 0)".to_owned()
+    } else {
+        compared.join(", ")
+    };
+    let figures = figures.join(", ");
+    if step == "ADD" {
+        format!(
+            "firewall: the kernel alone takes {figures} others to commit one attachment's four \
+             accepts (both families, one nf_tables transaction, timed from the bench process: \
+             no plugin start in it); of the growth of our iptables ADD's median over the ADD \
+             timed alongside with no others, that is {compared}. \
+             The kernel re-checks every chain reachable from a base chain and re-packs a \
+             changed chain whole at each commit, so any writer of the reference's iptables \
+             layout (our iptables backend, iptables-restore, the Go plugin) pays this growth on \
+             each ADD; the nftables backend adds set elements and no rules, so it does not."
+        )
+    } else {
+        format!(
+            "firewall: the kernel alone takes {figures} others to commit the deletion of one \
+             attachment's four accepts by handle (both families, one nf_tables transaction, \
+             timed from the bench process); of the growth of our iptables DEL's median over the \
+             DEL timed alongside with no others, that is {compared}. \
+             The kernel finds each handle by walking the chain and re-packs a changed chain \
+             whole at each commit, so any deletion from the reference's layout (ours, \
+             iptables-restore, the Go plugin's iptables -D) pays this growth; our DEL itself \
+             reads the table's handle only, not the chain."
+        )
+    }
 }
 
 /// The scale series; see the module docs.
@@ -273,6 +296,7 @@ fn scale(options: &Options, ours: &Path, reference: &Path) -> Result<Results> {
     let iterations = options.scale_iterations();
     let mut results = Results::default();
     let mut kernel_append: Vec<(usize, Duration)> = Vec::new();
+    let mut kernel_delete: Vec<(usize, Duration)> = Vec::new();
     let mut installed = 0;
     for &size in &sizes {
         series.retain(|s| !s.reference || size <= options.reference_max_size);
@@ -336,7 +360,9 @@ fn scale(options: &Options, ours: &Path, reference: &Path) -> Result<Results> {
                 }
             }
         }
-        kernel_append.push((size, time_kernel_append(&series[0].ns, iterations)?));
+        let [append, delete] = time_kernel_commits(&series[0].ns, iterations)?;
+        kernel_append.push((size, append));
+        kernel_delete.push((size, delete));
         for (((s, add), del), alongside) in series.iter().zip(add).zip(del).zip(alongside) {
             results.scale.push(ScalePoint {
                 suite: "firewall".to_owned(),
@@ -358,21 +384,30 @@ fn scale(options: &Options, ours: &Path, reference: &Path) -> Result<Results> {
             });
         }
     }
-    let ours_growth: Vec<(usize, f64)> = results
-        .scale
-        .iter()
-        .filter(|p| p.series == OURS_IPTABLES)
-        .filter_map(|p| {
-            let base = p.alongside.as_ref()?.add.median();
-            Some((
-                p.others,
-                (p.add.median().as_secs_f64() - base.as_secs_f64()) * 1e3,
-            ))
-        })
-        .collect();
-    results
-        .notes
-        .push(kernel_append_note(&kernel_append, &ours_growth));
+    let ours_growth = |del: bool| -> Vec<(usize, f64)> {
+        results
+            .scale
+            .iter()
+            .filter(|p| p.series == OURS_IPTABLES)
+            .filter_map(|p| {
+                let alongside = p.alongside.as_ref()?;
+                let (grown, base) = if del {
+                    (&p.del, &alongside.del)
+                } else {
+                    (&p.add, &alongside.add)
+                };
+                Some((
+                    p.others,
+                    (grown.median().as_secs_f64() - base.median().as_secs_f64()) * 1e3,
+                ))
+            })
+            .collect()
+    };
+    let notes = [
+        kernel_note("ADD", &kernel_append, &ours_growth(false)),
+        kernel_note("DEL", &kernel_delete, &ours_growth(true)),
+    ];
+    results.notes.extend(notes);
     let go_installs = results
         .scale
         .iter()

@@ -18,7 +18,8 @@
 //! - Notes: the sizes a series left out, and why; who installed Go portmap's others.
 //!
 //! **Sizes.** `--sizes` (default 0, 100, 1000, 5000) is the scale series. Targets that name a
-//! size ([`targets::TARGETS`]: firewall ADD at 500 others, portmap ADD and DEL at 1000) are
+//! size ([`targets::TARGETS`]: firewall ADD at 500 others and its iptables DEL at 5000,
+//! portmap ADD and DEL at 1000) are
 //! evaluated at exactly that size against 0, never at a neighbour: a scale suite always runs 0,
 //! and adds each size its targets name when the largest requested size reaches it. So the
 //! default run times firewall at 0, 100, 500, 1000, 5000; `--sizes 0,500` evaluates the

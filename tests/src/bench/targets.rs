@@ -113,6 +113,7 @@ pub const TARGETS: &[Target] = &[
     ratio("firewall", firewall::CASE_NFTABLES, "DEL", 0.07),
     growth("firewall", OURS_IPTABLES, "ADD", 500, 1.3),
     growth("firewall", OURS_NFTABLES, "ADD", 500, 1.3),
+    growth("firewall", OURS_IPTABLES, "DEL", 5000, 1.3),
     ratio("portmap", portmap::CASE_NFTABLES, "ADD", 0.05),
     ratio("portmap", portmap::CASE_NFTABLES, "CHECK", 0.05),
     ratio("portmap", portmap::CASE_NFTABLES, "DEL", 0.1),
@@ -328,7 +329,7 @@ mod tests {
             assert!(["ADD", "CHECK", "DEL"].contains(&step), "{t:?}");
             assert!(t.limit > 0.0, "{t:?}");
         }
-        assert_eq!(scale_sizes_of("firewall"), [500, 500]);
+        assert_eq!(scale_sizes_of("firewall"), [500, 500, 5000]);
         assert_eq!(scale_sizes_of("portmap"), [1000, 1000]);
         assert!(scale_sizes_of("tuning").is_empty());
     }
