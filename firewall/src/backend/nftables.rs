@@ -23,8 +23,9 @@
 //! elements, which carry its owner comment. So ADD, DEL and GC only add or delete elements,
 //! ADD and DEL with prevResult look up their own addresses instead of listing the others, and
 //! no call's cost grows with the number of containers but GC's and DEL's without prevResult.
-//! (Whatever a transaction deletes is freed after an RCU grace period, and closing the socket
-//! waits for that: the 3–10 ms floor of a DEL that removed something, see README.)
+//! Each call uses one nf_tables socket: whatever a transaction deletes is freed after an RCU
+//! grace period, and closing a socket of the namespace waits for that (the floor of a DEL
+//! that removed something, see README), so a DEL deletes last and closes once, at exit.
 
 use std::net::IpAddr;
 
@@ -299,12 +300,10 @@ impl Nftables {
         if keys.iter().all(Vec::is_empty) {
             return Ok(());
         }
+        // The socket's close now waits for the kernel to free the deleted elements (an RCU
+        // grace period, ~10 ms here): this is the call's last use of its one socket, so what
+        // the call still does (its lock, its exit) overlaps that wait.
         self.nft.apply(&batch)?;
-        // The socket's last close now waits for the kernel to free the deleted elements (an
-        // RCU grace period): a detached holder takes that close, so the plugin's exit doesn't.
-        if let Err(e) = common::linger::hand_off(&self.nft) {
-            log::debug!("closing the nf_tables socket at exit: {e}");
-        }
         Ok(())
     }
 }
