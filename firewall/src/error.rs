@@ -124,10 +124,10 @@ impl From<FirewallError> for CniError {
             )
             | FirewallError::Lock(LockError::Timeout { .. }) => ErrorCode::TryAgainLater,
             FirewallError::Unavailable { .. } => ErrorCode::PluginNotAvailable,
+            // The state directory (read-only, full, gone): the spec's I/O failure.
+            FirewallError::Store(_) | FirewallError::Lock(_) => ErrorCode::Io,
             FirewallError::Iptables(_)
-            | FirewallError::Lock(_)
             | FirewallError::Nft(_)
-            | FirewallError::Store(_)
             | FirewallError::Missing { .. }
             | FirewallError::FirewalldAdd { .. }
             | FirewallError::FirewalldQuery { .. }

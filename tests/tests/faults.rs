@@ -32,8 +32,9 @@
 //! - **The state directory is read-only** (a read-only bind mount: root ignores permission
 //!   bits): ADD fails naming it and changes nothing; DEL fails naming it and keeps its records
 //!   for the retry, which cleans up once the directory is writable: tuning's `dataDir`,
-//!   portmap's `/run/cni/portmap` and firewall's `/run/cni-firewall`, both backends. portmap's
-//!   failing DEL has already removed the kernel objects: it fails only on its record.
+//!   portmap's `/run/cni/portmap`; portmap's failing DEL has already removed the kernel
+//!   objects: it fails only on its record. Firewall's `/run/cni-firewall` (both backends): DEL
+//!   removes the kernel objects all the same, and fails only on the record it cannot remove.
 //! - Deterministic versions of what the cases above found: an empty ingress qdisc left by a
 //!   killed bandwidth ADD, and firewall's iptables ADD killed after its rules were committed.
 //! - **An ADD killed before its `iptables-restore` commits** (a wrapper that waits first): the
@@ -1652,13 +1653,23 @@ fn a_held_lock_makes_add_and_del_give_up_with_code_11_and_change_nothing() -> Re
 // ---------------------------------------------------------------------------------------------
 // The state directory is read-only.
 
+/// What a DEL with the state directory read-only does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadOnlyDel {
+    /// It fails naming the directory and keeps its record for the retry, having undone what
+    /// it made and can identify (portmap's rules and elements, tuning's attributes and
+    /// sysctls from the readable backup, firewall's accepts): it fails only on the record it
+    /// could not remove (code 5).
+    FailsOnTheRecord,
+    /// It succeeds, having undone everything: it keeps no record there (firewall's nftables
+    /// backend: its elements carry their owner; only its lock file is there).
+    Succeeds,
+}
+
 /// ADD with `dir` read-only fails naming it and changes nothing; after an ADD with it
-/// writable, DEL with it read-only fails naming it (and keeps its record for the retry), and
-/// the retry with it writable leaves the state of before the ADD. With `del_cleans`, the
-/// failing DEL has already undone what it made and can identify (portmap's rules and elements,
-/// tuning's attributes and sysctls from the readable backup): it fails only on the record it
-/// could not remove.
-fn read_only_state_dir(stage: &Stage, dir: &Path, del_cleans: bool) -> Result<()> {
+/// writable, DEL with it read-only undoes what it made and can identify, and fails or not as
+/// `del` says; the retry with it writable leaves the state of before the ADD.
+fn read_only_state_dir(stage: &Stage, dir: &Path, del: ReadOnlyDel) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let before = stage.warmed_up()?;
     let said = |err: &CniErrorObject| {
@@ -1687,7 +1698,19 @@ fn read_only_state_dir(stage: &Stage, dir: &Path, del_cleans: bool) -> Result<()
     let added = stage.state()?;
     {
         let _ro = ReadOnly::new(dir)?;
-        said(&stage.fails("DEL", true, &[])?)?;
+        match del {
+            ReadOnlyDel::FailsOnTheRecord => {
+                let err = stage.fails("DEL", true, &[])?;
+                said(&err)?;
+                ensure!(
+                    err.code == 5,
+                    "{} DEL into a read-only {}: {err:?}",
+                    stage.plugin,
+                    dir.display()
+                );
+            }
+            ReadOnlyDel::Succeeds => stage.ok("DEL", true, &[])?,
+        }
         // What DEL needs for its retry is still there.
         let now = stage.state()?;
         for name in ["files:portmap", "files:firewall", "files:data"] {
@@ -1698,7 +1721,7 @@ fn read_only_state_dir(stage: &Stage, dir: &Path, del_cleans: bool) -> Result<()
                 dir.display()
             );
         }
-        if del_cleans {
+        {
             ensure!(
                 now.attributes == before.attributes,
                 "{} DEL into a read-only {} did not restore what it could: {:#?}",
@@ -1707,10 +1730,7 @@ fn read_only_state_dir(stage: &Stage, dir: &Path, del_cleans: bool) -> Result<()
                 before.diff(&now)
             );
         }
-        for name in ["nftables", "iptables", "ip6tables"]
-            .iter()
-            .filter(|_| del_cleans)
-        {
+        for name in ["nftables", "iptables", "ip6tables"] {
             ensure!(
                 now.host.section(name) == before.host.section(name),
                 "{} DEL into a read-only {} left {name} objects: {:#?}",
@@ -1732,7 +1752,7 @@ fn read_only_state_dir(stage: &Stage, dir: &Path, del_cleans: bool) -> Result<()
 fn read_only_data_dir_tuning() -> Result<()> {
     isolated(|| {
         let stage = tuning_stage("frotun")?;
-        read_only_state_dir(&stage, &stage.data_dir(), true)
+        read_only_state_dir(&stage, &stage.data_dir(), ReadOnlyDel::FailsOnTheRecord)
     })
 }
 
@@ -1803,20 +1823,28 @@ fn read_only_state_dir_portmap_both_backends() -> Result<()> {
     isolated(|| {
         for backend in ["nftables", "iptables"] {
             let stage = Stage::new("fropm", "portmap", portmap_keys(backend))?;
-            read_only_state_dir(&stage, Path::new(PORTMAP_RUN), true)
-                .with_context(|| format!("backend {backend}"))?;
+            read_only_state_dir(
+                &stage,
+                Path::new(PORTMAP_RUN),
+                ReadOnlyDel::FailsOnTheRecord,
+            )
+            .with_context(|| format!("backend {backend}"))?;
         }
         Ok(())
     })
 }
 
-/// The iptables backend keeps its records there, and both backends their lock.
+/// The iptables backend keeps its records there, and both backends their lock: DEL removes
+/// the accepts or elements all the same, and only the iptables backend fails, on its record.
 #[test]
 fn read_only_state_dir_firewall_both_backends() -> Result<()> {
     isolated(|| {
-        for backend in ["nftables", "iptables"] {
+        for (backend, del) in [
+            ("nftables", ReadOnlyDel::Succeeds),
+            ("iptables", ReadOnlyDel::FailsOnTheRecord),
+        ] {
             let stage = Stage::new("frofw", "firewall", firewall_keys(backend))?;
-            read_only_state_dir(&stage, Path::new(FIREWALL_RUN), false)
+            read_only_state_dir(&stage, Path::new(FIREWALL_RUN), del)
                 .with_context(|| format!("backend {backend}"))?;
         }
         Ok(())

@@ -203,6 +203,128 @@ mod real_firewalld {
         )
     }
 
+    /// A proxy in front of the bus socket at `upstream`, for one client: it forwards both ways
+    /// until the client sends a message naming `method`; from then on nothing reaches the
+    /// client. The call is made (firewalld applies it), its reply never arrives, and the client
+    /// waits until it is killed.
+    struct HoldingProxy {
+        path: PathBuf,
+        _dir: tempfile::TempDir,
+    }
+
+    impl HoldingProxy {
+        fn start(upstream: PathBuf, method: &'static [u8]) -> Result<HoldingProxy> {
+            use std::io::{Read, Write};
+            use std::os::unix::net::{UnixListener, UnixStream};
+            use std::sync::Arc;
+            use std::sync::atomic::{AtomicBool, Ordering};
+            let dir = tempfile::Builder::new().prefix("fw-hold").tempdir()?;
+            let path = dir.path().join("bus");
+            let listener = UnixListener::bind(&path)?;
+            // Detached: it ends when the client's connection does (or with the test).
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let (client, _) = listener.accept()?;
+                let bus = UnixStream::connect(upstream)?;
+                let held = Arc::new(AtomicBool::new(false));
+                let (mut from_client, mut to_bus) = (client.try_clone()?, bus.try_clone()?);
+                let seen = Arc::clone(&held);
+                let forward = std::thread::spawn(move || -> std::io::Result<()> {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let mut tail: Vec<u8> = Vec::new();
+                    loop {
+                        let n = from_client.read(&mut buf)?;
+                        if n == 0 {
+                            return to_bus.shutdown(std::net::Shutdown::Both);
+                        }
+                        tail.extend_from_slice(&buf[..n]);
+                        if tail.windows(method.len()).any(|w| w == method) {
+                            // Before the call goes on: its reply cannot overtake this.
+                            seen.store(true, Ordering::SeqCst);
+                        }
+                        let keep = tail.len().saturating_sub(method.len());
+                        tail.drain(..keep);
+                        to_bus.write_all(&buf[..n])?;
+                    }
+                });
+                let (mut from_bus, mut to_client) = (bus, client);
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = from_bus.read(&mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    if !held.load(Ordering::SeqCst) {
+                        to_client.write_all(&buf[..n])?;
+                    }
+                }
+                let _ = forward.join();
+                Ok(())
+            });
+            Ok(HoldingProxy { path, _dir: dir })
+        }
+    }
+
+    /// firewalld's ADD records the attachment before it adds a source: an ADD killed once
+    /// firewalld has the source (here: while waiting for the reply to `addSource`, which the
+    /// proxy holds back) leaves a record, and the DEL a runtime sends then (no prevResult)
+    /// removes the source.
+    #[test]
+    fn del_removes_the_source_of_an_add_killed_after_firewalld_added_it() -> Result<()> {
+        let ns = TestNetns::new("fwdkill")?;
+        let fw = Firewalld::start(&ns).context("starting a private firewalld")?;
+        let rt = Runtime::new(&ns)?;
+        let upstream = PathBuf::from(
+            fw.address
+                .strip_prefix("unix:path=")
+                .context("a unix:path address")?,
+        );
+        let proxy = HoldingProxy::start(upstream, b"addSource")?;
+        let netns = ns.path().to_string_lossy().into_owned();
+        let mut cmd = Command::new(tests::bins::plugin_binary("firewall")?);
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("CNI_COMMAND", "ADD")
+            .env("CNI_CONTAINERID", "fwd-ctr")
+            .env("CNI_NETNS", &netns)
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", "/usr/lib/cni")
+            .env("CNI_NETNS_OVERRIDE", "1")
+            .env(
+                "DBUS_SYSTEM_BUS_ADDRESS",
+                format!("unix:path={}", proxy.path.display()),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = ns.spawn(&mut cmd)?;
+        if let Some(mut stdin) = child.stdin.take() {
+            std::io::Write::write_all(&mut stdin, conf("firewalld", true).to_string().as_bytes())?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !fw.sources(&ns)?.contains("\"10.68.0.2/32\"") {
+            if let Ok(Some(status)) = child.try_wait() {
+                bail!("ADD ended before firewalld had the source: {status}");
+            }
+            ensure!(Instant::now() < deadline, "firewalld never got the source");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ensure!(
+            child.try_wait()?.is_none(),
+            "the ADD did not wait for its reply"
+        );
+        kill_and_reap(&mut child);
+        ok(
+            &exec(&rt, &fw, &ns, "DEL", &conf("firewalld", false))?,
+            "DEL",
+        )?;
+        let sources = fw.sources(&ns)?;
+        ensure!(
+            !sources.contains("10.68.0.2"),
+            "the source stayed: {sources}"
+        );
+        Ok(())
+    }
+
     fn ok(out: &PluginOutput, what: &str) -> Result<()> {
         ensure!(
             out.status.success(),

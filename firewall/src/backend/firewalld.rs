@@ -191,6 +191,31 @@ impl Firewalld {
         }
     }
 
+    /// Adds the sources of `target` (noting in `added` those that were not there yet) and its
+    /// bridge's isolation rules.
+    fn add_sources(
+        &mut self,
+        target: &Target,
+        added: &mut Vec<IpAddr>,
+    ) -> Result<(), FirewallError> {
+        for ip in &target.ips {
+            if self.add_source(*ip)? {
+                added.push(*ip);
+            }
+        }
+        if let Some(bridge) = &target.bridge {
+            for family in target.families() {
+                let tools = Tools::new(family);
+                let dump = tools.save(FILTER_TABLE)?;
+                tools.restore(
+                    FILTER_TABLE,
+                    &iptables_isolation(&dump, self.config.ingress, bridge)?,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
     fn remove(&mut self, name: &str, ips: &[IpAddr]) -> Result<(), FirewallError> {
         let mut first_error = None;
         for ip in ips {
@@ -216,30 +241,28 @@ impl FirewallBackend for Firewalld {
 
     fn add(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
         let _lock = self.state.lock()?;
+        let name = owner.state_name();
+        let known = self.state.attachment(&name)?.is_some();
+        // Recorded before firewalld changes anything: a call killed after a source was added
+        // leaves a record through which a DEL without prevResult finds it.
+        self.state.record(&name, &target.ips, &[])?;
         let mut added = Vec::new();
-        for ip in &target.ips {
-            match self.add_source(*ip) {
-                Ok(true) => added.push(*ip),
-                Ok(false) => {}
-                Err(e) => {
-                    for ip in added {
-                        let _ = self.remove_source(ip);
-                    }
-                    return Err(e);
+        let result = self.add_sources(target, &mut added);
+        if result.is_err() {
+            for ip in added {
+                if let Err(e) = self.remove_source(ip) {
+                    log::warn!(
+                        "ADD rollback of {ip} in zone {} failed: {e}",
+                        self.config.zone
+                    );
                 }
             }
-        }
-        if let Some(bridge) = &target.bridge {
-            for family in target.families() {
-                let tools = Tools::new(family);
-                let dump = tools.save(FILTER_TABLE)?;
-                tools.restore(
-                    FILTER_TABLE,
-                    &iptables_isolation(&dump, self.config.ingress, bridge)?,
-                )?;
+            // A first ADD leaves no record behind; a repeated one keeps its record.
+            if !known && let Err(f) = self.state.forget(&name, &target.ips) {
+                log::warn!("ADD rollback of the state of {name} failed: {f}");
             }
         }
-        self.state.record(&owner.state_name(), &target.ips, &[])
+        result
     }
 
     fn check(&mut self, _owner: &Owner, target: &Target) -> Result<(), FirewallError> {
@@ -259,14 +282,14 @@ impl FirewallBackend for Firewalld {
     }
 
     fn del(&mut self, owner: &Owner, target: Option<&Target>) -> Result<(), FirewallError> {
-        let _lock = self.state.lock()?;
+        let _lock = self.state.lock_for_teardown()?;
         let name = owner.state_name();
         let ips = self.state.to_remove(&name, target)?.ips;
         self.remove(&name, &ips)
     }
 
     fn gc(&mut self, network: &str, valid: &[Attachment]) -> Result<(), FirewallError> {
-        let _lock = self.state.lock()?;
+        let _lock = self.state.lock_for_teardown()?;
         let mut first_error = None;
         for name in self.state.attachments_of(network)? {
             if valid

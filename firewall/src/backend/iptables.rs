@@ -538,14 +538,14 @@ impl FirewallBackend for Iptables {
     }
 
     fn del(&mut self, owner: &Owner, target: Option<&Target>) -> Result<(), FirewallError> {
-        let _lock = self.state.lock()?;
+        let _lock = self.state.lock_for_teardown()?;
         let name = owner.state_name();
         let record = self.state.to_remove(&name, target)?;
         self.remove(&name, &record.ips, &record.accepts)
     }
 
     fn gc(&mut self, network: &str, valid: &[Attachment]) -> Result<(), FirewallError> {
-        let _lock = self.state.lock()?;
+        let _lock = self.state.lock_for_teardown()?;
         let mut first_error = None;
         for name in self.state.attachments_of(network)? {
             let live = valid

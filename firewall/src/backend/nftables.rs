@@ -392,7 +392,7 @@ impl FirewallBackend for Nftables {
     }
 
     fn del(&mut self, owner: &Owner, target: Option<&Target>) -> Result<(), FirewallError> {
-        let _lock = self.state.lock()?;
+        let _lock = self.state.lock_for_teardown()?;
         let comment = owner.comment();
         let elements = match target {
             // prevResult names the addresses: look up only those.
@@ -410,7 +410,7 @@ impl FirewallBackend for Nftables {
     }
 
     fn gc(&mut self, network: &str, valid: &[Attachment]) -> Result<(), FirewallError> {
-        let _lock = self.state.lock()?;
+        let _lock = self.state.lock_for_teardown()?;
         let live: Vec<String> = valid
             .iter()
             .map(|a| crate::names::owner_comment(network, &a.container_id, &a.ifname))
