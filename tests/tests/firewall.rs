@@ -493,6 +493,79 @@ mod e2e {
         Ok(())
     }
 
+    /// nftables GC with 8000 stale attachments (their elements made with `nft -f`, each with
+    /// its owner comment, as 8000 ADDs would have left them): one call removes every stale
+    /// element and keeps the valid one and another network's (issue 22 #2: their keys once
+    /// went into one netlink attribute, whose 16-bit length wrapped past 64 KiB).
+    #[test]
+    fn nftables_gc_removes_8000_stale_attachments_at_once() -> Result<()> {
+        const STALE: usize = 8000;
+        let (host, rt, netns) = host_runtime("fwgc8k")?;
+        let conf =
+            |cid_v4: &str| direct_conf("nftables", "open", Some(prev_result(cid_v4, "fd71::2")));
+        ok(
+            &exec(
+                &rt,
+                "firewall",
+                "ADD",
+                "gc-live",
+                &netns,
+                &conf("10.71.255.1"),
+            ),
+            "ADD live",
+        );
+        let mut other = conf("10.71.255.2");
+        other["name"] = json!("fwother");
+        other["prevResult"]["ips"][1]["address"] = json!("fd71::3/64");
+        ok(
+            &exec(&rt, "firewall", "ADD", "gc-other", &netns, &other),
+            "ADD other",
+        );
+        let elements: Vec<String> = (0..STALE)
+            .map(|i| {
+                format!(
+                    "10.71.{}.{} comment \"fwdirect/stale-{i}/eth0\"",
+                    i / 250,
+                    i % 250 + 1
+                )
+            })
+            .collect();
+        let script = tempfile::NamedTempFile::new()?;
+        std::fs::write(
+            script.path(),
+            format!(
+                "add element inet cni_firewall containers4 {{ {} }}\n",
+                elements.join(", ")
+            ),
+        )?;
+        host.exec_ok("nft", &["-f", &script.path().to_string_lossy()])?;
+        let mut gc = direct_conf("nftables", "open", None);
+        gc["cniVersion"] = json!("1.1.0");
+        gc["cni.dev/valid-attachments"] = json!([{ "containerID": "gc-live", "ifname": "eth0" }]);
+        let out = rt.exec_plugin(
+            "firewall",
+            Some("GC"),
+            &[("CNI_PATH", "/usr/lib/cni")],
+            gc.to_string().as_bytes(),
+        )?;
+        ensure!(
+            out.status.success(),
+            "GC of {STALE} stale attachments: {:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let table = host.exec_ok(
+            "nft",
+            &["list", "set", "inet", "cni_firewall", "containers4"],
+        )?;
+        ensure!(!table.contains("stale-"), "stale elements survived GC");
+        ensure!(
+            table.contains("fwdirect/gc-live/eth0") && table.contains("fwother/gc-other/eth0"),
+            "{table}"
+        );
+        Ok(())
+    }
+
     /// `iptables-save` and `ip6tables-save`, or our nft table, of `ns`.
     fn listing(ns: &TestNetns, backend: &str) -> Result<String> {
         Ok(if backend == "iptables" {
