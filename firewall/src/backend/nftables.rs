@@ -233,8 +233,15 @@ impl Nftables {
     fn ensure_isolation(&mut self, batch: &mut Batch, bridge: &str) -> Result<(), FirewallError> {
         let t = table();
         let stage1 = rules_or_none(&mut self.nft, &t, NFT_ISOLATION_CHAIN)?.unwrap_or_default();
-        let stage2 = rules_or_none(&mut self.nft, &t, NFT_ISOLATION_OUT_CHAIN)?.unwrap_or_default();
-        batch.add_chain(&t, &Chain::regular(NFT_ISOLATION_OUT_CHAIN));
+        // Declared only when missing: re-adding a chain that exists is an update the kernel
+        // frees after an RCU grace period, which the socket's close would then wait for.
+        let stage2 = match rules_or_none(&mut self.nft, &t, NFT_ISOLATION_OUT_CHAIN)? {
+            Some(rules) => rules,
+            None => {
+                batch.add_chain(&t, &Chain::regular(NFT_ISOLATION_OUT_CHAIN));
+                Vec::new()
+            }
+        };
         for (chain, first, rule) in isolation_rules(bridge, self.policy) {
             let present = if chain == NFT_ISOLATION_CHAIN {
                 &stage1
