@@ -86,6 +86,46 @@ impl FileLock {
         FileLock::acquire_file(file, path, wait)
     }
 
+    /// The lock of a teardown (DEL, GC), which must go on when the directory of the lock file
+    /// cannot be written (read-only, full): [`FileLock::acquire`], and when it cannot open the
+    /// file for that, the existing file locked through a read-only descriptor (`flock` needs no
+    /// write access). `None` when there is no such file either: nothing can make it, so no call
+    /// can hold it, and the teardown goes on unlocked (logged).
+    ///
+    /// # Errors
+    /// As [`FileLock::acquire`], but for those failures to open the file for writing.
+    pub fn acquire_for_teardown(
+        path: impl AsRef<Path>,
+        wait: Duration,
+    ) -> Result<Option<FileLock>, LockError> {
+        let path = path.as_ref();
+        match FileLock::acquire(path, wait) {
+            Ok(lock) => Ok(Some(lock)),
+            Err(LockError::Open { source, .. })
+                if matches!(
+                    source.raw_os_error(),
+                    Some(libc::EROFS | libc::ENOSPC | libc::EDQUOT)
+                ) =>
+            {
+                match File::open(path) {
+                    Ok(file) => Ok(Some(FileLock::acquire_file(
+                        file,
+                        path.to_path_buf(),
+                        wait,
+                    )?)),
+                    Err(e) => {
+                        log::info!(
+                            "going on without the lock {}: {source}; {e}",
+                            path.display()
+                        );
+                        Ok(None)
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Locks an already open file (for example a directory), waiting at most `wait`.
     ///
     /// A contended lock is waited for in the kernel (a blocking `flock` on a helper thread),
@@ -173,6 +213,16 @@ mod tests {
         assert!(cni.msg.contains("state.lock"), "{}", cni.msg);
         drop(first);
         FileLock::acquire(&path, Duration::from_millis(100)).unwrap();
+    }
+
+    #[test]
+    fn a_teardown_lock_on_a_writable_directory_is_the_plain_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/lock");
+        let held = FileLock::acquire_for_teardown(&path, Duration::from_secs(1)).unwrap();
+        assert!(held.is_some());
+        let err = FileLock::acquire_for_teardown(&path, Duration::from_millis(50)).unwrap_err();
+        assert!(matches!(err, LockError::Timeout { .. }), "{err}");
     }
 
     #[test]

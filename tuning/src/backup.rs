@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use common::lock::{DEFAULT_WAIT, FileLock, LockError};
+use common::lock::{DEFAULT_WAIT, FileLock};
 use common::store::{StateStore, StoreError};
 use serde::{Deserialize, Serialize};
 
@@ -159,25 +159,10 @@ impl BackupStore {
     /// # Errors
     /// [`TuningError::Lock`] when it stays contended or fails otherwise.
     pub fn lock_for_del(&self) -> Result<Option<FileLock>, TuningError> {
-        let path = self.dir().join(LOCK_FILE);
-        match FileLock::acquire(&path, DEFAULT_WAIT) {
-            Ok(lock) => Ok(Some(lock)),
-            Err(LockError::Open { source, .. })
-                if matches!(
-                    source.raw_os_error(),
-                    Some(libc::EROFS | libc::ENOSPC | libc::EDQUOT)
-                ) =>
-            {
-                match std::fs::File::open(&path) {
-                    Ok(file) => Ok(Some(FileLock::acquire_file(file, path, DEFAULT_WAIT)?)),
-                    Err(e) => {
-                        log::info!("DEL without the data dir's lock {}: {e}", path.display());
-                        Ok(None)
-                    }
-                }
-            }
-            Err(e) => Err(e.into()),
-        }
+        Ok(FileLock::acquire_for_teardown(
+            self.dir().join(LOCK_FILE),
+            DEFAULT_WAIT,
+        )?)
     }
 
     /// Reads a backup file; `Ok(None)` when it does not exist.

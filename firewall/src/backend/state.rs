@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use common::lock::{FileLock, LockError};
+use common::lock::FileLock;
 use common::store::StateStore;
 use serde::{Deserialize, Serialize};
 
@@ -83,30 +83,16 @@ impl State {
     }
 
     /// The lock for a DEL or GC, which must clean the kernel up even when the state
-    /// directory is read-only (or full, or its files not writable): the lock file is then
-    /// opened read-only (`flock` needs no write access); where it does not exist and cannot
-    /// be made, no call of ours can hold it, and the teardown goes on without it.
+    /// directory is read-only or full ([`FileLock::acquire_for_teardown`]: the lock file
+    /// locked read-only, or none where it cannot exist).
     ///
     /// # Errors
-    /// [`FirewallError::Lock`]: a timeout, or a lock file that cannot be opened at all.
+    /// [`FirewallError::Lock`]: a timeout, or a lock file that cannot be opened otherwise.
     pub fn lock_for_teardown(&self) -> Result<Option<FileLock>, FirewallError> {
-        let path = self.dir.join("lock");
-        let source = match FileLock::acquire(&path, LOCK_WAIT) {
-            Ok(lock) => return Ok(Some(lock)),
-            Err(LockError::Open { source, .. }) => source,
-            Err(e) => return Err(e.into()),
-        };
-        match std::fs::File::open(&path) {
-            Ok(file) => {
-                log::info!("{}: {source}; locking it read-only", path.display());
-                Ok(Some(FileLock::acquire_file(file, path, LOCK_WAIT)?))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                log::warn!("{}: {source}; going on without the lock", path.display());
-                Ok(None)
-            }
-            Err(_) => Err(LockError::Open { path, source }.into()),
-        }
+        Ok(FileLock::acquire_for_teardown(
+            self.dir.join("lock"),
+            LOCK_WAIT,
+        )?)
     }
 
     /// Forgets every attachment: the caller found the namespace without our skeleton, so any
