@@ -257,19 +257,35 @@ pub fn go_errno(err: &std::io::Error) -> String {
     text.to_string()
 }
 
-/// A string as Go's `%q` prints it (quoted, with `\"` and `\\` escaped), for the reference's
-/// messages that quote a value.
+/// A string as Go's `%q` prints it (`strconv.Quote`), for the reference's messages that quote
+/// a value: quoted, `"` and `\` escaped, `\a \b \f \n \r \t \v` for those controls, `\xNN`
+/// for the other ASCII controls, `\uNNNN` (`\UNNNNNNNN`) for other characters Go does not
+/// print (C1 controls, spaces other than ' '), the rest as it is.
 pub fn go_quote(s: &str) -> String {
+    use std::fmt::Write as _;
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
             '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            '\t' => out.push_str("\\t"),
+            '\u{b}' => out.push_str("\\v"),
+            c if u32::from(c) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c if c.is_control() || (c.is_whitespace() && c != ' ') => {
+                if u32::from(c) < 0x1_0000 {
+                    let _ = write!(out, "\\u{:04x}", u32::from(c));
+                } else {
+                    let _ = write!(out, "\\U{:08x}", u32::from(c));
+                }
+            }
             c => out.push(c),
         }
     }
@@ -338,6 +354,17 @@ mod tests {
         }
         assert_eq!(go_errno(&std::io::Error::other("custom")), "custom");
         assert_eq!(go_quote("a \"b\"\\c\n"), r#""a \"b\"\\c\n""#);
+        for (raw, quoted) in [
+            ("tab\there", r#""tab\there""#),
+            ("bell\u{7}", r#""bell\a""#),
+            ("nul\u{0}", r#""nul\x00""#),
+            ("del\u{7f}", r#""del\x7f""#),
+            ("c1\u{85}", r#""c1\u0085""#),
+            ("nbsp\u{a0}", r#""nbsp\u00a0""#),
+            ("é ü", r#""é ü""#),
+        ] {
+            assert_eq!(go_quote(raw), quoted);
+        }
     }
 
     #[test]

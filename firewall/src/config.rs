@@ -1,8 +1,6 @@
 //! The plugin's keys: wire form (as Go decodes it) → validated [`Config`]. Pure.
 
-use std::fmt::Write as _;
-
-use common::error::CniError;
+use common::error::{CniError, go_quote};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -94,40 +92,6 @@ pub struct Config {
 /// value, the reason in details.
 fn invalid(field: &str, value: &str, why: &str) -> CniError {
     CniError::invalid_config(format!("invalid {field} {}", go_quote(value))).with_details(why)
-}
-
-/// `s` quoted as Go's `%q` prints a string, so that messages that quote a value read as the
-/// reference's: `"`, `\` and control characters escaped, other characters kept.
-#[must_use]
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if u32::from(c) < 0x20 || c == '\u{7f}' => {
-                let _ = write!(out, "\\x{:02x}", u32::from(c));
-            }
-            c if c.is_control() || (c.is_whitespace() && c != ' ') => {
-                if u32::from(c) < 0x1_0000 {
-                    let _ = write!(out, "\\u{:04x}", u32::from(c));
-                } else {
-                    let _ = write!(out, "\\U{:08x}", u32::from(c));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 impl Config {
@@ -373,20 +337,6 @@ mod tests {
         );
         let err = conf(json!({"ingressPolicy": "a\"b\u{1}\n"})).unwrap_err();
         assert_eq!(err.msg, r#"unknown ingress policy: "a\"b\x01\n""#);
-    }
-
-    #[test]
-    fn values_are_quoted_as_go_quotes_them() {
-        for (raw, quoted) in [
-            ("same-bridge", r#""same-bridge""#),
-            ("tab\there", r#""tab\there""#),
-            ("back\\slash", r#""back\\slash""#),
-            ("del\u{7f}", r#""del\x7f""#),
-            ("nbsp\u{a0}", r#""nbsp\u00a0""#),
-            ("é ü", r#""é ü""#),
-        ] {
-            assert_eq!(go_quote(raw), quoted);
-        }
     }
 
     #[test]

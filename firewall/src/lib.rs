@@ -41,6 +41,9 @@ use config::{BackendChoice, Config, TeardownWire, WireConf};
 use error::FirewallError;
 use plan::Target;
 
+/// How the reference leads a configuration that does not decode.
+const DECODE_LEAD: &str = "failed to load netconf";
+
 /// The versions the reference advertises.
 pub const SUPPORTED_VERSIONS: &[&str] = &["0.4.0", "1.0.0", "1.1.0"];
 
@@ -65,7 +68,7 @@ fn owner(call: &Call, network: &str) -> Owner {
 
 /// ADD, CHECK and STATUS: every key validated.
 fn parse(call: &Call) -> Result<Parsed<WireConf>, CniError> {
-    let conf: NetConf<WireConf> = call.conf()?;
+    let conf: NetConf<WireConf> = call.conf().map_err(|e| e.with_decode_lead(DECODE_LEAD))?;
     let config = Config::from_wire(&conf.plugin)?;
     let owner = owner(call, &conf.name);
     Ok(Parsed {
@@ -77,7 +80,7 @@ fn parse(call: &Call) -> Result<Parsed<WireConf>, CniError> {
 
 /// DEL and GC: only the keys they use, none of them validated ([`Config::for_teardown`]).
 fn parse_teardown(call: &Call) -> Result<Parsed<TeardownWire>, CniError> {
-    let conf: NetConf<TeardownWire> = call.conf()?;
+    let conf: NetConf<TeardownWire> = call.conf().map_err(|e| e.with_decode_lead(DECODE_LEAD))?;
     let config = Config::for_teardown(&conf.plugin);
     let owner = owner(call, &conf.name);
     Ok(Parsed {
