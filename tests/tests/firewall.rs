@@ -1193,6 +1193,74 @@ mod e2e {
         Ok(())
     }
 
+    /// A state record that does not parse (empty, or garbage: a crash can leave either) is
+    /// taken for absent, logged and removed: DEL without prevResult still removes the
+    /// attachment's accepts (its addresses' claims name it), ADD again works, and GC removes
+    /// the accepts and the file (issue 22 #5).
+    #[test]
+    fn a_corrupt_state_record_wedges_neither_del_nor_add_nor_gc() -> Result<()> {
+        let (host, rt, netns) = host_runtime("fwcorrupt")?;
+        let conf = |v4, v6| direct_conf("iptables", "open", Some(prev_result(v4, v6)));
+        let left = |ip4: &str, ip6: &str| -> Result<Vec<String>> {
+            let (v4, v6) = both_tables(&host);
+            Ok(v4
+                .into_iter()
+                .chain(v6)
+                .filter(|l| l.contains(ip4) || l.contains(ip6))
+                .collect())
+        };
+        let a = conf("10.70.2.2", "fd70:2::2");
+        ok(&exec(&rt, "firewall", "ADD", "bad-a", &netns, &a), "ADD a");
+        std::fs::write(record_path(&host, "bad-a")?, "\u{0}garbage{")?;
+        ok(
+            &exec(&rt, "firewall", "DEL", "bad-a", &netns, &bare_of(&a)),
+            "DEL a over a garbage record",
+        );
+        let kept = left("10.70.2.2", "fd70:2::2")?;
+        ensure!(kept.is_empty(), "{kept:#?}");
+        ensure!(!record_path(&host, "bad-a")?.exists(), "a's record stays");
+
+        let b = conf("10.70.2.3", "fd70:2::3");
+        ok(&exec(&rt, "firewall", "ADD", "bad-b", &netns, &b), "ADD b");
+        std::fs::write(record_path(&host, "bad-b")?, "")?;
+        ok(
+            &exec(&rt, "firewall", "ADD", "bad-b", &netns, &b),
+            "ADD b over an empty record",
+        );
+        ok(
+            &exec(&rt, "firewall", "CHECK", "bad-b", &netns, &b),
+            "CHECK b",
+        );
+        ok(
+            &exec(&rt, "firewall", "DEL", "bad-b", &netns, &bare_of(&b)),
+            "DEL b",
+        );
+        let kept = left("10.70.2.3", "fd70:2::3")?;
+        ensure!(kept.is_empty(), "{kept:#?}");
+
+        let c = conf("10.70.2.4", "fd70:2::4");
+        ok(&exec(&rt, "firewall", "ADD", "bad-c", &netns, &c), "ADD c");
+        std::fs::write(record_path(&host, "bad-c")?, "[1, 2")?;
+        let mut gc = direct_conf("iptables", "open", None);
+        gc["cniVersion"] = json!("1.1.0");
+        gc["cni.dev/valid-attachments"] = json!([]);
+        let out = rt.exec_plugin(
+            "firewall",
+            Some("GC"),
+            &[("CNI_PATH", "/usr/lib/cni")],
+            gc.to_string().as_bytes(),
+        )?;
+        ensure!(
+            out.status.success(),
+            "GC over a garbage record: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let kept = left("10.70.2.4", "fd70:2::4")?;
+        ensure!(kept.is_empty(), "{kept:#?}");
+        ensure!(!record_path(&host, "bad-c")?.exists(), "c's record stays");
+        Ok(())
+    }
+
     /// `conf` without its prevResult (DEL then goes by the state alone).
     fn bare_of(conf: &Value) -> Value {
         let mut bare = conf.clone();

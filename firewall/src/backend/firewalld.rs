@@ -298,11 +298,7 @@ impl FirewallBackend for Firewalld {
             {
                 continue;
             }
-            let ips = self
-                .state
-                .attachment(&name)?
-                .map(|s| s.ips)
-                .unwrap_or_default();
+            let ips = self.state.to_remove(&name, None)?.ips;
             if let Err(e) = self.remove(&name, &ips) {
                 first_error.get_or_insert(e);
             }

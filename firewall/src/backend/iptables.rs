@@ -554,7 +554,7 @@ impl FirewallBackend for Iptables {
             if live {
                 continue;
             }
-            let record = self.state.attachment(&name)?.unwrap_or_default();
+            let record = self.state.to_remove(&name, None)?;
             if let Err(e) = self.remove(&name, &record.ips, &record.accepts) {
                 first_error.get_or_insert(e);
             }

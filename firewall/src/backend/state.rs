@@ -111,12 +111,13 @@ impl State {
         Ok(())
     }
 
-    /// The recorded IPs of an attachment.
+    /// The recorded IPs of an attachment; none when its record does not parse (logged, and
+    /// removed: a crash or garbage must not wedge the attachment's DEL or a new ADD).
     ///
     /// # Errors
-    /// An unreadable state file.
+    /// A state file that cannot be read.
     pub fn attachment(&self, name: &str) -> Result<Option<AttachmentState>, FirewallError> {
-        Ok(self.attachments.read(name)?)
+        Ok(self.attachments.read_or_discard(name)?)
     }
 
     /// What a DEL of attachment `name` removes: the IPs recorded at ADD and those of
@@ -129,7 +130,17 @@ impl State {
         name: &str,
         target: Option<&crate::backend::Target>,
     ) -> Result<AttachmentState, FirewallError> {
-        let mut record = self.attachment(name)?.unwrap_or_default();
+        let existed = self.attachments.has_any(name);
+        let mut record = match self.attachment(name)? {
+            Some(record) => record,
+            // There was a record, but it did not parse (a crash, garbage; now removed): the
+            // claims name its addresses. A rare path, so a scan of the claims is fine.
+            None if existed => AttachmentState {
+                ips: self.claimed_by(name)?,
+                accepts: Vec::new(),
+            },
+            None => AttachmentState::default(),
+        };
         for ip in target.map(|t| t.ips.as_slice()).unwrap_or_default() {
             if !record.ips.contains(ip) {
                 record.ips.push(*ip);
@@ -181,7 +192,11 @@ impl State {
     /// An unreadable state file.
     pub fn claims_any(&self, ips: &[IpAddr]) -> Result<bool, FirewallError> {
         for ip in ips {
-            if self.ips.read::<String>(&ip.to_string())?.is_some() {
+            if self
+                .ips
+                .read_or_discard::<String>(&ip.to_string())?
+                .is_some()
+            {
                 return Ok(true);
             }
         }
@@ -193,8 +208,25 @@ impl State {
     /// # Errors
     /// An unreadable state file.
     pub fn claimed_by_other(&self, ip: IpAddr, name: &str) -> Result<bool, FirewallError> {
-        let owner: Option<String> = self.ips.read(&ip.to_string())?;
+        let owner: Option<String> = self.ips.read_or_discard(&ip.to_string())?;
         Ok(owner.is_some_and(|o| o != name))
+    }
+
+    /// The IPs whose claim names attachment `name` (reads every claim).
+    ///
+    /// # Errors
+    /// An unreadable state directory.
+    pub fn claimed_by(&self, name: &str) -> Result<Vec<IpAddr>, FirewallError> {
+        let mut ips = Vec::new();
+        for ip in self.ips.list()? {
+            let owner: Option<String> = self.ips.read_or_discard(&ip)?;
+            if owner.as_deref() == Some(name)
+                && let Ok(ip) = ip.parse()
+            {
+                ips.push(ip);
+            }
+        }
+        Ok(ips)
     }
 
     /// Forgets an attachment and releases the IPs it still claims.
@@ -262,6 +294,34 @@ mod tests {
         assert!(!state.claimed_by_other(ip, "x").unwrap());
         assert!(state.attachments_of("net").unwrap().is_empty());
         let _lock = state.lock().unwrap();
+    }
+
+    #[test]
+    fn an_unparsable_record_is_absent_and_its_claims_name_its_addresses() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = State::in_dir(dir.path().to_path_buf());
+        let ips: [IpAddr; 2] = ["10.0.0.2".parse().unwrap(), "fd00::2".parse().unwrap()];
+        state.record("net:a:eth0", &ips, &[]).unwrap();
+        state
+            .record("net:b:eth0", &["10.0.0.3".parse().unwrap()], &[])
+            .unwrap();
+        for garbage in ["", "{\"ips\": [", "\u{0}\u{1}garbage"] {
+            let path = dir.path().join("attachments/net:a:eth0");
+            std::fs::write(&path, garbage).unwrap();
+            let record = state.to_remove("net:a:eth0", None).unwrap();
+            assert_eq!(record.ips, ips, "{garbage:?}");
+            assert!(!path.exists(), "the garbage stays");
+            assert_eq!(state.attachment("net:a:eth0").unwrap(), None);
+            state.record("net:a:eth0", &ips, &[]).unwrap();
+        }
+        // A claim that does not parse is no claim.
+        std::fs::write(dir.path().join("ips/10.0.0.3"), "garbage").unwrap();
+        assert!(
+            !state
+                .claimed_by_other("10.0.0.3".parse().unwrap(), "x")
+                .unwrap()
+        );
+        assert_eq!(state.attachments_of("net").unwrap().len(), 2);
     }
 
     #[test]
