@@ -62,6 +62,39 @@ pub fn run_in(ns: &NetNs, cmd: &mut Command, stdin: &[u8], timeout: Duration) ->
         .with_context(|| format!("{program} in netns {:?}", ns.path()))
 }
 
+/// Runs `plugin` inside `ns` with the `CNI_*` variables of `env` (every other one removed) and
+/// `stdin`, under `subreaper` (`tests/src/bin/subreaper.rs`: `env!("CARGO_BIN_EXE_subreaper")`
+/// in a test), which reports whatever the plugin leaves behind, still running or unreaped.
+/// Returns whether the plugin succeeded, and that report (empty when it left nothing).
+///
+/// # Errors
+/// When it cannot be run, or is still running after 30 s.
+pub fn run_under_subreaper(
+    subreaper: &std::path::Path,
+    ns: &NetNs,
+    plugin: &std::path::Path,
+    env: &[(&str, &str)],
+    stdin: &[u8],
+) -> Result<(bool, String)> {
+    let mut cmd = Command::new(subreaper);
+    cmd.arg(plugin);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("CNI_") {
+            cmd.env_remove(key);
+        }
+    }
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let done = run_in(ns, &mut cmd, stdin, Duration::from_secs(30))?;
+    let report = String::from_utf8_lossy(&done.stderr)
+        .lines()
+        .filter(|l| l.starts_with("subreaper: left"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ok((done.status.success(), report))
+}
+
 /// Feeds `stdin` to a child whose three standard streams are pipes, drains its output and waits
 /// for it until `timeout`, killing it then.
 ///

@@ -1261,6 +1261,42 @@ mod e2e {
         Ok(())
     }
 
+    /// DEL returns when its work is done and leaves no process of ours behind (no detached
+    /// holder of its nf_tables socket, as an earlier version had): under a subreaper, as a
+    /// runtime may be, nothing is left running or unreaped, and the attachment's objects are
+    /// gone (issue 21 §1).
+    #[test]
+    fn del_leaves_no_process_behind_in_both_backends() -> Result<()> {
+        let plugin = tests::bins::plugin_binary("firewall")?;
+        for backend in ["iptables", "nftables"] {
+            let (host, rt, netns) = host_runtime("fwreap")?;
+            let conf = direct_conf(backend, "open", Some(prev_result("10.70.3.2", "fd70:3::2")));
+            ok(&exec(&rt, "firewall", "ADD", "reap", &netns, &conf), "ADD");
+            let (done, left) = tests::process::run_under_subreaper(
+                std::path::Path::new(env!("CARGO_BIN_EXE_subreaper")),
+                &host.netns()?,
+                &plugin,
+                &[
+                    ("CNI_COMMAND", "DEL"),
+                    ("CNI_CONTAINERID", "reap"),
+                    ("CNI_NETNS", &netns),
+                    ("CNI_IFNAME", "eth0"),
+                    ("CNI_PATH", "/usr/lib/cni"),
+                    ("CNI_NETNS_OVERRIDE", "1"),
+                ],
+                conf.to_string().as_bytes(),
+            )?;
+            ensure!(done, "{backend}: DEL failed");
+            ensure!(left.is_empty(), "{backend}: DEL left {left}");
+            let listing = listing(&host, backend)?;
+            ensure!(
+                !listing.contains("10.70.3.2") && !listing.contains("fd70:3::2"),
+                "{backend}: {listing}"
+            );
+        }
+        Ok(())
+    }
+
     /// `conf` without its prevResult (DEL then goes by the state alone).
     fn bare_of(conf: &Value) -> Value {
         let mut bare = conf.clone();

@@ -517,43 +517,6 @@ fn del_without_runtime_config_removes_the_mapping(backend: &'static str) -> Resu
     Ok(())
 }
 
-/// Runs our portmap under `subreaper` (`tests/src/bin/subreaper.rs`): whatever the plugin
-/// leaves behind, still running or unreaped, is reported. Returns whether the plugin
-/// succeeded, and the report.
-fn run_under_subreaper(
-    f: &Fixture,
-    command: &str,
-    env: &[(&str, &str)],
-    conf: &Value,
-) -> Result<(bool, String)> {
-    let plugin = f.runtime.find_plugin("portmap")?;
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_subreaper"));
-    cmd.arg(&plugin);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("CNI_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", "ctr1")
-        .env("CNI_IFNAME", "eth0");
-    for (key, value) in env {
-        cmd.env(key, value);
-    }
-    let done = tests::process::run_in(
-        f.runtime.host(),
-        &mut cmd,
-        conf.to_string().as_bytes(),
-        Duration::from_secs(30),
-    )?;
-    let report = String::from_utf8_lossy(&done.stderr)
-        .lines()
-        .filter(|l| l.starts_with("subreaper: left"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    Ok((done.status.success(), report))
-}
-
 /// DEL returns when its work is done and leaves no process of ours behind (no detached
 /// holder of its nf_tables socket): a runtime that is a subreaper collects nothing.
 fn del_leaves_no_process_behind(backend: &'static str) -> Result<()> {
@@ -568,7 +531,18 @@ fn del_leaves_no_process_behind(backend: &'static str) -> Result<()> {
     ensure!(!f.leftovers()?.is_empty(), "ADD mapped nothing");
     let conf = json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "portmap",
         "backend": backend, "runtimeConfig": {"portMappings": [tcp(8080, 80), tcp(8081, 81)]}});
-    let (ok, left) = run_under_subreaper(&f, "DEL", &[], &conf)?;
+    let plugin = f.runtime.find_plugin("portmap")?;
+    let (ok, left) = tests::process::run_under_subreaper(
+        std::path::Path::new(env!("CARGO_BIN_EXE_subreaper")),
+        f.runtime.host(),
+        &plugin,
+        &[
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", "ctr1"),
+            ("CNI_IFNAME", "eth0"),
+        ],
+        conf.to_string().as_bytes(),
+    )?;
     ensure!(ok, "DEL failed");
     ensure!(left.is_empty(), "processes left by DEL: {left}");
     ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
