@@ -852,6 +852,15 @@ mod e2e {
         Ok(())
     }
 
+    /// The lines of both filter tables of `ns` that hold `v4` or `v6` (an address, or part).
+    fn lines_with(ns: &TestNetns, v4: &str, v6: &str) -> Vec<String> {
+        let (v4s, v6s) = both_tables(ns);
+        v4s.into_iter()
+            .chain(v6s)
+            .filter(|l| l.contains(v4) || l.contains(v6))
+            .collect()
+    }
+
     /// The filter tables of both families of `ns`.
     fn both_tables(ns: &TestNetns) -> (Vec<String>, Vec<String>) {
         (
@@ -1082,21 +1091,20 @@ mod e2e {
                 "ACCEPT",
             ],
         )?;
-        let del = exec_env(
-            &rt,
-            "firewall",
-            "DEL",
-            ("hnd-a", &netns),
-            &bare_of(&a),
-            &no_tools,
-        );
-        ok(&del, "DEL a by handle, without the tools");
-        let (v4, v6) = both_tables(&host);
-        let left: Vec<&String> = v4
-            .iter()
-            .chain(&v6)
-            .filter(|l| l.contains("10.70.1.2") || l.contains("fd70:1::2"))
-            .collect();
+        // DEL without prevResult (by the state alone) and without the tools.
+        let del = |cid: &str, conf: &Value, what: &str| {
+            let out = exec_env(
+                &rt,
+                "firewall",
+                "DEL",
+                (cid, &netns),
+                &bare_of(conf),
+                &no_tools,
+            );
+            ok(&out, what);
+        };
+        del("hnd-a", &a, "DEL a by handle, without the tools");
+        let left = lines_with(&host, "10.70.1.2", "fd70:1::2");
         ensure!(
             left.len() == 2 && left.iter().all(|l| l.contains("--mark 0x1")),
             "{left:#?}"
@@ -1127,15 +1135,11 @@ mod e2e {
             )?;
         }
         for (cid, conf) in [("hnd-b", &b), ("hnd-c", &c)] {
-            let del = exec_env(
-                &rt,
-                "firewall",
-                "DEL",
-                (cid, &netns),
-                &bare_of(conf),
-                &no_tools,
+            del(
+                cid,
+                conf,
+                &format!("DEL {cid} by listing, without the tools"),
             );
-            ok(&del, &format!("DEL {cid} by listing, without the tools"));
         }
         // A table made anew (a saved ruleset restored: iptables-nft deletes the table and
         // makes it again, every rule with a new handle, which may be a recorded one of another
@@ -1156,20 +1160,9 @@ mod e2e {
                 ],
             )?;
         }
-        let del = exec_env(
-            &rt,
-            "firewall",
-            "DEL",
-            ("hnd-d", &netns),
-            &bare_of(&d),
-            &no_tools,
-        );
-        ok(&del, "DEL d after the table was made anew");
-        let (v4, v6) = both_tables(&host);
-        let left: Vec<&String> = v4
-            .iter()
-            .chain(&v6)
-            .filter(|l| l.contains("10.70.1.") || l.contains("fd70:1::"))
+        del("hnd-d", &d, "DEL d after the table was made anew");
+        let left: Vec<String> = lines_with(&host, "10.70.1.", "fd70:1::")
+            .into_iter()
             .filter(|l| !l.contains("--mark 0x1"))
             .collect();
         ensure!(
@@ -1179,17 +1172,7 @@ mod e2e {
                     .all(|l| l.contains("10.70.1.6") || l.contains("fd70:1::6")),
             "{left:#?}"
         );
-        ok(
-            &exec_env(
-                &rt,
-                "firewall",
-                "DEL",
-                ("hnd-e", &netns),
-                &bare_of(&e),
-                &no_tools,
-            ),
-            "DEL e",
-        );
+        del("hnd-e", &e, "DEL e");
         Ok(())
     }
 
@@ -1201,14 +1184,6 @@ mod e2e {
     fn a_corrupt_state_record_wedges_neither_del_nor_add_nor_gc() -> Result<()> {
         let (host, rt, netns) = host_runtime("fwcorrupt")?;
         let conf = |v4, v6| direct_conf("iptables", "open", Some(prev_result(v4, v6)));
-        let left = |ip4: &str, ip6: &str| -> Result<Vec<String>> {
-            let (v4, v6) = both_tables(&host);
-            Ok(v4
-                .into_iter()
-                .chain(v6)
-                .filter(|l| l.contains(ip4) || l.contains(ip6))
-                .collect())
-        };
         let a = conf("10.70.2.2", "fd70:2::2");
         ok(&exec(&rt, "firewall", "ADD", "bad-a", &netns, &a), "ADD a");
         std::fs::write(record_path(&host, "bad-a")?, "\u{0}garbage{")?;
@@ -1216,7 +1191,7 @@ mod e2e {
             &exec(&rt, "firewall", "DEL", "bad-a", &netns, &bare_of(&a)),
             "DEL a over a garbage record",
         );
-        let kept = left("10.70.2.2", "fd70:2::2")?;
+        let kept = lines_with(&host, "10.70.2.2", "fd70:2::2");
         ensure!(kept.is_empty(), "{kept:#?}");
         ensure!(!record_path(&host, "bad-a")?.exists(), "a's record stays");
 
@@ -1235,7 +1210,7 @@ mod e2e {
             &exec(&rt, "firewall", "DEL", "bad-b", &netns, &bare_of(&b)),
             "DEL b",
         );
-        let kept = left("10.70.2.3", "fd70:2::3")?;
+        let kept = lines_with(&host, "10.70.2.3", "fd70:2::3");
         ensure!(kept.is_empty(), "{kept:#?}");
 
         let c = conf("10.70.2.4", "fd70:2::4");
@@ -1255,7 +1230,7 @@ mod e2e {
             "GC over a garbage record: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        let kept = left("10.70.2.4", "fd70:2::4")?;
+        let kept = lines_with(&host, "10.70.2.4", "fd70:2::4");
         ensure!(kept.is_empty(), "{kept:#?}");
         ensure!(!record_path(&host, "bad-c")?.exists(), "c's record stays");
         Ok(())
