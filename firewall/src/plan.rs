@@ -236,12 +236,6 @@ impl AddPlan {
         self.head.is_empty() && self.accepts.is_empty() && self.tail.is_empty()
     }
 
-    /// True when the only writes are accepts appended to `CNI-FORWARD`.
-    #[must_use]
-    pub fn only_appends_accepts(&self) -> bool {
-        self.head.is_empty() && self.tail.is_empty()
-    }
-
     /// The writes other than the accepts (chains, jumps, isolation rules) as restore lines.
     #[must_use]
     pub fn skeleton_lines(&self) -> Vec<String> {
@@ -559,7 +553,7 @@ COMMIT
             bridge: Some("br0".into()),
         };
         let append = iptables_add(&dump, Family::V4, &c, &other).unwrap();
-        assert!(append.only_appends_accepts(), "{append:?}");
+        assert!(append.skeleton_lines().is_empty(), "{append:?}");
         let ip: IpAddr = "10.1.0.6".parse().unwrap();
         assert_eq!(append.accepts, ip_rules(ip).map(|rule| (ip, rule)));
         let missing = iptables_missing(&dump, Family::V4, &c, &other).unwrap();
@@ -573,7 +567,7 @@ COMMIT
         );
         let isolated = config(IngressPolicy::Isolated);
         let plan = iptables_add(&dump, Family::V4, &isolated, &t).unwrap();
-        assert!(plan.accepts.is_empty() && !plan.only_appends_accepts());
+        assert!(plan.accepts.is_empty() && !plan.skeleton_lines().is_empty());
         let lines = plan.lines().unwrap();
         assert_eq!(
             lines,

@@ -7,12 +7,11 @@
 //! attachment's accepts over nf_tables netlink, encoded as the tools would
 //! ([`native::encode_rule`]), and records the handles the kernel gave them (and the table's),
 //! so that DEL deletes them by handle without listing `CNI-FORWARD` (which grows with the
-//! attachments). Only what the table
-//! lacks besides the accepts (the chains and jumps of a first ADD, a new bridge's isolation
-//! rules) goes to `iptables-restore --noflush`, one transaction per family. With
-//! `iptables-legacy` everything does: the families' restores run concurrently, and DEL first
-//! tries its deletions blind (one restore, no save), reading the table only when that
-//! transaction fails.
+//! attachments). Only what the table lacks besides the accepts (the chains and jumps of a
+//! first ADD, a new bridge's isolation rules) goes to `iptables-restore --noflush`, one
+//! transaction per family. With `iptables-legacy` everything does: the families' restores run
+//! concurrently, and DEL first tries its deletions blind (one restore, no save), reading the
+//! table only when that transaction fails.
 
 use std::net::IpAddr;
 
@@ -302,14 +301,13 @@ impl Iptables {
         }
     }
 
-    /// Appends the accepts of `plans` over nf_tables netlink, both families in one
-    /// transaction, and returns them with the handles the kernel gave them. `None` when the
-    /// tools must write them: a family's tools are legacy, an accept has a form the encoder
-    /// does not know, or the transaction failed (logged). That saves the restores' process
+    /// Appends the accepts of `batch` ([`native_appends`]: both families, one transaction, for
+    /// the addresses `ips` in order) over nf_tables netlink, and returns them with the handles
+    /// the kernel gave them. `None` when the transaction failed (logged), and the tools must
+    /// write them. That saves the restores' process
     /// starts (2 ms each) and their loads of the table, and the handles let DEL delete them
     /// without listing the chain.
-    fn append_natively(&mut self, plans: &[(Family, AddPlan)]) -> Option<Vec<Accept>> {
-        let (batch, ips) = native_appends(plans)?;
+    fn append_natively(&mut self, batch: &Batch, ips: Vec<IpAddr>) -> Option<Vec<Accept>> {
         if batch.is_empty() {
             return Some(Vec::new());
         }
@@ -323,7 +321,7 @@ impl Iptables {
                     tables.push((family, table.unwrap_or_default()));
                 }
             }
-            Ok((tables, nft.apply_echo(&batch)?))
+            Ok((tables, nft.apply_echo(batch)?))
         });
         match appended {
             Ok((tables, rules)) if rules.len() == ips.len() => {
@@ -454,7 +452,7 @@ impl FirewallBackend for Iptables {
                 log::warn!("ADD rollback of the state of {name} failed: {f}");
             }
         };
-        let lines: Vec<(Family, Vec<String>)> = if native_appends(&plans).is_some() {
+        let lines: Vec<(Family, Vec<String>)> = if let Some((batch, ips)) = native_appends(&plans) {
             // The chains, jumps and isolation rules the table lacks (a first ADD on a node, a
             // new bridge) go to the tools; the accepts then over nf_tables, with handles.
             let skeleton: Vec<(Family, Vec<String>)> = plans
@@ -470,7 +468,7 @@ impl FirewallBackend for Iptables {
                 forget(&self.state);
                 return Err(e.into());
             }
-            if let Some(appended) = self.append_natively(&plans) {
+            if let Some(appended) = self.append_natively(&batch, ips) {
                 if !appended.is_empty() {
                     let all: Vec<Accept> = kept.iter().copied().chain(appended).collect();
                     if let Err(e) = self.state.record_accepts(&name, &target.ips, &all) {
