@@ -9,7 +9,6 @@ pub mod decode;
 pub mod error;
 pub mod iptables;
 pub(crate) mod json;
-pub mod linger;
 pub mod lock;
 pub mod logging;
 pub mod netlink;

@@ -186,7 +186,7 @@ pub fn multiset_difference(a: &[String], b: &[String]) -> (Vec<String>, Vec<Stri
 }
 
 /// The processes (pid and command name) whose main thread is in `ns`: children a plugin left
-/// running there, e.g. a lingering socket closer. Threads of other
+/// running there (ours leave none), such as an `iptables-restore` of a killed one. Threads of other
 /// processes that merely entered `ns` (this test's own helpers) do not count.
 ///
 /// # Errors

@@ -16,8 +16,8 @@
 //!   that went through one sequential ADD and DEL of the same chain: what the first ADD
 //!   creates for good (the bridge, portmap's nftables table, firewall's chains, lock files)
 //!   exists exactly once although 50 first ADDs raced to create it, and nothing of any
-//!   attachment is left, and no process a plugin started (a lingering socket closer) still
-//!   runs there. Both nodes start from equal snapshots.
+//!   attachment is left, and no process a plugin started still
+//!   runs there once its DEL returned. Both nodes start from equal snapshots.
 //! - Each container namespace is, after DEL, exactly as it was before ADD (sbr's rules and
 //!   tables, tuning's changes, bandwidth's objects gone).
 //!
@@ -64,8 +64,6 @@ const SBR_TABLE: u32 = 100;
 /// Deadline of one plugin execution: generous, since 100 chains (two tests) run at once on
 /// two cores; a lock wait inside a plugin is bounded by the plugin itself (code 11).
 const PLUGIN_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long processes a plugin left (a lingering socket closer) may take to exit after DEL.
-const REAPER_WAIT: Duration = Duration::from_secs(30);
 
 /// One node: a host namespace where the plugins run, its runtime, and its state directories.
 struct Node {
@@ -289,7 +287,7 @@ fn run(name: &str, parts: &[Part]) -> Result<()> {
         let rt = runtime_conf(0, &ctr);
         let result = driver.add(&rt).context("reference ADD")?;
         driver.del(&rt, Some(&result)).context("reference DEL")?;
-        snapshot::wait_for_no_processes(&reference.host, REAPER_WAIT)?;
+        snapshot::wait_for_no_processes(&reference.host, Duration::ZERO)?;
     }
     let settled_reference = reference.scope().take()?;
     drop(reference);
@@ -361,7 +359,7 @@ fn run(name: &str, parts: &[Part]) -> Result<()> {
     verified?;
     deleted?;
 
-    snapshot::wait_for_no_processes(&node.host, REAPER_WAIT)?;
+    snapshot::wait_for_no_processes(&node.host, Duration::ZERO)?;
     settled_reference.ensure_same(
         &node.scope().take()?,
         "after the concurrent DELs, node vs reference node after one ADD and DEL",

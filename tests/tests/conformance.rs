@@ -827,3 +827,35 @@ fn del_succeeds_when_cni_netns_names_no_network_namespace() {
         att.detach()
     });
 }
+
+/// Issue 21 §1: a plugin's work is done when it exits. Every verb of every plugin runs as the
+/// child of a child subreaper (as under a runtime that is one): once the plugin has exited, no
+/// process it started may still run or wait to be reaped (`tests/src/bin/subreaper.rs` reports
+/// them), and DEL has then removed everything of the attachment (the state dirs are empty).
+#[test]
+fn no_process_of_ours_outlives_any_verb() {
+    for_each_subject(|s| {
+        let att = Attached::new(s, "confreap")?;
+        let netns = att.netns();
+        let plugin = att.bench.runtime.find_plugin(s.name)?;
+        for verb in ["ADD", "CHECK", "STATUS", "GC", "DEL"] {
+            let env = [
+                ("CNI_COMMAND", verb),
+                ("CNI_CONTAINERID", ATTACHED_ID),
+                ("CNI_NETNS", netns.as_str()),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", "/usr/lib/cni"),
+            ];
+            let (ok, left) = tests::process::run_under_subreaper(
+                Path::new(env!("CARGO_BIN_EXE_subreaper")),
+                att.bench.runtime.host(),
+                &plugin,
+                &env,
+                att.stdin.as_bytes(),
+            )?;
+            ensure!(ok, "{verb} failed");
+            ensure!(left.is_empty(), "{verb} left processes behind: {left}");
+        }
+        att.detach()
+    });
+}

@@ -157,7 +157,7 @@ fn processes_in(ns: &TestNetns) -> Result<Vec<String>> {
 }
 
 /// Waits until no process runs in any of `namespaces`: what a killed plugin started (an
-/// `iptables-restore` it fed) and detached helpers (`cni-linger`) have finished.
+/// `iptables-restore` it fed, killed with it) has finished.
 fn wait_idle(namespaces: &[&TestNetns]) -> Result<()> {
     let deadline = Instant::now() + SETTLE;
     loop {

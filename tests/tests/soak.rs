@@ -13,7 +13,7 @@
 //!   ip6tables), the plugins' state directories (host-local, tuning backups, portmap and
 //!   firewall state under `/run`), the container namespace and the UDP conntrack entries of
 //!   the mapped ports are snapshotted; after the last cycle they must be identical. No
-//!   process (a lingering closer) may be left in the host namespace.
+//!   process may be left in the host namespace once DEL returned.
 //! - Traffic: in two consecutive cycles of every [`TRAFFIC_EVERY`] the chain is CHECKed and a TCP connection and a
 //!   UDP exchange go from the client through the mapped host ports to servers in the
 //!   container. The UDP flow's conntrack entry must exist before DEL and be gone after it
@@ -70,8 +70,6 @@ const TCP_PORT: u16 = 8080;
 const UDP_PORT: u16 = 5353;
 const BANNER: &str = "soak";
 const TIMEOUT: Duration = Duration::from_secs(3);
-/// How long processes a plugin left (a lingering socket closer) may take to exit after DEL.
-const SETTLE: Duration = Duration::from_secs(30);
 
 /// The chain with portmap's and firewall's backends.
 fn chain(scratch: &std::path::Path, portmap: &str, firewall: &str) -> NetworkConfigList {
@@ -141,7 +139,8 @@ fn udp_flows(flows: &[Flow]) -> Vec<String> {
 
 /// Everything that must be the same before and after the soak.
 fn state(topo: &Topology, scratch: &std::path::Path, run: &StateDirs) -> Result<Vec<Snapshot>> {
-    snapshot::wait_for_no_processes(&topo.host, SETTLE)?;
+    // A plugin is done when it exits: nothing of ours may still run once DEL returned.
+    snapshot::wait_for_no_processes(&topo.host, Duration::ZERO)?;
     let mut host = Scope::netns(&topo.host)
         .dir("host-local", scratch.join("ipam"))
         .dir("tuning", scratch.join("tuning"));

@@ -375,8 +375,8 @@ pub struct Nft {
     sndbuf: Option<usize>,
 }
 
-/// The socket, for [`crate::linger::hand_off`]: after a batch that deleted objects, the
-/// socket's last close waits for the kernel to free them.
+/// The socket's descriptor (tests tell sockets apart by it). After a batch that deleted
+/// objects, its last close waits for the kernel to free them (module docs).
 impl AsFd for Nft {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.socket.as_fd()

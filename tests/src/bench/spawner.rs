@@ -152,8 +152,9 @@ impl Spawner {
 /// until stdin closes.
 #[must_use]
 pub fn serve() -> ExitCode {
-    // Our plugins' detached children (`cni-linger`) become the spawner's when their plugin
-    // exits, for `settle` to wait for them.
+    // Our plugins leave no process behind (tests/tests/conformance.rs checks it); anything a
+    // plugin did leave would become the spawner's when its plugin exits, for `settle` to reap,
+    // so that no timing ever includes it.
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         eprintln!("bench spawner: cannot become a child subreaper: {e}");
         return ExitCode::FAILURE;
@@ -248,16 +249,14 @@ fn exec(request: &Request) -> Result<Response> {
     Ok(response)
 }
 
-/// How long [`settle`] waits for detached children at most: they outlive their plugin by an
-/// RCU grace period or a link deletion, tens of milliseconds.
+/// How long [`settle`] waits at most for a process an exec left behind (none of ours does).
 const SETTLE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Waits, in the calling thread's namespace, until the kernel work that earlier execs left
 /// behind is done:
-/// - our plugins' detached children (`cni-linger`, [`common::linger`]): a socket whose last
-///   close waits for the kernel to free what a DEL deleted, an IFB being deleted. The spawner,
-///   a child subreaper, inherits them when their plugin exits, and reaps each here. (The
-///   spawner has no other children between execs.)
+/// - any process an exec left behind (ours leave none; a reference binary's `iptables` child
+///   could): the spawner, a child subreaper, inherits it when its parent exits, and reaps it
+///   here. (The spawner has no other children between execs.)
 /// - what nf_tables still has to free in the namespace ([`super::wait_for_nf_tables_frees`]).
 fn settle() -> Result<()> {
     let deadline = Instant::now() + SETTLE_DEADLINE;
@@ -266,7 +265,7 @@ fn settle() -> Result<()> {
             Err(nix::errno::Errno::ECHILD) => break,
             Ok(nix::sys::wait::WaitStatus::StillAlive) => {
                 if Instant::now() > deadline {
-                    bail!("a detached child still ran {SETTLE_DEADLINE:?} after its plugin");
+                    bail!("a process an exec left still ran {SETTLE_DEADLINE:?} after it");
                 }
                 std::thread::sleep(Duration::from_micros(500));
             }

@@ -258,8 +258,7 @@ impl<'a> Chain<'a> {
         unsafe {
             cmd.pre_exec(|| Ok(()));
         }
-        // Files, not pipes: a detached grandchild (a lingering socket closer) must not keep a reader
-        // waiting, and nothing has to be drained while the child runs.
+        // Files, not pipes: a grandchild that outlived the plugin must not keep a reader waiting, and nothing has to be drained while the child runs.
         let mut stdout = tempfile::tempfile()?;
         let mut stderr = tempfile::tempfile()?;
         cmd.stdin(Stdio::piped())
