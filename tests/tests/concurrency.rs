@@ -661,10 +661,22 @@ fn verify_bandwidth(node: &Node, all: &[Attached<'_>]) -> Result<()> {
                 "ffff:",
             ],
         )?;
-        let redirects = filters.matches(&format!("\"to_dev\":\"{ifb}\"")).count();
+        // One filter redirects to the IFB; like the reference's, it carries
+        // two mirred actions (its RedirIndex and its action list).
+        let filters_json: Value = serde_json::from_str(&filters)?;
+        let redirects = filters_json
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| {
+                f["options"]["actions"]
+                    .as_array()
+                    .is_some_and(|acts| acts.iter().any(|act| act["to_dev"] == ifb))
+            })
+            .count();
         ensure!(
             redirects == 1,
-            "{} redirects to {ifb} on {}: {filters}",
+            "{} filters redirecting to {ifb} on {}: {filters}",
             redirects,
             a.host_veth
         );
