@@ -9,9 +9,13 @@
 //!   `k` and `ſ` for `s`), an exact match preferred; when two keys land on the same field, the
 //!   later one in the document wins;
 //! - unknown keys are ignored: skipped in the text, never decoded;
-//! - a `null` value leaves the field at its default, as Go does;
+//! - `null` leaves a struct field at its default, a string, number or bool anywhere at its zero
+//!   value, and makes an array or a map empty, as Go leaves the value alone;
 //! - an empty string for an `Option` field means "unset" (`None`);
-//! - errors name the path of the offending value (`runtimeConfig.portMappings[1].hostPort: …`);
+//! - errors name the path of the offending value (`runtimeConfig.portMappings[1].hostPort: …`),
+//!   and a value of the wrong type also gets Go's text for it ([`DecodeError::go_text`]:
+//!   `json: cannot unmarshal string into Go struct field PortMapEntry.runtimeConfig.portMappings.hostPort
+//!   of type int`; see `gotype` for how the Go types are named);
 //! - the text is checked whole first, as Go's `checkValid` does, so a syntax error anywhere is
 //!   reported before a type error; the messages are Go's (`unexpected end of JSON input`);
 //! - nesting up to Go's limit of 10 000 levels is accepted, deeper is a syntax error in Go's
@@ -21,8 +25,8 @@
 //!   building, printing, cloning and dropping such a tree all recurse once per level;
 //! - strings are unescaped as Go does: invalid UTF-8 and lone surrogates become U+FFFD.
 //!
-//! Numbers keep serde's strictness, which equals Go's: `8080.0`, `"8080"`, `1e3` or `-1` for an
-//! unsigned port are errors. Types decoded here must not use `#[serde(flatten)]`, untagged enums
+//! Numbers are as strict as Go's: `8080.0`, `"8080"`, `1e3` or `-1` for an unsigned port are
+//! errors. Types decoded here must not use `#[serde(flatten)]`, untagged enums
 //! or `deny_unknown_fields`, nor recurse through their own fields: unknown keys never reach the
 //! type, and buffering types would lose the matching below them. Each struct's object is read twice (once to find which key wins for
 //! each field, once to decode the winners), so the cost is linear in the text times the depth of
@@ -31,6 +35,7 @@
 //! [`RawJson`] holds a checked JSON text (the whole stdin, or one value of it such as
 //! `prevResult`) and decodes it on demand.
 
+mod gotype;
 mod reader;
 mod syntax;
 
@@ -43,15 +48,19 @@ use serde::de::{
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
+use gotype::Mismatch;
 use reader::{Kind, Reader};
 pub use syntax::MAX_DEPTH;
 use syntax::{Checked, TopIndex};
 
-/// A decode failure, with the JSON path of the value that failed.
+/// A decode failure, with the JSON path of the value that failed and, where Go's
+/// `encoding/json` fails on the same value, Go's text for it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct DecodeError {
     path: String,
     msg: String,
+    go: Option<String>,
+    offset: usize,
 }
 
 impl DecodeError {
@@ -63,6 +72,28 @@ impl DecodeError {
     /// The message without the path.
     pub fn message(&self) -> &str {
         &self.msg
+    }
+
+    /// Go's text for the same failure, where we know it: its syntax errors
+    /// (`unexpected end of JSON input`) and its `UnmarshalTypeError`s (`json: cannot unmarshal
+    /// number -8000 into Go struct field PluginConf.ingressRate of type uint64`).
+    pub fn go_text(&self) -> Option<&str> {
+        self.go.as_deref()
+    }
+
+    /// Go's text where we know it ([`DecodeError::go_text`]), else ours (the path and the
+    /// message).
+    pub fn reference_text(&self) -> Cow<'_, str> {
+        match &self.go {
+            Some(go) => Cow::Borrowed(go),
+            None => Cow::Owned(self.to_string()),
+        }
+    }
+
+    /// Where the value that failed starts in the text: of two failures in one document, Go
+    /// reports the one that comes first.
+    pub fn offset(&self) -> usize {
+        self.offset
     }
 }
 
@@ -81,6 +112,8 @@ impl de::Error for DecodeError {
         DecodeError {
             path: String::new(),
             msg: msg.to_string(),
+            go: None,
+            offset: 0,
         }
     }
 }
@@ -91,11 +124,22 @@ impl de::Error for DecodeError {
 struct Error {
     msg: String,
     path: Vec<Segment>,
+    /// Go's account, for a value of the wrong type.
+    go: Option<Mismatch>,
+    /// Where the innermost value the error is known to be in starts.
+    offset: Option<usize>,
 }
 
 #[derive(Debug)]
 enum Segment {
+    /// A field of a struct whose Go type is `owner`.
+    Field {
+        owner: &'static str,
+        name: &'static str,
+    },
+    /// A key of a map (not part of Go's path).
     Key(String),
+    /// An index of an array (not part of Go's path).
     Index(usize),
 }
 
@@ -104,7 +148,37 @@ impl Error {
         Error {
             msg: msg.into(),
             path: Vec::new(),
+            go: None,
+            offset: None,
         }
+    }
+
+    /// Our message `msg` for a value at `offset` for which Go reports `mismatch`.
+    fn mismatch(msg: impl Into<String>, mismatch: Mismatch, offset: usize) -> Error {
+        Error {
+            go: Some(mismatch),
+            offset: Some(offset),
+            ..Error::msg(msg)
+        }
+    }
+
+    /// The same mismatch, the value's Go type being `go_type`.
+    fn with_go_type(mut self, go_type: String) -> Error {
+        if let Some(m) = &mut self.go {
+            m.go_type = Cow::Owned(go_type);
+        }
+        self
+    }
+
+    /// The error in the value starting at `offset`, unless an inner value was already named.
+    fn at(mut self, offset: usize) -> Error {
+        self.offset.get_or_insert(offset);
+        self
+    }
+
+    fn in_field(mut self, owner: &'static str, name: &'static str) -> Error {
+        self.path.push(Segment::Field { owner, name });
+        self
     }
 
     fn in_key(mut self, key: &str) -> Error {
@@ -117,24 +191,36 @@ impl Error {
         self
     }
 
-    fn finish(self) -> DecodeError {
+    /// The error as reported, for a document that is the value of `field_of`'s field, if any.
+    fn finish(mut self, field_of: Option<(&'static str, &'static str)>) -> DecodeError {
+        if let Some((owner, name)) = field_of {
+            self = self.in_field(owner, name);
+        }
         let mut path = String::new();
+        let mut fields = Vec::new();
         for segment in self.path.iter().rev() {
-            match segment {
-                Segment::Key(key) if path.is_empty() => path.push_str(key),
-                Segment::Key(key) => {
-                    path.push('.');
-                    path.push_str(key);
+            let key = match segment {
+                Segment::Field { owner, name } => {
+                    fields.push((*owner, *name));
+                    *name
                 }
+                Segment::Key(key) => key,
                 Segment::Index(i) => {
                     use std::fmt::Write as _;
                     let _ = write!(path, "[{i}]");
+                    continue;
                 }
+            };
+            if !path.is_empty() {
+                path.push('.');
             }
+            path.push_str(key);
         }
         DecodeError {
             path,
+            go: self.go.map(|m| gotype::unmarshal_type_error(&m, &fields)),
             msg: self.msg,
+            offset: self.offset.unwrap_or(0),
         }
     }
 }
@@ -247,6 +333,12 @@ pub(crate) struct Options<'o> {
     /// The JSON text of a value for the top-level key `CNIVersion`, used unless the top-level
     /// object has that exact key with a value other than `""` (Go's `ParsePrevResult`).
     pub(crate) inject_version: Option<&'o [u8]>,
+    /// The Go type of the top-level struct in errors, instead of its own (the configuration's
+    /// envelope is part of each plugin's Go struct, `types.NetConf` embedded).
+    pub(crate) top_struct: Option<&'static str>,
+    /// The text is the value of this field of a struct of this Go type (`runtimeConfig` of
+    /// `PortMapConf`): errors name their path from there.
+    pub(crate) field_of: Option<(&'static str, &'static str)>,
 }
 
 /// The key [`Options::inject_version`] sets.
@@ -261,6 +353,41 @@ impl<'de> Deserialize<'de> for RawJson {
 /// The newtype name through which [`RawJson`] asks our deserializer for a value's text: it
 /// answers with the bytes.
 const RAW_TOKEN: &str = "$common::decode::RawJson";
+
+/// As [`RAW_TOKEN`], for [`RawObject`]: a value that is not an object is a type error.
+const RAW_OBJECT_TOKEN: &str = "$common::decode::RawObject";
+
+/// The text of a value that must be a JSON object, kept (checked, not decoded): Go's
+/// `map[string]interface {}`, such as `prevResult` in a configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawObject(RawJson);
+
+impl RawObject {
+    /// The object's text.
+    pub fn into_inner(self) -> RawJson {
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for RawObject {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<RawObject, D::Error> {
+        let raw = deserializer.deserialize_newtype_struct(RAW_OBJECT_TOKEN, RawVisitor)?;
+        // Another deserializer than ours hands over any value.
+        if raw.is_object() {
+            Ok(RawObject(raw))
+        } else {
+            Err(de::Error::invalid_type(
+                Unexpected::Other("a non-object"),
+                &"a JSON object",
+            ))
+        }
+    }
+}
+
+/// The Go type of `T` when it is a struct: its serde name (see `gotype`).
+pub fn go_struct_type<T: DeserializeOwned>() -> Option<&'static str> {
+    gotype::struct_type_of::<T>()
+}
 
 struct RawVisitor;
 
@@ -306,7 +433,9 @@ pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
 fn validate(text: &[u8]) -> Result<Checked, DecodeError> {
     syntax::validate(text).map_err(|e| DecodeError {
         path: String::new(),
+        go: Some(e.msg.clone()),
         msg: e.msg,
+        offset: e.offset,
     })
 }
 
@@ -327,11 +456,11 @@ fn decode_text<T: DeserializeOwned>(
         untyped: false,
         index,
     })
-    .map_err(Error::finish)?;
+    .map_err(|e| e.finish(options.field_of))?;
     reader.skip_ws();
     match reader.peek() {
         None => Ok(value),
-        Some(_) => Err(reader.broken().finish()),
+        Some(_) => Err(reader.broken().finish(options.field_of)),
     }
 }
 
@@ -389,36 +518,60 @@ impl<'a> De<'_, 'a> {
         }
     }
 
-    /// serde's "invalid type" error for the value at the reader, which is left consumed or not.
-    fn invalid_type(&mut self, exp: &dyn Expected) -> Error {
+    /// The error for the value at the reader, of the wrong JSON type for `exp` whose Go type is
+    /// `go_type`: serde's "invalid type" text (ours) and Go's account. The value is left
+    /// consumed or not.
+    fn mismatch(&mut self, exp: &dyn Expected, go_type: impl Into<Cow<'static, str>>) -> Error {
         let kind = match self.r.kind() {
             Ok(kind) => kind,
             Err(e) => return e,
         };
-        match kind {
-            Kind::Null => de::Error::invalid_type(Unexpected::Unit, exp),
+        let offset = self.r.pos;
+        let (ours, value): (Error, &'static str) = match kind {
+            // Go never fails on a null: it leaves the value alone.
+            Kind::Null => return de::Error::invalid_type(Unexpected::Unit, exp),
             Kind::Bool => match self.r.boolean() {
-                Ok(b) => de::Error::invalid_type(Unexpected::Bool(b), exp),
-                Err(e) => e,
+                Ok(b) => (de::Error::invalid_type(Unexpected::Bool(b), exp), "bool"),
+                Err(e) => return e,
             },
-            Kind::Number => match self.r.number().and_then(Number::parse) {
-                Ok(Number::Unsigned(n)) => de::Error::invalid_type(Unexpected::Unsigned(n), exp),
-                Ok(Number::Signed(n)) => de::Error::invalid_type(Unexpected::Signed(n), exp),
-                Ok(Number::Float(n)) => de::Error::invalid_type(Unexpected::Float(n), exp),
-                Err(e) => e,
+            Kind::Number => match self.r.number() {
+                Ok(text) => {
+                    let unexpected =
+                        Number::parse(text).map_or(Unexpected::Other("number"), Number::unexpected);
+                    (de::Error::invalid_type(unexpected, exp), "number")
+                }
+                Err(e) => return e,
             },
             Kind::String => match self.r.string() {
-                Ok(s) => de::Error::invalid_type(Unexpected::Str(&s), exp),
-                Err(e) => e,
+                Ok(s) => (de::Error::invalid_type(Unexpected::Str(&s), exp), "string"),
+                Err(e) => return e,
             },
-            Kind::Array => de::Error::invalid_type(Unexpected::Seq, exp),
-            Kind::Object => de::Error::invalid_type(Unexpected::Map, exp),
+            Kind::Array => (de::Error::invalid_type(Unexpected::Seq, exp), "array"),
+            Kind::Object => (de::Error::invalid_type(Unexpected::Map, exp), "object"),
+        };
+        let mismatch = Mismatch {
+            value: Cow::Borrowed(value),
+            go_type: go_type.into(),
+        };
+        Error::mismatch(ours.msg, mismatch, offset)
+    }
+
+    /// Consumes a `null` at the reader, if there is one: Go leaves a string, number or bool
+    /// alone, so it decodes as the zero value.
+    fn null(&mut self) -> Result<bool, Error> {
+        if self.r.kind()? == Kind::Null {
+            self.r.null()?;
+            return Ok(true);
         }
+        Ok(false)
     }
 
     fn visit_string<V: Visitor<'a>>(&mut self, visitor: V) -> Result<V::Value, Error> {
+        if self.null()? {
+            return visitor.visit_borrowed_str("");
+        }
         if self.r.kind()? != Kind::String {
-            return Err(self.invalid_type(&visitor));
+            return Err(self.mismatch(&visitor, "string"));
         }
         match self.r.string()? {
             Cow::Borrowed(s) => visitor.visit_borrowed_str(s),
@@ -426,32 +579,71 @@ impl<'a> De<'_, 'a> {
         }
     }
 
-    /// An integer for an unsigned (`unsigned`) or signed field: Go takes integer literals only,
-    /// and no minus sign for an unsigned one, not even `-0`.
+    /// An integer of type `ty`: as Go's `ParseInt`/`ParseUint`, an integer literal in range
+    /// (no minus sign for an unsigned one, not even `-0`); else Go names the literal.
     fn visit_integer<V: Visitor<'a>>(
         &mut self,
         visitor: V,
-        unsigned: bool,
+        ty: &IntType,
     ) -> Result<V::Value, Error> {
+        if self.null()? {
+            return visitor.visit_u64(0);
+        }
         if self.r.kind()? != Kind::Number {
-            return Err(self.invalid_type(&visitor));
+            return Err(self.mismatch(&visitor, ty.go));
         }
+        let offset = self.r.pos;
         let text = self.r.number()?;
-        if unsigned && text.starts_with('-') && Number::is_integer(text) {
-            return Err(de::Error::invalid_value(
-                Unexpected::Other(&format!("integer `{text}`")),
-                &visitor,
-            ));
-        }
-        Number::parse(text)?.visit(visitor)
+        let ours: Error = match Number::parse(text) {
+            Ok(Number::Unsigned(n)) if i128::from(n) <= ty.max => return visitor.visit_u64(n),
+            // Number::parse reads every literal with a minus sign as signed, `-0` included.
+            Ok(Number::Signed(n)) if ty.min < 0 && i128::from(n) >= ty.min => {
+                return visitor.visit_i64(n);
+            }
+            Ok(n @ Number::Float(_)) => de::Error::invalid_type(n.unexpected(), &visitor),
+            Ok(n) => de::Error::invalid_value(n.unexpected(), &visitor),
+            // Out of a float's range.
+            Err(e) => e,
+        };
+        let mismatch = Mismatch {
+            value: Cow::Owned(format!("number {text}")),
+            go_type: Cow::Borrowed(ty.go),
+        };
+        Err(Error::mismatch(ours.msg, mismatch, offset))
     }
 
-    fn visit_float<V: Visitor<'a>>(&mut self, visitor: V) -> Result<V::Value, Error> {
-        if self.r.kind()? != Kind::Number {
-            return Err(self.invalid_type(&visitor));
+    fn visit_float<V: Visitor<'a>>(
+        &mut self,
+        visitor: V,
+        go_type: &'static str,
+    ) -> Result<V::Value, Error> {
+        if self.null()? {
+            return visitor.visit_f64(0.0);
         }
+        if self.r.kind()? != Kind::Number {
+            return Err(self.mismatch(&visitor, go_type));
+        }
+        let offset = self.r.pos;
         let text = self.r.number()?;
-        visitor.visit_f64(Number::float(text)?)
+        match Number::float(text) {
+            Ok(f) => visitor.visit_f64(f),
+            Err(e) => Err(Error::mismatch(
+                e.msg,
+                Mismatch {
+                    value: Cow::Owned(format!("number {text}")),
+                    go_type: Cow::Borrowed(go_type),
+                },
+                offset,
+            )),
+        }
+    }
+
+    /// The Go type of the struct at the reader, whose serde name is `name`.
+    fn struct_type(&self, name: &'static str) -> &'static str {
+        match self.options.top_struct {
+            Some(top) if self.top => top,
+            _ => name,
+        }
     }
 
     /// Reads the object at the reader for a struct with `fields`: which key wins each field
@@ -460,6 +652,7 @@ impl<'a> De<'_, 'a> {
     /// skipping nothing.
     fn visit_struct<V: Visitor<'a>>(
         &mut self,
+        owner: &'static str,
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
@@ -502,6 +695,7 @@ impl<'a> De<'_, 'a> {
         let value = visitor.visit_map(StructAccess {
             r: &mut *self.r,
             options: self.options,
+            owner,
             fields,
             winners: winners.into_iter(),
             current: None,
@@ -639,6 +833,8 @@ fn resolve_sorted(mut all: Vec<Winner<'_>>) -> Vec<Winner<'_>> {
 struct StructAccess<'r, 'a> {
     r: &'r mut Reader<'a>,
     options: Options<'a>,
+    /// The struct's Go type.
+    owner: &'static str,
     fields: &'static [&'static str],
     winners: std::vec::IntoIter<Winner<'a>>,
     current: Option<Winner<'a>>,
@@ -666,26 +862,30 @@ impl<'a> MapAccess<'a> for StructAccess<'_, 'a> {
             .take()
             .ok_or_else(|| Error::msg("value requested before key"))?;
         let name = self.fields.get(winner.field).copied().unwrap_or_default();
-        let result = match winner.value {
+        let (result, start) = match winner.value {
             Source::Text(start) => {
                 self.r.pos = start;
-                seed.deserialize(De {
+                let result = seed.deserialize(De {
                     r: &mut *self.r,
                     options: self.options,
                     top: false,
                     untyped: false,
                     index: None,
-                })
+                });
+                (result, start)
             }
-            Source::Injected(text) => seed.deserialize(De {
-                r: &mut Reader::new(text),
-                options: self.options,
-                top: false,
-                untyped: false,
-                index: None,
-            }),
+            Source::Injected(text) => {
+                let result = seed.deserialize(De {
+                    r: &mut Reader::new(text),
+                    options: self.options,
+                    top: false,
+                    untyped: false,
+                    index: None,
+                });
+                (result, 0)
+            }
         };
-        result.map_err(|e| e.in_key(name))
+        result.map_err(|e| e.at(start).in_field(self.owner, name))
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -735,6 +935,8 @@ impl<'a> SeqAccess<'a> for ArrayAccess<'_, 'a> {
         let Some(index) = self.advance()? else {
             return Ok(None);
         };
+        self.r.skip_ws();
+        let start = self.r.pos;
         seed.deserialize(De {
             r: &mut *self.r,
             options: self.options,
@@ -743,7 +945,7 @@ impl<'a> SeqAccess<'a> for ArrayAccess<'_, 'a> {
             index: None,
         })
         .map(Some)
-        .map_err(|e| e.in_index(index))
+        .map_err(|e| e.at(start).in_index(index))
     }
 }
 
@@ -807,6 +1009,8 @@ impl<'a> MapAccess<'a> for ObjectAccess<'_, 'a> {
             .key
             .take()
             .ok_or_else(|| Error::msg("value requested before key"))?;
+        self.r.skip_ws();
+        let start = self.r.pos;
         seed.deserialize(De {
             r: &mut *self.r,
             options: self.options,
@@ -814,7 +1018,7 @@ impl<'a> MapAccess<'a> for ObjectAccess<'_, 'a> {
             untyped: self.untyped,
             index: None,
         })
-        .map_err(|e| e.in_key(&key))
+        .map_err(|e| e.at(start).in_key(&key))
     }
 }
 
@@ -920,7 +1124,7 @@ impl<'a> de::VariantAccess<'a> for VariantObject<'_, 'a> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        self.0.deserialize_struct("", fields, visitor)
+        self.0.deserialize_struct("struct {}", fields, visitor)
     }
 }
 
@@ -957,6 +1161,15 @@ impl Number {
         }
     }
 
+    /// The number as serde names a value it did not expect.
+    fn unexpected(self) -> Unexpected<'static> {
+        match self {
+            Number::Unsigned(n) => Unexpected::Unsigned(n),
+            Number::Signed(n) => Unexpected::Signed(n),
+            Number::Float(n) => Unexpected::Float(n),
+        }
+    }
+
     fn visit<'a, V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
         match self {
             Number::Unsigned(n) => visitor.visit_u64(n),
@@ -966,11 +1179,61 @@ impl Number {
     }
 }
 
+/// An integer type: its Go name (see `gotype`) and range.
+#[derive(Debug)]
+struct IntType {
+    go: &'static str,
+    min: i128,
+    max: i128,
+}
+
+const U8: IntType = IntType {
+    go: "uint8",
+    min: 0,
+    max: u8::MAX as i128,
+};
+const U16: IntType = IntType {
+    go: "uint16",
+    min: 0,
+    max: u16::MAX as i128,
+};
+const U32: IntType = IntType {
+    go: "uint32",
+    min: 0,
+    max: u32::MAX as i128,
+};
+const U64: IntType = IntType {
+    go: "uint64",
+    min: 0,
+    max: u64::MAX as i128,
+};
+const I8: IntType = IntType {
+    go: "int8",
+    min: i8::MIN as i128,
+    max: i8::MAX as i128,
+};
+const I16: IntType = IntType {
+    go: "int16",
+    min: i16::MIN as i128,
+    max: i16::MAX as i128,
+};
+const I32: IntType = IntType {
+    go: "int32",
+    min: i32::MIN as i128,
+    max: i32::MAX as i128,
+};
+/// Go's `int` (see `gotype`).
+const I64: IntType = IntType {
+    go: "int",
+    min: i64::MIN as i128,
+    max: i64::MAX as i128,
+};
+
 macro_rules! integers {
-    ($($method:ident => $unsigned:expr),* $(,)?) => {
+    ($($method:ident => $ty:expr),* $(,)?) => {
         $(
             fn $method<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
-                self.visit_integer(visitor, $unsigned)
+                self.visit_integer(visitor, &$ty)
             }
         )*
     };
@@ -1008,26 +1271,29 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     }
 
     fn deserialize_bool<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if self.null()? {
+            return visitor.visit_bool(false);
+        }
         if self.r.kind()? == Kind::Bool {
             visitor.visit_bool(self.r.boolean()?)
         } else {
-            Err(self.invalid_type(&visitor))
+            Err(self.mismatch(&visitor, "bool"))
         }
     }
 
     integers! {
-        deserialize_u8 => true, deserialize_u16 => true, deserialize_u32 => true,
-        deserialize_u64 => true, deserialize_u128 => true,
-        deserialize_i8 => false, deserialize_i16 => false, deserialize_i32 => false,
-        deserialize_i64 => false, deserialize_i128 => false,
+        deserialize_u8 => U8, deserialize_u16 => U16, deserialize_u32 => U32,
+        deserialize_u64 => U64, deserialize_u128 => U64,
+        deserialize_i8 => I8, deserialize_i16 => I16, deserialize_i32 => I32,
+        deserialize_i64 => I64, deserialize_i128 => I64,
     }
 
     fn deserialize_f32<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
-        self.visit_float(visitor)
+        self.visit_float(visitor, "float32")
     }
 
     fn deserialize_f64<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
-        self.visit_float(visitor)
+        self.visit_float(visitor, "float64")
     }
 
     fn deserialize_char<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
@@ -1049,7 +1315,7 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
                 Cow::Owned(s) => visitor.visit_byte_buf(s.into_bytes()),
             },
             Kind::Array => self.deserialize_seq(visitor),
-            _ => Err(self.invalid_type(&visitor)),
+            _ => Err(self.mismatch(&visitor, "[]uint8")),
         }
     }
 
@@ -1070,11 +1336,10 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     }
 
     fn deserialize_unit<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
-        if self.r.kind()? == Kind::Null {
-            self.r.null()?;
+        if self.null()? {
             visitor.visit_unit()
         } else {
-            Err(self.invalid_type(&visitor))
+            Err(self.mismatch(&visitor, "struct {}"))
         }
     }
 
@@ -1087,11 +1352,14 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     }
 
     fn deserialize_newtype_struct<V: Visitor<'a>>(
-        self,
+        mut self,
         name: &'static str,
         visitor: V,
     ) -> Result<V::Value, Error> {
-        if name == RAW_TOKEN {
+        if name == RAW_OBJECT_TOKEN && self.r.kind()? != Kind::Object {
+            return Err(self.mismatch(&visitor, gotype::OBJECT));
+        }
+        if name == RAW_TOKEN || name == RAW_OBJECT_TOKEN {
             self.r.skip_ws();
             let start = self.r.pos;
             self.r.skip_value()?;
@@ -1103,8 +1371,13 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     }
 
     fn deserialize_seq<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if self.null()? {
+            // Go's nil slice.
+            return visitor.visit_seq(de::value::SeqDeserializer::new(std::iter::empty::<()>()));
+        }
         if self.r.kind()? != Kind::Array {
-            return Err(self.invalid_type(&visitor));
+            let ours = self.mismatch(&visitor, "");
+            return Err(ours.with_go_type(format!("[]{}", gotype::element_of(visitor))));
         }
         self.r.eat(b'[')?;
         let mut access = ArrayAccess {
@@ -1133,8 +1406,15 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     }
 
     fn deserialize_map<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if self.null()? {
+            // Go's nil map.
+            return visitor.visit_map(de::value::MapDeserializer::new(
+                std::iter::empty::<((), ())>(),
+            ));
+        }
         if self.r.kind()? != Kind::Object {
-            return Err(self.invalid_type(&visitor));
+            let ours = self.mismatch(&visitor, "");
+            return Err(ours.with_go_type(format!("map[string]{}", gotype::value_of(visitor))));
         }
         self.r.eat(b'{')?;
         let mut access = ObjectAccess {
@@ -1152,14 +1432,15 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
 
     fn deserialize_struct<V: Visitor<'a>>(
         mut self,
-        _name: &'static str,
+        name: &'static str,
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
+        let owner = self.struct_type(name);
         if self.r.kind()? != Kind::Object {
-            return Err(self.invalid_type(&visitor));
+            return Err(self.mismatch(&visitor, owner));
         }
-        self.visit_struct(fields, visitor)
+        self.visit_struct(owner, fields, visitor)
     }
 
     fn deserialize_enum<V: Visitor<'a>>(
@@ -1176,7 +1457,7 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
                 self.r.eat(b'}')?;
                 Ok(value)
             }
-            _ => Err(self.invalid_type(&visitor)),
+            _ => Err(self.mismatch(&visitor, "string")),
         }
     }
 

@@ -383,6 +383,7 @@ fn sorted_mode_takes_the_greatest_key_as_go_s_prev_result_path_does() {
             .decode_with(Options {
                 sorted_keys: true,
                 inject_version: inject,
+                ..Options::default()
             })
             .unwrap()
     };
@@ -431,4 +432,211 @@ fn the_top_level_index_and_a_scan_of_the_same_object_agree() {
     assert_eq!(nested[0].name, "b");
     assert_eq!(nested[0].snat, Some(true));
     assert_eq!(nested[0].capabilities.get("a"), Some(&false));
+}
+
+/// A struct shaped as the reference's portmap config, with its Go type names.
+#[derive(Debug, Deserialize, Default)]
+#[serde(default, rename = "PortMapConf")]
+#[allow(dead_code)]
+struct GoConf {
+    snat: Option<bool>,
+    #[serde(rename = "markMasqBit")]
+    mark_masq_bit: Option<i64>,
+    #[serde(rename = "conditionsV4")]
+    conditions: Option<Vec<String>>,
+    labels: BTreeMap<String, u16>,
+    #[serde(rename = "runtimeConfig")]
+    runtime: GoRuntime,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(
+    default,
+    rename = "struct { PortMaps []main.PortMapEntry \"json:\\\"portMappings,omitempty\\\"\" }"
+)]
+#[allow(dead_code)]
+struct GoRuntime {
+    #[serde(rename = "portMappings")]
+    port_mappings: Vec<GoMapping>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default, rename = "main.PortMapEntry")]
+#[allow(dead_code)]
+struct GoMapping {
+    #[serde(rename = "hostPort")]
+    host_port: i64,
+    ratio: f64,
+}
+
+#[test]
+fn values_of_the_wrong_type_get_go_s_text() {
+    let cases = [
+        (
+            r#"{"snat": "yes"}"#,
+            "string into Go struct field PortMapConf.snat of type bool",
+        ),
+        (
+            r#"{"snat": 1e999}"#,
+            "number into Go struct field PortMapConf.snat of type bool",
+        ),
+        (
+            r#"{"markMasqBit": 1.5}"#,
+            "number 1.5 into Go struct field PortMapConf.markMasqBit of type int",
+        ),
+        (
+            r#"{"markMasqBit": 1e3}"#,
+            "number 1e3 into Go struct field PortMapConf.markMasqBit of type int",
+        ),
+        (
+            r#"{"markMasqBit": 99999999999999999999}"#,
+            "number 99999999999999999999 into Go struct field PortMapConf.markMasqBit of type int",
+        ),
+        (
+            r#"{"markMasqBit": 1e999}"#,
+            "number 1e999 into Go struct field PortMapConf.markMasqBit of type int",
+        ),
+        (
+            r#"{"conditionsV4": "x"}"#,
+            "string into Go struct field PortMapConf.conditionsV4 of type []string",
+        ),
+        (
+            r#"{"conditionsV4": [true]}"#,
+            "bool into Go struct field PortMapConf.conditionsV4 of type string",
+        ),
+        // Map keys are not part of Go's path.
+        (
+            r#"{"labels": {"a": -1}}"#,
+            "number -1 into Go struct field PortMapConf.labels of type uint16",
+        ),
+        (
+            r#"{"labels": {"a": 65536}}"#,
+            "number 65536 into Go struct field PortMapConf.labels of type uint16",
+        ),
+        (
+            r#"{"labels": [1]}"#,
+            "array into Go struct field PortMapConf.labels of type map[string]uint16",
+        ),
+        // Nor are array indexes; the struct is the innermost one, without its package, and an
+        // anonymous struct has no name.
+        (
+            r#"{"runtimeConfig": {"portMappings": [{}, {"hostPort": "80"}]}}"#,
+            "string into Go struct field PortMapEntry.runtimeConfig.portMappings.hostPort of type int",
+        ),
+        (
+            r#"{"runtimeConfig": {"portMappings": {}}}"#,
+            "object into Go struct field .runtimeConfig.portMappings of type []main.PortMapEntry",
+        ),
+        (
+            r#"{"runtimeConfig": {"portMappings": [[]]}}"#,
+            "array into Go struct field .runtimeConfig.portMappings of type main.PortMapEntry",
+        ),
+        (
+            r#"{"runtimeConfig": {"portMappings": [{"ratio": "x"}]}}"#,
+            "string into Go struct field PortMapEntry.runtimeConfig.portMappings.ratio of type float64",
+        ),
+        (
+            r#"{"runtimeConfig": {"portMappings": [{"ratio": 1e999}]}}"#,
+            "number 1e999 into Go struct field PortMapEntry.runtimeConfig.portMappings.ratio of type float64",
+        ),
+        // Keys match case-insensitively; Go names the field as declared.
+        (
+            r#"{"SNAT": 0}"#,
+            "number into Go struct field PortMapConf.snat of type bool",
+        ),
+        // Not a struct field at all.
+        (r#"[1]"#, "array into Go value of type PortMapConf"),
+    ];
+    for (text, go) in cases {
+        let err = text_of::<GoConf>(text);
+        assert_eq!(
+            err.go_text(),
+            Some(format!("json: cannot unmarshal {go}").as_str()),
+            "{text}: {err}"
+        );
+        assert_eq!(err.reference_text(), err.go_text().unwrap_or_default());
+    }
+}
+
+fn text_of<T: DeserializeOwned + fmt::Debug>(s: &str) -> DecodeError {
+    text::<T>(s).unwrap_err()
+}
+
+#[test]
+fn null_is_the_zero_value_as_go_leaves_it() {
+    let c: GoConf = text(
+        r#"{"conditionsV4": [null, "a"], "labels": {"a": null},
+            "runtimeConfig": {"portMappings": null}}"#,
+    )
+    .unwrap();
+    assert_eq!(c.conditions, Some(vec![String::new(), "a".into()]));
+    assert_eq!(c.labels.get("a"), Some(&0));
+    assert!(c.runtime.port_mappings.is_empty());
+    let v: Vec<Vec<bool>> = text("[null, [null, true]]").unwrap();
+    assert_eq!(v, vec![vec![], vec![false, true]]);
+}
+
+#[test]
+fn errors_know_where_their_value_starts_and_only_syntax_and_type_errors_have_go_s_text() {
+    let text_ = r#"{"snat": true, "runtimeConfig": {"portMappings": [{"hostPort": "80"}]}}"#;
+    let err = text_of::<GoConf>(text_);
+    assert_eq!(err.offset(), text_.find("\"80\"").unwrap());
+    let err = text_of::<GoConf>(r#"{"snat": tru}"#);
+    assert_eq!(
+        err.go_text(),
+        Some("invalid character '}' in literal true (expecting 'e')")
+    );
+    // A visitor's own error: ours only.
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Addr {
+        ip: std::net::IpAddr,
+    }
+    let err = text_of::<Addr>(r#"{"ip": "x"}"#);
+    assert_eq!(err.go_text(), None);
+    assert_eq!(err.reference_text(), err.to_string());
+    assert_eq!(err.offset(), 7);
+}
+
+#[test]
+fn a_document_can_stand_for_a_field_of_an_outer_struct() {
+    let raw = RawJson::parse(br#"{"portMappings": [{"hostPort": true}]}"#.to_vec()).unwrap();
+    let err = raw
+        .decode_with::<GoRuntime>(Options {
+            field_of: Some(("PortMapConf", "runtimeConfig")),
+            ..Options::default()
+        })
+        .unwrap_err();
+    assert_eq!(err.path(), "runtimeConfig.portMappings[0].hostPort");
+    assert_eq!(
+        err.go_text(),
+        Some(
+            "json: cannot unmarshal bool into Go struct field PortMapEntry.runtimeConfig.portMappings.hostPort of type int"
+        )
+    );
+    let raw = RawJson::parse(b"5".to_vec()).unwrap();
+    let err = raw
+        .decode_with::<GoRuntime>(Options {
+            field_of: Some(("PortMapConf", "runtimeConfig")),
+            ..Options::default()
+        })
+        .unwrap_err();
+    assert_eq!(
+        err.go_text(),
+        Some(
+            r#"json: cannot unmarshal number into Go struct field PortMapConf.runtimeConfig of type struct { PortMaps []main.PortMapEntry "json:\"portMappings,omitempty\"" }"#
+        )
+    );
+    // The top-level struct named as another (the envelope as the plugin's struct).
+    let raw = RawJson::parse(br#"{"snat": 1}"#.to_vec()).unwrap();
+    let err = raw
+        .decode_with::<GoConf>(Options {
+            top_struct: Some("TuningConf"),
+            ..Options::default()
+        })
+        .unwrap_err();
+    assert_eq!(
+        err.go_text(),
+        Some("json: cannot unmarshal number into Go struct field TuningConf.snat of type bool")
+    );
 }

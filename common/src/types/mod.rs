@@ -249,6 +249,7 @@ fn prev_result(raw: &RawJson, conf_version: &str, inject: bool) -> Result<CniRes
     let options = Options {
         sorted_keys: true,
         inject_version: inject.then_some(&injected[..]),
+        ..Options::default()
     };
     let (_, result) = decode(era, raw, options)?;
     Ok(result)
