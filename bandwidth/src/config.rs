@@ -19,9 +19,11 @@ pub const SENTINEL_BURSTS: [u64; 3] = [i32::MAX as u64, u32::MAX as u64, u32::MA
 /// Largest configurable latency: a minute of queue is already far past useful.
 pub const MAX_LATENCY_MS: u64 = 60_000;
 
-/// The plugin's own top-level keys.
+/// The plugin's own keys: the reference's `PluginConf` (its serde name is the Go type, which
+/// Go's decode errors name), `runtimeConfig` included, so that a value of the wrong type
+/// anywhere is refused as Go refuses it, the first in the document, whichever set is used.
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, rename = "PluginConf")]
 pub struct BandwidthKeys {
     /// Bits per second into the container.
     pub ingress_rate: Option<u64>,
@@ -35,11 +37,13 @@ pub struct BandwidthKeys {
     pub latency_ms: Option<u64>,
     /// Replace a runtime's sentinel burst by one derived from the rate (default true).
     pub derive_sentinel_burst: Option<bool>,
+    /// `runtimeConfig`.
+    pub runtime_config: RuntimeKeys,
 }
 
 /// One limit set as the runtime sends it in `runtimeConfig.bandwidth`.
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, rename = "main.BandwidthEntry")]
 pub struct BandwidthEntry {
     /// Bits per second into the container.
     pub ingress_rate: u64,
@@ -51,9 +55,12 @@ pub struct BandwidthEntry {
     pub egress_burst: u64,
 }
 
-/// `runtimeConfig` as far as this plugin reads it.
+/// `runtimeConfig` as far as this plugin reads it (an anonymous struct in the reference).
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(
+    default,
+    rename = "struct { Bandwidth *main.BandwidthEntry \"json:\\\"bandwidth,omitempty\\\"\" }"
+)]
 pub struct RuntimeKeys {
     /// The `bandwidth` capability.
     pub bandwidth: Option<BandwidthEntry>,
@@ -107,8 +114,7 @@ impl Config {
     ///
     /// # Errors
     /// Code 7, with the field and value in `details`, for a rate without burst (or the
-    /// reverse), a burst of 4 GB or more, a value below 1 byte, or a latency out of range;
-    /// code 6 when `runtimeConfig` does not decode.
+    /// reverse), a burst of 4 GB or more, a value below 1 byte, or a latency out of range.
     pub fn from_conf(conf: &NetConf<BandwidthKeys>) -> Result<Config, CniError> {
         let keys = &conf.plugin;
         let top = [
@@ -120,8 +126,7 @@ impl Config {
         let (values, prefix) = if top.iter().any(Option::is_some) {
             (top.map(Option::unwrap_or_default), "")
         } else {
-            let runtime: RuntimeKeys = conf.runtime_config()?;
-            match runtime.bandwidth {
+            match &keys.runtime_config.bandwidth {
                 Some(b) => (
                     [
                         b.ingress_rate,
@@ -371,17 +376,58 @@ mod tests {
         assert!(parse(json!({"egressRate": 80, "egressBurst": at_limit})).is_err());
     }
 
+    /// Go's texts, as Debian's bandwidth (Go 1.19) prints them after `failed to parse network
+    /// configuration: `.
     #[test]
-    fn wrong_types_are_decode_errors() {
-        let err =
-            parse(json!({"runtimeConfig": {"bandwidth": {"ingressRate": "10M"}}})).unwrap_err();
-        assert_eq!(err.code, ErrorCode::Decode);
-        assert!(
-            err.msg.contains("runtimeConfig.bandwidth.ingressRate"),
-            "{}",
-            err.msg
-        );
-        let err = parse(json!({"ingressRate": -1})).unwrap_err();
-        assert_eq!(err.code, ErrorCode::Decode);
+    fn values_of_the_wrong_type_are_refused_in_go_s_words() {
+        let cases = [
+            (
+                json!({"ingressRate": "fast"}),
+                "string into Go struct field PluginConf.ingressRate of type uint64",
+            ),
+            (
+                json!({"ingressRate": -8000}),
+                "number -8000 into Go struct field PluginConf.ingressRate of type uint64",
+            ),
+            (
+                json!({"ingressRate": 1.5}),
+                "number 1.5 into Go struct field PluginConf.ingressRate of type uint64",
+            ),
+            (
+                json!({"ingressRate": {}}),
+                "object into Go struct field PluginConf.ingressRate of type uint64",
+            ),
+            (
+                json!({"runtimeConfig": {"bandwidth": 5}}),
+                "number into Go struct field .runtimeConfig.bandwidth of type main.BandwidthEntry",
+            ),
+            (
+                json!({"runtimeConfig": {"bandwidth": {"ingressRate": "x"}}}),
+                "string into Go struct field BandwidthEntry.runtimeConfig.bandwidth.ingressRate of type uint64",
+            ),
+            // Go decodes runtimeConfig even when the top-level keys are the ones used, and
+            // reports the first value of the wrong type in the document.
+            (
+                json!({"ingressRate": 1, "ingressBurst": 1,
+                       "runtimeConfig": {"bandwidth": {"ingressRate": "x"}}}),
+                "string into Go struct field BandwidthEntry.runtimeConfig.bandwidth.ingressRate of type uint64",
+            ),
+            (
+                json!({"egressRate": "y", "runtimeConfig": {"bandwidth": {"ingressRate": "x"}}}),
+                "string into Go struct field PluginConf.egressRate of type uint64",
+            ),
+        ];
+        for (conf, go) in cases {
+            let err = parse(conf.clone()).unwrap_err();
+            assert_eq!(err.code, ErrorCode::Decode, "{conf}");
+            assert_eq!(
+                err.msg,
+                format!(
+                    "{}: json: cannot unmarshal {go}",
+                    common::error::DECODE_LEAD
+                ),
+                "{conf}"
+            );
+        }
     }
 }

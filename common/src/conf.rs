@@ -1,24 +1,27 @@
 //! The network configuration envelope every plugin receives on stdin.
 //!
-//! [`NetConf<T>`] holds the keys the spec defines for all plugins (`cniVersion`, `name`, `type`,
-//! `capabilities`, `runtimeConfig`, `prevResult`, `args`, `cni.dev/valid-attachments`) and the
-//! plugin's own keys decoded into `T` from the same object, as if flattened in. Decoding follows
-//! Go's rules (see [`crate::decode`]): keys match case-insensitively, unknown keys are ignored,
-//! empty strings for optional keys mean unset. A plugin without keys of its own uses
-//! `NetConf<serde::de::IgnoredAny>`.
+//! [`NetConf<T>`] holds the keys of the reference's `types.NetConf` (`cniVersion`, `name`,
+//! `type`, `capabilities`, `ipam`, `dns`, `prevResult`, `cni.dev/valid-attachments`), the text
+//! of `runtimeConfig`, and the plugin's own keys decoded into `T` from the same object, as Go
+//! decodes a plugin's struct that embeds `types.NetConf`. Decoding follows Go's rules (see
+//! [`crate::decode`]): keys match case-insensitively, unknown keys are ignored, empty strings for
+//! optional keys mean unset, and a value of the wrong type is reported in Go's words, naming the
+//! plugin's Go struct (`T`'s serde name, e.g. `#[serde(rename = "PluginConf")]`). A plugin
+//! without keys of its own uses `NetConf<serde::de::IgnoredAny>`.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use serde::de::{DeserializeOwned, Deserializer};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::decode::{DecodeError, RawJson};
-use crate::error::{CniError, ErrorCode};
+use crate::decode::{self, DecodeError, Options, RawJson, RawObject};
+use crate::error::{CniError, DECODE_LEAD, ErrorCode};
 use crate::types::CniResult;
 
 /// One entry of `cni.dev/valid-attachments` in a GC request.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
+#[serde(rename = "types.GCAttachment")]
 pub struct Attachment {
     /// The container ID of a live attachment.
     #[serde(rename = "containerID")]
@@ -27,8 +30,10 @@ pub struct Attachment {
     pub ifname: String,
 }
 
+/// The reference's `types.NetConf` (HEAD's, with `cni.dev/valid-attachments`), which every Go
+/// plugin embeds: `ipam` and `dns` are decoded only to refuse what Go refuses.
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, rename = "types.NetConf")]
 struct Envelope {
     #[serde(rename = "cniVersion")]
     cni_version: String,
@@ -36,33 +41,38 @@ struct Envelope {
     #[serde(rename = "type")]
     plugin_type: String,
     capabilities: BTreeMap<String, bool>,
+    ipam: Ipam,
+    dns: Dns,
+    /// Not a field of `types.NetConf`: any value, decoded (and refused) by the plugins that
+    /// read it.
     #[serde(rename = "runtimeConfig")]
-    runtime_config: Object,
+    runtime_config: Option<RawJson>,
     #[serde(rename = "prevResult")]
-    prev_result: Option<Object>,
-    args: Option<Object>,
+    prev_result: Option<RawObject>,
     #[serde(rename = "cni.dev/valid-attachments")]
     valid_attachments: Option<Vec<Attachment>>,
 }
 
-/// The text of a value that must be a JSON object (kept, not decoded).
-#[derive(Debug, Default)]
-struct Object(Option<RawJson>);
+/// `types.IPAM`: meta plugins have no IPAM, but Go decodes the key.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename = "types.IPAM")]
+struct Ipam {
+    #[serde(rename = "type")]
+    _plugin_type: String,
+}
 
-impl<'de> Deserialize<'de> for Object {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Object, D::Error> {
-        let raw = RawJson::deserialize(deserializer)?;
-        if raw.is_object() {
-            return Ok(Object(Some(raw)));
-        }
-        let unexpected = match raw.as_bytes().iter().find(|b| !b.is_ascii_whitespace()) {
-            Some(b'[') => serde::de::Unexpected::Seq,
-            Some(b'"') => serde::de::Unexpected::Other("string"),
-            Some(b't' | b'f') => serde::de::Unexpected::Other("boolean"),
-            _ => serde::de::Unexpected::Other("number"),
-        };
-        Err(serde::de::Error::invalid_type(unexpected, &"a JSON object"))
-    }
+/// `types.DNS`, decoded as Go decodes it and dropped.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename = "types.DNS")]
+struct Dns {
+    #[serde(rename = "nameservers")]
+    _nameservers: Vec<String>,
+    #[serde(rename = "domain")]
+    _domain: String,
+    #[serde(rename = "search")]
+    _search: Vec<String>,
+    #[serde(rename = "options")]
+    _options: Vec<String>,
 }
 
 /// A decoded network configuration: the spec's envelope plus the plugin's keys in `plugin`.
@@ -76,17 +86,17 @@ pub struct NetConf<T> {
     pub plugin_type: String,
     /// `capabilities` the plugin declared in the conflist.
     pub capabilities: BTreeMap<String, bool>,
-    /// `runtimeConfig` (an object), kept as text: decode it with [`NetConf::runtime_config`].
+    /// `runtimeConfig` (any value: it is the plugin's to decode, if it reads it), kept as
+    /// text: decode it with [`NetConf::runtime_config`].
     pub runtime_config: Option<RawJson>,
     /// `prevResult` (an object), kept as text: parse it with [`NetConf::prev_result`].
     pub prev_result: Option<RawJson>,
-    /// `args` (an object, for example `args.cni.*`), kept as text: decode it with
-    /// [`RawJson::decode`].
-    pub args: Option<RawJson>,
     /// `cni.dev/valid-attachments` (GC only).
     pub valid_attachments: Option<Vec<Attachment>>,
     /// The plugin's own keys.
     pub plugin: T,
+    /// The Go type of the plugin's struct (`T`'s serde name), which Go's messages name.
+    go_struct: &'static str,
 }
 
 impl<T: DeserializeOwned> NetConf<T> {
@@ -108,59 +118,71 @@ impl<T: DeserializeOwned> NetConf<T> {
     }
 
     /// Decodes a configuration from checked JSON text (the skel's copy of stdin): the envelope
-    /// and the plugin's keys, skipping everything else; `runtimeConfig`, `prevResult` and
-    /// `args` are kept as text.
+    /// and the plugin's keys, skipping everything else; `runtimeConfig` and `prevResult` are
+    /// kept as text.
     ///
     /// # Errors
-    /// As [`NetConf::parse`].
+    /// Code 6 led by [`DECODE_LEAD`], as [`decode_error`] words it: of several values of the
+    /// wrong type, the first in the document, as Go reports it.
     pub fn from_json(json: &RawJson) -> Result<NetConf<T>, CniError> {
-        if !json.is_object() {
-            return Err(CniError::new(
-                ErrorCode::Decode,
-                "failed to decode network configuration: not a JSON object",
-            ));
-        }
-        let envelope: Envelope = json.decode().map_err(conf_decode_error)?;
-        let plugin: T = json.decode().map_err(conf_decode_error)?;
+        // Go decodes one struct, the plugin's, with `types.NetConf` embedded: the envelope's
+        // fields are the plugin struct's.
+        let go_struct = decode::go_struct_type::<T>().unwrap_or(ENVELOPE);
+        let envelope = json.decode_with::<Envelope>(Options {
+            top_struct: Some(go_struct),
+            ..Options::default()
+        });
+        let plugin = json.decode::<T>();
+        let (envelope, plugin) = match (envelope, plugin) {
+            (Ok(envelope), Ok(plugin)) => (envelope, plugin),
+            (Err(e), Ok(_)) | (Ok(_), Err(e)) => return Err(decode_error(DECODE_LEAD, &e)),
+            (Err(a), Err(b)) => {
+                let first = if b.offset() < a.offset() { b } else { a };
+                return Err(decode_error(DECODE_LEAD, &first));
+            }
+        };
         Ok(NetConf {
             cni_version: envelope.cni_version,
             name: envelope.name,
             plugin_type: envelope.plugin_type,
             capabilities: envelope.capabilities,
-            runtime_config: envelope.runtime_config.0,
-            prev_result: envelope.prev_result.and_then(|o| o.0),
-            args: envelope.args.and_then(|o| o.0),
+            runtime_config: envelope.runtime_config,
+            prev_result: envelope.prev_result.map(RawObject::into_inner),
             valid_attachments: envelope.valid_attachments,
             plugin,
+            go_struct,
         })
     }
 }
 
+/// The Go type of the envelope alone.
+const ENVELOPE: &str = "types.NetConf";
+
 impl<T> NetConf<T> {
     /// Decodes `runtimeConfig` into the plugin's type for it (keys matched case-insensitively);
-    /// an absent `runtimeConfig` decodes as `{}`.
+    /// an absent or `null` `runtimeConfig` decodes as `{}`. `R`'s serde name is its Go type
+    /// (the reference's are anonymous structs: `struct { Mac string "json:\"mac,omitempty\"" }`).
     ///
     /// # Errors
-    /// Code 6 naming the offending `runtimeConfig` path.
+    /// Code 6 led by [`DECODE_LEAD`] with Go's text naming the `runtimeConfig` field (see
+    /// [`decode_error`]). Go decodes `runtimeConfig` with the rest of the plugin's struct: a
+    /// plugin that reads it should decode it right after the rest, so that only a config
+    /// with a second value of the wrong type, after `runtimeConfig`, can tell the difference.
     pub fn runtime_config<R: DeserializeOwned>(&self) -> Result<R, CniError> {
-        let decoded = match &self.runtime_config {
-            Some(raw) => raw.decode(),
-            None => crate::decode::from_slice(b"{}"),
+        let options = Options {
+            field_of: Some((self.go_struct, "runtimeConfig")),
+            ..Options::default()
         };
-        decoded.map_err(|e| {
-            let path = if e.path().is_empty() {
-                "runtimeConfig".to_string()
-            } else {
-                format!("runtimeConfig.{}", e.path())
-            };
-            CniError::new(
-                ErrorCode::Decode,
-                format!(
-                    "failed to decode network configuration: {path}: {}",
-                    e.message()
-                ),
-            )
-        })
+        let empty;
+        let raw = match &self.runtime_config {
+            Some(raw) => raw,
+            None => {
+                empty = RawJson::from_value(&Value::Object(serde_json::Map::new()));
+                &empty
+            }
+        };
+        raw.decode_with(options)
+            .map_err(|e| decode_error(DECODE_LEAD, &e))
     }
 
     /// Parses `prevResult` (if any) into the current result model, the way the reference does:
@@ -186,16 +208,21 @@ impl<T> NetConf<T> {
 /// Checks stdin bytes as JSON (not yet checked to be a config) and keeps them.
 ///
 /// # Errors
-/// Code 6 when the bytes are not JSON, with Go's syntax error.
+/// Code 6 when the bytes are not JSON, with Go's syntax error led by [`DECODE_LEAD`].
 pub fn parse_json(bytes: Vec<u8>) -> Result<RawJson, CniError> {
-    RawJson::parse(bytes).map_err(conf_decode_error)
+    RawJson::parse(bytes).map_err(|e| decode_error(DECODE_LEAD, &e))
 }
 
-fn conf_decode_error(e: DecodeError) -> CniError {
-    CniError::new(
-        ErrorCode::Decode,
-        format!("failed to decode network configuration: {e}"),
-    )
+/// A configuration that does not decode: code 6, `msg` the reference's (`lead`, then Go's text
+/// for the failure where we know it, else ours), `details` ours (the value's path and what is
+/// wrong with it) when it says more.
+pub fn decode_error(lead: &str, e: &DecodeError) -> CniError {
+    let err = CniError::new(ErrorCode::Decode, format!("{lead}: {}", e.reference_text()));
+    if e.go_text().is_some() && e.go_text() != Some(e.message()) {
+        err.with_details(e.to_string())
+    } else {
+        err
+    }
 }
 
 #[cfg(test)]
@@ -203,26 +230,31 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The Go types are those of the reference's portmap.
     #[derive(Debug, Default, Deserialize, PartialEq)]
-    #[serde(rename_all = "camelCase", default)]
+    #[serde(rename_all = "camelCase", default, rename = "PortMapConf")]
     struct PortmapKeys {
         backend: Option<String>,
         snat: Option<bool>,
-        mark_masq_bit: Option<i32>,
+        mark_masq_bit: Option<i64>,
     }
 
     #[derive(Debug, Default, Deserialize, PartialEq)]
-    #[serde(rename_all = "camelCase", default)]
+    #[serde(rename_all = "camelCase", default, rename = "main.PortMapEntry")]
     struct Mapping {
-        host_port: u16,
-        container_port: u16,
+        host_port: i64,
+        container_port: i64,
         protocol: String,
         #[serde(rename = "hostIP")]
         host_ip: Option<String>,
     }
 
     #[derive(Debug, Default, Deserialize, PartialEq)]
-    #[serde(rename_all = "camelCase", default)]
+    #[serde(
+        rename_all = "camelCase",
+        default,
+        rename = "struct { PortMaps []main.PortMapEntry \"json:\\\"portMappings,omitempty\\\"\" }"
+    )]
     struct PortmapRuntime {
         port_mappings: Vec<Mapping>,
     }
@@ -346,33 +378,119 @@ mod tests {
         );
     }
 
+    /// Go's texts as Debian's portmap (Go 1.19) prints them for the same configs.
     #[test]
-    fn type_errors_are_decode_errors_naming_the_key() {
-        let cases: [(Value, &str); 4] = [
-            (json!({"name": "n", "snat": "yes"}), "snat"),
-            (json!({"name": "n", "markMasqBit": 1.5}), "markMasqBit"),
-            (json!({"name": 1}), "name"),
+    fn type_errors_are_go_s_with_our_path_in_details() {
+        let lead = "failed to decode network configuration: json: cannot unmarshal";
+        let cases: [(Value, &str, &str); 9] = [
+            (
+                json!({"name": "n", "snat": "yes"}),
+                "string into Go struct field PortMapConf.snat of type bool",
+                "snat: invalid type: string \"yes\", expected a boolean",
+            ),
+            (
+                json!({"name": "n", "markMasqBit": 1.5}),
+                "number 1.5 into Go struct field PortMapConf.markMasqBit of type int",
+                "markMasqBit: invalid type: floating point `1.5`, expected i64",
+            ),
             (
                 json!({"name": "n", "capabilities": {"portMappings": 1}}),
-                "capabilities.portMappings",
+                "number into Go struct field PortMapConf.capabilities of type bool",
+                "capabilities.portMappings: invalid type: integer `1`, expected a boolean",
+            ),
+            (
+                json!({"name": "n", "ipam": 5}),
+                "number into Go struct field PortMapConf.ipam of type types.IPAM",
+                "ipam: invalid type: integer `5`, expected struct Ipam",
+            ),
+            (
+                json!({"name": "n", "dns": {"nameservers": "x"}}),
+                "string into Go struct field DNS.dns.nameservers of type []string",
+                "dns.nameservers: invalid type: string \"x\", expected a sequence",
+            ),
+            (
+                json!({"name": "n", "prevResult": 5}),
+                "number into Go struct field PortMapConf.prevResult of type map[string]interface {}",
+                "prevResult: invalid type: integer `5`, expected any JSON value",
+            ),
+            (
+                json!({"name": "n", "type": [1]}),
+                "array into Go struct field PortMapConf.type of type string",
+                "type: invalid type: sequence, expected a string",
+            ),
+            // Of two values of the wrong type, Go reports the first in the document, whether
+            // it is the envelope's or the plugin's.
+            (
+                json!({"name": "n", "markMasqBit": "x", "capabilities": {"a": 1}}),
+                "string into Go struct field PortMapConf.markMasqBit of type int",
+                "markMasqBit: invalid type: string \"x\", expected i64",
+            ),
+            (
+                json!({"name": "n", "capabilities": {"a": 1}, "markMasqBit": "x"}),
+                "number into Go struct field PortMapConf.capabilities of type bool",
+                "capabilities.a: invalid type: integer `1`, expected a boolean",
             ),
         ];
-        for (input, key) in cases {
+        for (input, go, ours) in cases {
             let err = NetConf::<PortmapKeys>::from_value(input.clone()).unwrap_err();
             assert_eq!(err.code, ErrorCode::Decode, "{input}");
-            assert!(err.msg.contains(key), "{input}: {}", err.msg);
+            assert_eq!(err.msg, format!("{lead} {go}"), "{input}");
+            assert_eq!(err.details, ours, "{input}");
         }
-        let conf: NetConf<PortmapKeys> = NetConf::from_value(json!({
-            "name": "n", "runtimeConfig": {"portMappings": [{"hostPort": "80"}]}
-        }))
-        .unwrap();
-        let err = conf.runtime_config::<PortmapRuntime>().unwrap_err();
-        assert_eq!(err.code, ErrorCode::Decode);
-        assert!(
-            err.msg.contains("runtimeConfig.portMappings[0].hostPort"),
-            "{}",
-            err.msg
-        );
+    }
+
+    #[test]
+    fn runtime_config_errors_name_the_field_from_the_plugin_s_struct() {
+        let lead = "failed to decode network configuration: json: cannot unmarshal";
+        let cases: [(Value, &str, &str); 4] = [
+            (
+                json!({"portMappings": [{"hostPort": "80"}]}),
+                "string into Go struct field PortMapEntry.runtimeConfig.portMappings.hostPort of type int",
+                "runtimeConfig.portMappings[0].hostPort: invalid type: string \"80\", expected i64",
+            ),
+            (
+                json!({"portMappings": 5}),
+                "number into Go struct field .runtimeConfig.portMappings of type []main.PortMapEntry",
+                "runtimeConfig.portMappings: invalid type: integer `5`, expected a sequence",
+            ),
+            (
+                json!({"portMappings": [5]}),
+                "number into Go struct field .runtimeConfig.portMappings of type main.PortMapEntry",
+                "runtimeConfig.portMappings[0]: invalid type: integer `5`, expected struct Mapping",
+            ),
+            (
+                json!(5),
+                r#"number into Go struct field PortMapConf.runtimeConfig of type struct { PortMaps []main.PortMapEntry "json:\"portMappings,omitempty\"" }"#,
+                "runtimeConfig: invalid type: integer `5`, expected struct PortmapRuntime",
+            ),
+        ];
+        for (runtime, go, ours) in cases {
+            let conf: NetConf<PortmapKeys> =
+                NetConf::from_value(json!({"name": "n", "runtimeConfig": runtime})).unwrap();
+            let err = conf.runtime_config::<PortmapRuntime>().unwrap_err();
+            assert_eq!(err.code, ErrorCode::Decode, "{runtime}");
+            assert_eq!(err.msg, format!("{lead} {go}"), "{runtime}");
+            assert_eq!(err.details, ours, "{runtime}");
+        }
+        // Absent or null: every key at its default.
+        for conf in [
+            json!({"name": "n"}),
+            json!({"name": "n", "runtimeConfig": null}),
+        ] {
+            let conf: NetConf<PortmapKeys> = NetConf::from_value(conf).unwrap();
+            assert_eq!(
+                conf.runtime_config::<PortmapRuntime>().unwrap(),
+                PortmapRuntime::default()
+            );
+        }
+    }
+
+    #[test]
+    fn keys_go_does_not_type_are_not_checked() {
+        // `runtimeConfig` belongs to the plugins that read it; `args` to tuning.
+        let conf: NetConf<PortmapKeys> =
+            NetConf::from_value(json!({"name": "n", "runtimeConfig": 5, "args": [1]})).unwrap();
+        assert_eq!(conf.name, "n");
     }
 
     #[test]

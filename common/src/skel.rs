@@ -10,8 +10,10 @@
 //! 3. Per-verb environment (SPEC.md "Parameters"): validators of the variables that are set run
 //!    first (container ID and interface name rules, code 4), then every missing required
 //!    variable is listed by name (code 4).
-//! 4. stdin is read (code 5) and, except for VERSION, decoded (code 6); the network name must be
-//!    present and well-formed (code 7).
+//! 4. stdin is read (code 5) and, except for VERSION, checked as the reference's skel checks it:
+//!    JSON with a string `name` (code 6, `error unmarshall network config: …`), present and
+//!    well-formed (code 7), and a string `cniVersion` (code 6, `decoding version from network
+//!    config: …`). The rest of the configuration is the plugin's to decode ([`Call::conf`]).
 //! 5. Version gating: ADD and DEL need a supported `cniVersion`, CHECK needs ≥ 0.4.0, STATUS and
 //!    GC need ≥ 1.1.0 (code 1); an unparsable version is code 6.
 //! 6. For ADD, CHECK and DEL, `CNI_NETNS` must not be the plugin's own namespace (code 8, unless
@@ -29,7 +31,7 @@ use std::str::FromStr;
 use serde::de::DeserializeOwned;
 
 use crate::args::CniArgs;
-use crate::conf::{NetConf, parse_json};
+use crate::conf::{NetConf, decode_error};
 use crate::decode::RawJson;
 use crate::error::{CniError, ErrorCode};
 use crate::netns::NetNs;
@@ -368,26 +370,27 @@ fn dispatch(
         };
     }
     // Checked once here; plugins decode their keys from the text through `Call::conf`.
-    call.config = match parse_json(input) {
+    call.config = match RawJson::parse(input) {
         Ok(json) => json,
-        Err(e) => return fail(version::LATEST, e),
+        Err(e) => return fail(version::LATEST, decode_error(UNMARSHAL_LEAD, &e)),
     };
-    // Only the name and version are kept: the rest of the envelope is checked and dropped.
-    let NetConf {
-        cni_version, name, ..
-    } = match NetConf::<serde::de::IgnoredAny>::from_json(&call.config) {
-        Ok(head) => head,
-        Err(e) => return fail(version::LATEST, e),
+    let name = match call.config.decode::<SkelName>() {
+        Ok(head) => head.name,
+        Err(e) => return fail(version::LATEST, decode_error(UNMARSHAL_LEAD, &e)),
     };
+    let cni_version = call.config.decode::<SkelVersion>().map(|v| v.cni_version);
     // From here on errors are reported in the caller's version, when it is a version at all.
-    let reply_version = if cni_version.parse::<CniVersion>().is_ok() {
-        cni_version.clone()
-    } else {
-        version::LATEST.to_string()
+    let reply_version = match &cni_version {
+        Ok(v) if v.parse::<CniVersion>().is_ok() => v.clone(),
+        _ => version::LATEST.to_string(),
     };
     if let Err(e) = validate_network_name(&name) {
         return fail(&reply_version, e);
     }
+    let cni_version = match cni_version {
+        Ok(v) => v,
+        Err(e) => return fail(version::LATEST, decode_error(VERSION_LEAD, &e)),
+    };
     call.cni_version = if cni_version.is_empty() {
         "0.1.0".to_string()
     } else {
@@ -426,6 +429,31 @@ fn dispatch(
         Ok(text) => Outcome::Print(text),
         Err(e) => fail(&reply_version, e),
     }
+}
+
+/// How the reference's skel leads a configuration that is not JSON or whose `name` is no
+/// string.
+const UNMARSHAL_LEAD: &str = "error unmarshall network config";
+
+/// How the reference's skel leads a configuration whose `cniVersion` is no string.
+const VERSION_LEAD: &str = "decoding version from network config";
+
+/// What the reference's skel decodes first (`validateConfig`), as Go names the type.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, rename = "struct { Name string \"json:\\\"name\\\"\" }")]
+struct SkelName {
+    name: String,
+}
+
+/// What the reference's skel decodes next (`ConfigDecoder`), as Go names the type.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(
+    default,
+    rename = "struct { CNIVersion string \"json:\\\"cniVersion\\\"\" }"
+)]
+struct SkelVersion {
+    #[serde(rename = "cniVersion")]
+    cni_version: String,
 }
 
 /// The variables in the order the reference reads them, with the verbs that require them.
@@ -925,9 +953,42 @@ mod tests {
             ("CNI_IFNAME", "eth0"),
         ]);
         let p = Recorder::default();
-        assert_eq!(invoke(&p, &env, "{").code(), 6);
-        assert_eq!(invoke(&p, &env, "[1]").code(), 6);
-        assert_eq!(invoke(&p, &env, r#"{"name": 3}"#).code(), 6);
+        // The reference's texts, as Debian's plugins print them.
+        let cases = [
+            (
+                "{",
+                "error unmarshall network config: unexpected end of JSON input",
+            ),
+            (
+                "[1]",
+                r#"error unmarshall network config: json: cannot unmarshal array into Go value of type struct { Name string "json:\"name\"" }"#,
+            ),
+            (
+                r#"{"name": 3, "cniVersion": 5}"#,
+                "error unmarshall network config: json: cannot unmarshal number into Go struct field .name of type string",
+            ),
+            (
+                r#"{"name": "n", "cniVersion": 5}"#,
+                "decoding version from network config: json: cannot unmarshal number into Go struct field .cniVersion of type string",
+            ),
+        ];
+        for (stdin, msg) in cases {
+            let run = invoke(&p, &env, stdin);
+            assert_eq!((run.code(), run.msg()), (6, msg.to_string()), "{stdin}");
+        }
+        // The name is checked before the version is decoded, and the rest of the envelope is
+        // the plugin's to decode.
+        let run = invoke(&p, &env, r#"{"cniVersion": 5}"#);
+        assert_eq!(
+            (run.code(), run.msg().as_str()),
+            (7, "missing network name")
+        );
+        let run = invoke(
+            &Recorder::default(),
+            &env,
+            r#"{"name": "n", "capabilities": 5}"#,
+        );
+        assert_eq!(run.status, 0, "{}", run.stdout);
         let run = invoke(&p, &env, r#"{"cniVersion": "1.0.0"}"#);
         assert_eq!(
             (run.code(), run.msg()),

@@ -9,9 +9,10 @@ use crate::names::{
     STAGE2_CHAIN,
 };
 
-/// The keys as they arrive (matched case-insensitively; `""` and `null` mean unset).
+/// The keys as they arrive (matched case-insensitively; `""` and `null` mean unset; the serde
+/// name is the reference's Go type, which Go's decode errors name).
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, rename = "FirewallNetConf")]
 pub struct WireConf {
     /// `backend`.
     pub backend: Option<String>,
@@ -30,7 +31,7 @@ pub struct WireConf {
 /// an attachment made under a config this version refuses (an older version's, a typo the Go
 /// plugin ignored) can still be removed. Raw values: a key of the wrong type is not an error.
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, rename = "FirewallNetConf")]
 pub struct TeardownWire {
     /// `backend`.
     pub backend: Option<Value>,

@@ -11,9 +11,10 @@ use serde::Deserialize;
 
 use crate::error::PortmapError;
 
-/// The plugin's own keys, as sent.
+/// The plugin's own keys, as sent (the serde name is the reference's Go type, which Go's decode
+/// errors name).
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, rename = "PortMapConf")]
 pub struct PortmapKeys {
     backend: Option<String>,
     snat: Option<bool>,
@@ -30,14 +31,17 @@ pub struct PortmapKeys {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(
+    default,
+    rename = "struct { PortMaps []main.PortMapEntry \"json:\\\"portMappings,omitempty\\\"\" }"
+)]
 struct RuntimeConfig {
     #[serde(rename = "portMappings")]
     port_mappings: Vec<WireMapping>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, rename = "main.PortMapEntry")]
 struct WireMapping {
     #[serde(rename = "hostPort")]
     host_port: i64,

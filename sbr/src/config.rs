@@ -9,9 +9,10 @@ use serde::Deserialize;
 use crate::error::SbrError;
 use crate::names::RESERVED_TABLES;
 
-/// The plugin's keys as they arrive on stdin (matched case-insensitively by `common::decode`).
+/// The plugin's keys as they arrive on stdin (matched case-insensitively by `common::decode`;
+/// the serde name is the reference's Go type, which Go's decode errors name).
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, rename = "PluginConf")]
 pub struct SbrKeys {
     /// Fixed table: only rules are added, pointing at it; routes are left alone.
     pub table: Option<i64>,
@@ -25,7 +26,7 @@ pub struct SbrKeys {
 /// The only key DEL reads (so a config that no longer validates never blocks a DEL):
 /// `table`, any integer, which DEL takes as it is.
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, rename = "PluginConf")]
 pub struct DelKeys {
     /// `table`.
     pub table: Option<i64>,

@@ -1089,6 +1089,18 @@ pub fn skel_cases<S: Stage>(conf: &Value, versions: &[&str]) -> Vec<Case<S>> {
         Case::new("skel: interface name with a colon")
             .step(Step::del(conf.clone()).env("CNI_IFNAME", "eth0:1")),
         Case::new("skel: truncated JSON").step(Step::raw(Some("ADD"), "{\"cniVersion\":")),
+        Case::new("skel: not a JSON object").step(Step::raw(Some("ADD"), "[1]")),
+        Case::new("skel: name of the wrong JSON type")
+            .step(Step::add(with("name", serde_json::json!(5)))),
+        Case::new("skel: cniVersion of the wrong JSON type")
+            .step(Step::del(with("cniVersion", serde_json::json!(5)))),
+        // Past the skel: the plugin's decode, led by the plugin's words, naming its Go struct.
+        Case::new("skel: an envelope key of the wrong JSON type")
+            .step(Step::add(with("ipam", serde_json::json!("host-local")))),
+        Case::new("skel: an envelope key of the wrong JSON type, nested").step(Step::add(with(
+            "dns",
+            serde_json::json!({"nameservers": "10.0.0.53"}),
+        ))),
         Case::new("skel: missing network name").step(Step::add(with("name", Value::Null))),
         Case::new("skel: invalid network name")
             .step(Step::del(with("name", Value::String("a b".into())))),

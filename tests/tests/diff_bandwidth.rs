@@ -215,6 +215,21 @@ fn cases() -> Result<Vec<Case<BandwidthStage>>> {
         ),
         Case::new("config: a rate of the wrong JSON type").step(Step::add(conf(json!({"ingressRate": "fast", "ingressBurst": 8000})))),
         Case::new("config: a negative rate").step(Step::add(conf(json!({"ingressRate": -8000, "ingressBurst": 8000})))),
+        Case::new("config: a fractional rate").step(Step::add(conf(json!({"ingressRate": 1.5, "ingressBurst": 8000})))),
+        Case::new("config: a runtimeConfig rate of the wrong JSON type").step(Step::add(conf(json!({
+            "runtimeConfig": {"bandwidth": {"ingressRate": "fast", "ingressBurst": 8000}}
+        })))),
+        Case::new("config: runtimeConfig.bandwidth of the wrong JSON type").step(Step::add(conf(json!({
+            "runtimeConfig": {"bandwidth": 8000}
+        })))),
+        // Go decodes runtimeConfig with the rest, even when the top-level keys are the ones used.
+        Case::new("config: a runtimeConfig of the wrong JSON type beside top-level keys").step(Step::add(conf(json!({
+            "ingressRate": 8000, "ingressBurst": 8000,
+            "runtimeConfig": {"bandwidth": {"egressRate": true}}
+        })))),
+        Case::new("config: of two values of the wrong JSON type, the first").step(Step::add(conf(json!({
+            "egressBurst": "x", "capabilities": {"bandwidth": 1}
+        })))),
         Case::new("config: an invalid static set wins over a valid runtimeConfig").step(Step::add(conf(json!({
             "ingressBurst": 8000,
             "runtimeConfig": {"bandwidth": limits()}

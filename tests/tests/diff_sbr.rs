@@ -217,6 +217,21 @@ fn cases() -> Result<Vec<Case<SbrStage>>> {
     ]));
     cases.extend([
         Case::new("prevResult: missing").step(Step::add(without(conf(json!({})), "prevResult"))),
+        // HEAD's `PluginConf` has `Table *int` and `Gateways []string`, Go's decoder words it.
+        Case::new("config: table of the wrong JSON type").step(Step::add(conf(json!({"table": "100"}))).head(
+            HEAD_TABLE,
+            Want::Error {
+                code: Some(6),
+                msg: "failed to parse network configuration: json: cannot unmarshal string into Go struct field PluginConf.table of type int".into(),
+            },
+        )),
+        Case::new("config: gateways of the wrong JSON type").step(Step::add(conf(json!({"gateways": "192.168.1.1"}))).head(
+            HEAD_GATEWAYS,
+            Want::Error {
+                code: Some(6),
+                msg: "failed to parse network configuration: json: cannot unmarshal string into Go struct field PluginConf.gateways of type []string".into(),
+            },
+        )),
         Case::new("prevResult: missing in 0.2.0").step(Step::add(without(conf(json!({"cniVersion": "0.2.0"})), "prevResult"))),
         // Go's CHECK is a no-op that needs no prevResult; ours checks the prevResult's addresses.
         Case::new("prevResult: missing on CHECK").step(

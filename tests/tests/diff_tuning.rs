@@ -254,6 +254,12 @@ fn cases() -> Result<Vec<Case<TuningStage>>> {
             .snap(),
         ),
         Case::new("config: mtu of the wrong JSON type").step(Step::add(conf(json!({"mtu": "big"})))),
+        Case::new("config: a fractional mtu").step(Step::add(conf(json!({"mtu": 1500.5})))),
+        Case::new("config: a sysctl value of the wrong JSON type").step(Step::add(conf(json!({"sysctl": {"net.ipv4.conf.IFNAME.rp_filter": 1}})))),
+        Case::new("config: runtimeConfig.mac of the wrong JSON type").step(Step::add(conf(json!({"runtimeConfig": {"mac": 5}})))),
+        Case::new("config: args.cni.mtu of the wrong JSON type").step(Step::add(conf(json!({"args": {"cni": {"mtu": "big"}}})))),
+        Case::new("config: args of the wrong JSON type").step(Step::add(conf(json!({"args": ["cni"]})))),
+        Case::new("config: of two values of the wrong JSON type, the first").step(Step::add(conf(json!({"promisc": "yes", "mtu": "big"})))),
         Case::new("config: a JSON type error on DEL").step(
             Step::del(conf(json!({"mtu": "big"}))).readme(DEL_DECODES, Want::Silent),
         ),

@@ -22,12 +22,15 @@ pub const MIN_MTU: i64 = 68;
 /// The largest MTU accepted (`ETH_MAX_MTU`, and the largest IP packet).
 pub const MAX_MTU: i64 = 65535;
 
-/// The plugin's own top-level keys, as they come on stdin.
+/// The plugin's own keys, as they come on stdin: the reference's `TuningConf` (its serde name
+/// is the Go type, which Go's decode errors name), `runtimeConfig` and `args` included, so
+/// that a value of the wrong type anywhere is refused as Go refuses it, the first in the
+/// document.
 #[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase", rename = "TuningConf")]
 pub struct TuningKeys {
     /// `sysctl`: key → value, in document order.
-    pub sysctl: Option<Map<String, Value>>,
+    pub sysctl: Option<SysctlMap>,
     /// `mac`.
     pub mac: Option<String>,
     /// `promisc`.
@@ -41,12 +44,16 @@ pub struct TuningKeys {
     pub tx_qlen: Option<i64>,
     /// `dataDir`.
     pub data_dir: Option<PathBuf>,
+    /// `runtimeConfig`.
+    runtime_config: RuntimeKeys,
+    /// `args`.
+    args: Option<ArgsKeys>,
 }
 
 /// The keys DEL, STATUS and GC need: only where the backups are. DEL decodes nothing else, so a
 /// config that no longer validates (a changed allowlist, a typo) never blocks a DEL.
 #[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase", rename = "TuningConf")]
 pub struct DataDirKeys {
     /// `dataDir`.
     pub data_dir: Option<PathBuf>,
@@ -62,27 +69,82 @@ impl DataDirKeys {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(
+    default,
+    rename = "struct { Mac string \"json:\\\"mac,omitempty\\\"\" }"
+)]
 struct RuntimeKeys {
     mac: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(default)]
+#[serde(default, rename = "struct { A *main.IPAMArgs \"json:\\\"cni\\\"\" }")]
 struct ArgsKeys {
     cni: Option<ArgsCni>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase", rename = "main.IPAMArgs")]
 struct ArgsCni {
-    sysctl: Option<Map<String, Value>>,
+    sysctl: Option<SysctlMap>,
     mac: Option<String>,
     promisc: Option<bool>,
     mtu: Option<i64>,
     allmulti: Option<bool>,
     #[serde(rename = "txQLen")]
     tx_qlen: Option<i64>,
+}
+
+/// A `sysctl` object, Go's `map[string]string`: its entries in document order, a later
+/// duplicate replacing the earlier's value in its place.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SysctlMap(Vec<(String, String)>);
+
+impl SysctlMap {
+    /// The entries.
+    pub fn entries(&self) -> &[(String, String)] {
+        &self.0
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'de> Deserialize<'de> for SysctlMap {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<SysctlMap, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = SysctlMap;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of strings")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<SysctlMap, A::Error> {
+                let mut entries: Vec<(String, String)> = Vec::new();
+                let mut at: std::collections::HashMap<String, usize> =
+                    std::collections::HashMap::new();
+                while let Some((key, value)) = map.next_entry::<String, String>()? {
+                    match at.get(&key) {
+                        Some(&i) => {
+                            if let Some(entry) = entries.get_mut(i) {
+                                entry.1 = value;
+                            }
+                        }
+                        None => {
+                            at.insert(key.clone(), entries.len());
+                            entries.push((key, value));
+                        }
+                    }
+                }
+                Ok(SysctlMap(entries))
+            }
+        }
+        d.deserialize_map(Entries)
+    }
 }
 
 /// One sysctl to set, resolved for this interface.
@@ -146,8 +208,9 @@ impl Config {
     /// Builds and validates the configuration of one call.
     ///
     /// # Errors
-    /// [`TuningError::Args`] for bad `CNI_ARGS`, [`TuningError::Decode`] for a key of the wrong
-    /// type, and the validation variants (code 7) naming the key and value.
+    /// [`TuningError::Args`] for bad `CNI_ARGS`, and the validation variants (code 7) naming
+    /// the key and value (a key of the wrong type does not decode: [`crate::Tuning`]'s
+    /// `failed to load netconf: …`).
     pub fn load(
         conf: &NetConf<TuningKeys>,
         cni_args: &CniArgs,
@@ -155,18 +218,12 @@ impl Config {
     ) -> Result<Config, TuningError> {
         cni_args.check_known(&[])?;
         let keys = &conf.plugin;
-        let runtime: RuntimeKeys = conf.runtime_config().map_err(|e| {
-            let lead = format!("{}: ", common::error::DECODE_LEAD);
-            TuningError::Decode(e.msg.strip_prefix(&lead).unwrap_or(&e.msg).to_string())
-        })?;
-        let args: ArgsCni = match &conf.args {
-            Some(raw) => raw
-                .decode::<ArgsKeys>()
-                .map_err(|e| TuningError::Decode(format!("args.{}: {}", e.path(), e.message())))?
-                .cni
-                .unwrap_or_default(),
-            None => ArgsCni::default(),
-        };
+        let no_args = ArgsCni::default();
+        let args = keys
+            .args
+            .as_ref()
+            .and_then(|a| a.cni.as_ref())
+            .unwrap_or(&no_args);
 
         let sysctls = merge_sysctls(keys.sysctl.as_ref(), args.sysctl.as_ref(), ifname)?;
 
@@ -174,11 +231,11 @@ impl Config {
         if let Some(m) = cni_args.mac() {
             mac = Some(("CNI_ARGS MAC", m.to_string()));
         }
-        if let Some(m) = runtime.mac {
-            mac = Some(("runtimeConfig.mac", m));
+        if let Some(m) = &keys.runtime_config.mac {
+            mac = Some(("runtimeConfig.mac", m.clone()));
         }
-        if let Some(m) = args.mac {
-            mac = Some(("args.cni.mac", m));
+        if let Some(m) = &args.mac {
+            mac = Some(("args.cni.mac", m.clone()));
         }
         let mac = mac
             .map(|(origin, text)| match parse_mac(&text) {
@@ -407,34 +464,24 @@ fn pick<T>(key: &'static str, conf: Option<T>, args: Option<T>) -> (String, Opti
 }
 
 fn merge_sysctls(
-    base: Option<&Map<String, Value>>,
-    overrides: Option<&Map<String, Value>>,
+    base: Option<&SysctlMap>,
+    overrides: Option<&SysctlMap>,
     ifname: &str,
 ) -> Result<Vec<SysctlSetting>, TuningError> {
-    let strings =
-        |map: &Map<String, Value>, origin: &str| -> Result<Vec<(String, String)>, TuningError> {
-            map.iter()
-                .map(|(k, v)| match v {
-                    Value::String(s) => Ok((k.clone(), s.clone())),
-                    other => Err(TuningError::Decode(format!(
-                        "{origin}.{k}: the value {other} is not a string"
-                    ))),
-                })
-                .collect()
-        };
     let (base, overrides) = match (base, overrides) {
         (None, Some(o)) if !o.is_empty() => {
+            let object: Map<String, Value> = o
+                .entries()
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect();
             return Err(TuningError::ArgsSysctlWithoutSysctl {
-                value: Value::Object(o.clone()).to_string(),
+                value: Value::Object(object).to_string(),
             });
         }
         (b, o) => (
-            b.map(|m| strings(m, "sysctl"))
-                .transpose()?
-                .unwrap_or_default(),
-            o.map(|m| strings(m, "args.cni.sysctl"))
-                .transpose()?
-                .unwrap_or_default(),
+            b.map(|m| m.entries().to_vec()).unwrap_or_default(),
+            o.map(|m| m.entries().to_vec()).unwrap_or_default(),
         ),
     };
     let mut merged: Vec<(&'static str, String, String)> =
@@ -939,14 +986,93 @@ mod tests {
         );
     }
 
+    /// Go's texts, as Debian's tuning (Go 1.19) prints them after `failed to load netconf: `.
     #[test]
-    fn non_string_sysctl_values_are_decode_errors_naming_the_key() {
-        let err = load(json!({"sysctl": {"net.ipv4.ip_forward": 1}}), "", "eth0").unwrap_err();
-        assert!(
-            err.to_string().contains("sysctl.net.ipv4.ip_forward"),
-            "{err}"
+    fn values_of_the_wrong_type_are_refused_in_go_s_words() {
+        let cases = [
+            (
+                json!({"sysctl": {"net.ipv4.ip_forward": 1}}),
+                "number into Go struct field TuningConf.sysctl of type string",
+            ),
+            (
+                json!({"sysctl": []}),
+                "array into Go struct field TuningConf.sysctl of type map[string]string",
+            ),
+            (
+                json!({"mtu": 1.5}),
+                "number 1.5 into Go struct field TuningConf.mtu of type int",
+            ),
+            (
+                json!({"mac": true}),
+                "bool into Go struct field TuningConf.mac of type string",
+            ),
+            (
+                json!({"runtimeConfig": {"mac": 5}}),
+                "number into Go struct field .runtimeConfig.mac of type string",
+            ),
+            (
+                json!({"runtimeConfig": 5}),
+                r#"number into Go struct field TuningConf.runtimeConfig of type struct { Mac string "json:\"mac,omitempty\"" }"#,
+            ),
+            (
+                json!({"args": 5}),
+                r#"number into Go struct field TuningConf.args of type struct { A *main.IPAMArgs "json:\"cni\"" }"#,
+            ),
+            (
+                json!({"args": {"cni": 5}}),
+                "number into Go struct field .args.cni of type main.IPAMArgs",
+            ),
+            (
+                json!({"args": {"cni": {"mtu": "x"}}}),
+                "string into Go struct field IPAMArgs.args.cni.mtu of type int",
+            ),
+            (
+                json!({"args": {"cni": {"sysctl": {"a": 1}}}}),
+                "number into Go struct field IPAMArgs.args.cni.sysctl of type string",
+            ),
+            // The first in the document, as Go decodes them all.
+            (
+                json!({"mtu": 5, "promisc": "x", "txQLen": "y"}),
+                "string into Go struct field TuningConf.promisc of type bool",
+            ),
+        ];
+        for (conf, go) in cases {
+            let mut conf = conf;
+            conf["cniVersion"] = json!("1.0.0");
+            conf["name"] = json!("net");
+            let err = NetConf::<TuningKeys>::from_value(conf.clone()).unwrap_err();
+            assert_eq!(err.code, ErrorCode::Decode, "{conf}");
+            assert_eq!(
+                err.msg,
+                format!(
+                    "{}: json: cannot unmarshal {go}",
+                    common::error::DECODE_LEAD
+                ),
+                "{conf}"
+            );
+        }
+    }
+
+    #[test]
+    fn sysctl_objects_keep_document_order_and_a_later_duplicate_s_value() {
+        let conf: NetConf<TuningKeys> = NetConf::parse(
+            br#"{"name": "net", "sysctl": {"net.ipv4.conf.IFNAME.rp_filter": "1",
+                "net.ipv4.ip_forward": "1", "net.ipv4.conf.IFNAME.rp_filter": "2"}}"#,
+        )
+        .unwrap();
+        let c = Config::load(&conf, &CniArgs::parse("").unwrap(), "eth0").unwrap();
+        let got: Vec<(&str, &str)> = c
+            .sysctls
+            .iter()
+            .map(|s| (s.raw.as_str(), s.value.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("net.ipv4.conf.IFNAME.rp_filter", "2"),
+                ("net.ipv4.ip_forward", "1")
+            ]
         );
-        assert_eq!(code(err), ErrorCode::Decode);
     }
 
     #[test]

@@ -18,10 +18,6 @@ pub enum TuningError {
         /// The key, as written.
         key: String,
     },
-    /// A configuration key that does not decode (wrong JSON type): its JSON path and what is
-    /// wrong, led by the reference's words for any decode failure.
-    #[error("failed to load netconf: {0}")]
-    Decode(String),
     /// A sysctl key that may not be set.
     #[error("{origin} key {key:?} (value {value:?}) is invalid: {problem}")]
     InvalidSysctl {
@@ -303,8 +299,7 @@ impl TuningError {
             }
             TuningError::Drift { reference, .. } => reference.clone(),
             TuningError::RollbackFailed { cause, .. } => return cause.reference_msg(),
-            TuningError::Decode(_)
-            | TuningError::ArgsSysctlWithoutSysctl { .. }
+            TuningError::ArgsSysctlWithoutSysctl { .. }
             | TuningError::InvalidValue { .. }
             | TuningError::Args(_)
             | TuningError::Netns(_)
@@ -324,7 +319,6 @@ impl From<TuningError> for CniError {
             other => other,
         };
         let code = match &err {
-            TuningError::Decode(_) => ErrorCode::Decode,
             TuningError::DuplicateSysctlKey { .. }
             | TuningError::InvalidSysctl { .. }
             | TuningError::SysctlNotAllowed { .. }
@@ -522,14 +516,6 @@ mod tests {
         });
         assert_eq!(e.code, ErrorCode::InvalidConfig);
         assert_eq!(e.msg, "invalid txQLen -1: must be between 0 and 4294967295");
-        let e = cni(TuningError::Decode(
-            "sysctl.net.ipv4.ip_forward: the value 1 is not a string".into(),
-        ));
-        assert_eq!(e.code, ErrorCode::Decode);
-        assert_eq!(
-            e.msg,
-            "failed to load netconf: sysctl.net.ipv4.ip_forward: the value 1 is not a string"
-        );
         // A rollback that failed too is reported with the reference's words for the cause.
         let e = cni(TuningError::RollbackFailed {
             cause: Box::new(TuningError::Netlink(common::netlink::NetlinkError {
