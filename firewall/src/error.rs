@@ -70,7 +70,17 @@ pub enum FirewallError {
         /// firewalld's answer or the D-Bus error.
         details: String,
     },
-    /// Any other D-Bus call to firewalld failed (removing a source, connecting to the bus).
+    /// The system bus could not be reached: `msg` in the reference's words where its D-Bus
+    /// library reports the same failure (`dial unix <socket>: connect: <errno>`), ours in
+    /// `details`.
+    #[error("{msg}")]
+    NoBus {
+        /// The message.
+        msg: String,
+        /// Our account of the failure.
+        details: String,
+    },
+    /// Any other D-Bus call to firewalld failed (removing a source).
     #[error("firewalld: {op}: {reason}")]
     Firewalld {
         /// What was attempted (`removeSource(trusted, 10.0.0.2/32)`).
@@ -106,6 +116,7 @@ impl FirewallError {
                     .to_owned(),
             ),
             FirewallError::Missing { details, .. }
+            | FirewallError::NoBus { details, .. }
             | FirewallError::FirewalldAdd { details, .. }
             | FirewallError::FirewalldQuery { details, .. } => Some(details.clone()),
             _ => None,
@@ -131,6 +142,7 @@ impl From<FirewallError> for CniError {
             | FirewallError::Missing { .. }
             | FirewallError::FirewalldAdd { .. }
             | FirewallError::FirewalldQuery { .. }
+            | FirewallError::NoBus { .. }
             | FirewallError::Firewalld { .. }
             | FirewallError::Netns(_) => ErrorCode::Internal,
         };

@@ -113,8 +113,11 @@ pub fn backend_for(config: &Config) -> Result<Box<dyn FirewallBackend>, Firewall
     })
 }
 
+/// The prevResult, which ADD and CHECK need; its errors in the reference's words: the plugin
+/// wraps its library's `could not parse prevResult: …` in another `could not parse prevResult: `.
 fn required_prev_result(conf: &NetConf<WireConf>) -> Result<CniResult, CniError> {
-    conf.prev_result()?
+    conf.prev_result()
+        .map_err(|e| e.led_by("could not parse prevResult"))?
         .ok_or_else(|| FirewallError::MissingPrevResult.into())
 }
 

@@ -28,12 +28,18 @@ const ID: &str = "firewall-diff-1";
 const HOST_IF: &str = "vethfw0";
 
 /// README lines.
-const UNKNOWN_KEYS: &str = "An unknown `backend` or `ingressPolicy` is a code 7 error";
-const NEW_NFT: &str = "`backend: \"nftables\"` is new";
-const VALIDATED: &str = "`iptablesAdminChainName` and `firewalldZone` are validated";
-const DEL_WITHOUT_PREV: &str = "DEL works without prevResult (Go then removes nothing)";
-const REUSED_IP: &str = "never removes the accepts of an IP reused by a newer attachment";
-const CHECK_CREATES: &str = "never creates chains (Go creates missing chains as a side effect)";
+const UNKNOWN_BACKEND: &str = "an unknown `backend` means auto-detection";
+const UNKNOWN_POLICY: &str =
+    "an unknown `ingressPolicy` fails ADD (code 999) after the backend's rules are installed";
+const NEW_NFT: &str = "no nftables backend";
+const VALIDATED: &str =
+    "`iptablesAdminChainName` and `firewalldZone` are passed to the tool or D-Bus unchecked";
+const DEL_WITHOUT_PREV: &str = "DEL without prevResult removes nothing";
+const REUSED_IP: &str =
+    "DEL of an old container removes the accepts of a newer one that reuses its address";
+const CHECK_CREATES: &str = "CHECK creates missing chains";
+const PREV_RESULT_TYPES: &str = "a prevResult value of the wrong JSON type";
+const NO_BRIDGE: &str = "with an ingress policy, a prevResult without interfaces, or whose first interface has no name, fails ADD (code 999) after the backend's chains, jumps and accepts are installed, and leaves them";
 
 const HEAD_110: &str = "reference-behaviour.md §1.1/§1.7: HEAD takes 1.1.0, whose result is 1.0.0's with another cniVersion";
 const HEAD_ISOLATED: &str = "reference-behaviour.md §2.4: `ingressPolicy: isolated` (v1.7.0) adds `-i <br> -o <br> -j DROP` at the top of CNI-ISOLATION-STAGE-1 with the `isolated` comment; 1.1.1 refuses the policy";
@@ -164,7 +170,7 @@ fn cases() -> Result<Vec<Case<FirewallStage>>> {
         Case::new("config: an unknown backend").step(
             Step::add(conf(json!({"backend": "pf"})))
                 .readme(
-                    UNKNOWN_KEYS,
+                    UNKNOWN_BACKEND,
                     Want::Check(Box::new(|out, _| {
                         ensure!(out.error().map(|e| e.code) == Some(7), "want a code 7 error");
                         Ok(())
@@ -176,7 +182,7 @@ fn cases() -> Result<Vec<Case<FirewallStage>>> {
         Case::new("config: an unknown ingress policy").step(
             Step::add(conf(json!({"ingressPolicy": "bogus"})))
                 .readme(
-                    UNKNOWN_KEYS,
+                    UNKNOWN_POLICY,
                     Want::Error { code: Some(7), msg: "unknown ingress policy: \"bogus\"".into() },
                 )
                 .snap(),
@@ -184,15 +190,45 @@ fn cases() -> Result<Vec<Case<FirewallStage>>> {
         Case::new("config: an admin chain name iptables refuses").step(
             Step::add(conf(json!({"iptablesAdminChainName": "CNI ADMIN"}))).msg_per_readme(VALIDATED),
         ),
-        Case::new("config: same-bridge without interfaces").step(Step::add(conf(json!({
-            "ingressPolicy": "same-bridge",
-            "prevResult": {"cniVersion": "1.0.0", "ips": [{"address": "10.94.0.2/24"}]}
-        }))).snap()),
-        Case::new("config: same-bridge with an empty bridge name").step(Step::add(conf(json!({
-            "ingressPolicy": "same-bridge",
-            "prevResult": {"cniVersion": "1.0.0", "interfaces": [{"name": ""}], "ips": [{"address": "10.94.0.2/24"}]}
-        }))).snap()),
+        // The reference fails only after installing its chains, jumps and accepts; ours before
+        // anything (the snapshot is compared with the Go side, which did not run the step).
+        Case::new("config: same-bridge without interfaces").step(
+            Step::add(conf(json!({
+                "ingressPolicy": "same-bridge",
+                "prevResult": {"cniVersion": "1.0.0", "ips": [{"address": "10.94.0.2/24"}]}
+            })))
+            .readme(
+                NO_BRIDGE,
+                Want::Error {
+                    code: Some(7),
+                    msg: r#"interface needs to be set for ingress policy "same-bridge", make sure to chain "firewall" plugin with "bridge""#.into(),
+                },
+            )
+            .snap(),
+        ),
+        Case::new("config: same-bridge with an empty bridge name").step(
+            Step::add(conf(json!({
+                "ingressPolicy": "same-bridge",
+                "prevResult": {"cniVersion": "1.0.0", "interfaces": [{"name": ""}], "ips": [{"address": "10.94.0.2/24"}]}
+            })))
+            .readme(
+                NO_BRIDGE,
+                Want::Error { code: Some(7), msg: "got empty bridge name".into() },
+            )
+            .snap(),
+        ),
         Case::new("config: backend firewalld without a firewalld").step(Step::add(conf(json!({"backend": "firewalld"}))).snap()),
+        Case::new("config: backend firewalld without a firewalld, CHECK").step(Step::check(conf(json!({"backend": "firewalld"})))),
+        Case::new("config: a key of the wrong JSON type").step(Step::add(conf(json!({"ingressPolicy": 5})))),
+        Case::new("config: a backend of the wrong JSON type").step(Step::add(conf(json!({"backend": ["iptables"]})))),
+        Case::new("config: an envelope key of the wrong JSON type").step(Step::add(conf(json!({"capabilities": {"portMappings": "yes"}})))),
+        Case::new("config: of two keys of the wrong JSON type, the first").step(Step::add(conf(json!({"firewalldZone": 1, "dns": {"nameservers": "x"}})))),
+        Case::new("prevResult: an interface name of the wrong JSON type").step(
+            Step::add(conf(json!({
+                "prevResult": {"cniVersion": "1.0.0", "interfaces": [{"name": 5}], "ips": [{"address": "10.94.0.2/24"}]}
+            })))
+            .msg_per_readme(PREV_RESULT_TYPES),
+        ),
         Case::new("config: backend nftables").step(Step::add(conf(json!({"backend": "nftables"}))).readme(
             NEW_NFT,
             Want::Check(Box::new(|out, snap| {

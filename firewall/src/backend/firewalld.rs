@@ -5,7 +5,10 @@
 use std::net::IpAddr;
 
 use common::conf::Attachment;
+use common::error::go_errno;
 use common::iptables::Iptables as Tools;
+use zbus::address::Transport;
+use zbus::address::transport::UnixSocket;
 use zbus::blocking::Connection;
 
 use super::state::State;
@@ -29,9 +32,54 @@ const ALREADY_GONE: [&str; 4] = [
     "cannot connect to the system bus",
 ];
 
+/// The system bus could not be reached.
+#[derive(Debug)]
+struct NoBus {
+    /// The reference's words, where the failure is one its D-Bus library words the same way.
+    go: Option<String>,
+    /// Ours (zbus's account).
+    ours: String,
+}
+
+impl NoBus {
+    fn of(e: &zbus::Error) -> NoBus {
+        NoBus {
+            go: go_dial_error(e),
+            ours: format!("cannot connect to the system bus: {e}"),
+        }
+    }
+}
+
+impl From<NoBus> for FirewallError {
+    fn from(e: NoBus) -> FirewallError {
+        FirewallError::NoBus {
+            msg: e.go.unwrap_or_else(|| e.ours.clone()),
+            details: e.ours,
+        }
+    }
+}
+
+/// How the reference's D-Bus library (godbus, which dials the socket with Go's `net`) reports
+/// a socket it cannot connect to: `dial unix /run/dbus/system_bus_socket: connect: no such
+/// file or directory`.
+fn go_dial_error(e: &zbus::Error) -> Option<String> {
+    let zbus::Error::Connection(io, address) = e else {
+        return None;
+    };
+    let Transport::Unix(unix) = address.transport() else {
+        return None;
+    };
+    let socket = match unix.path() {
+        UnixSocket::File(path) => path.display().to_string(),
+        UnixSocket::Abstract(name) => format!("@{}", name.to_string_lossy()),
+        _ => return None,
+    };
+    Some(format!("dial unix {socket}: connect: {}", go_errno(io)))
+}
+
 /// Connects to the system bus.
-fn connect() -> Result<Connection, String> {
-    Connection::system().map_err(|e| format!("cannot connect to the system bus: {e}"))
+fn connect() -> Result<Connection, NoBus> {
+    Connection::system().map_err(|e| NoBus::of(&e))
 }
 
 /// Whether firewalld owns its name on the system bus (the reference's auto-detection).
@@ -125,27 +173,22 @@ impl Firewalld {
         }
     }
 
-    fn conn(&mut self, op: &str) -> Result<&Connection, FirewallError> {
-        if self.conn.is_none() {
-            self.conn = Some(connect().map_err(|reason| FirewallError::Firewalld {
-                op: op.to_owned(),
-                reason,
-            })?);
-        }
-        self.conn.as_ref().ok_or_else(|| FirewallError::Firewalld {
-            op: op.to_owned(),
-            reason: "no connection".to_owned(),
-        })
+    /// The connection to the system bus, made on first use.
+    fn conn(&mut self) -> Result<&Connection, NoBus> {
+        let conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => connect()?,
+        };
+        Ok(self.conn.insert(conn))
     }
 
     /// Calls `zone.<method>(zone, source)` and returns the reply body's boolean when it has one.
     fn zone_call(&mut self, method: &str, ip: IpAddr) -> Result<Option<bool>, CallError> {
         let zone = self.config.zone.clone();
         let source = host_cidr(ip);
-        let op = format!("{method}({zone}, {source})");
-        let conn = self.conn(&op).map_err(|e| CallError {
+        let conn = self.conn().map_err(|e| CallError {
             name: String::new(),
-            message: e.to_string(),
+            message: e.ours,
         })?;
         let reply = conn
             .call_method(
@@ -240,6 +283,8 @@ impl FirewallBackend for Firewalld {
     }
 
     fn add(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+        // The reference connects before anything else, and fails with its library's words.
+        self.conn()?;
         let _lock = self.state.lock()?;
         let name = owner.state_name();
         let known = self.state.attachment(&name)?.is_some();
@@ -266,6 +311,7 @@ impl FirewallBackend for Firewalld {
     }
 
     fn check(&mut self, _owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+        self.conn()?;
         for ip in &target.ips {
             let details = match self.zone_call("querySource", *ip) {
                 Ok(Some(true)) => continue,
@@ -311,7 +357,7 @@ impl FirewallBackend for Firewalld {
             backend: "firewalld",
             reason,
         };
-        let conn = connect().map_err(unavailable)?;
+        let conn = connect().map_err(|e| unavailable(e.ours))?;
         match name_has_owner(&conn) {
             Ok(true) => Ok(()),
             Ok(false) => Err(unavailable(format!(
@@ -319,5 +365,52 @@ impl FirewallBackend for Firewalld {
             ))),
             Err(e) => Err(unavailable(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use nix::errno::Errno;
+
+    use super::*;
+
+    fn refused(address: &str, errno: i32) -> zbus::Error {
+        zbus::Error::Connection(
+            Arc::new(std::io::Error::from_raw_os_error(errno)),
+            zbus::Address::try_from(address).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_socket_that_does_not_connect_is_worded_as_godbus_words_it() {
+        let e = NoBus::of(&refused(
+            "unix:path=/nonexistent/system_bus_socket",
+            Errno::ENOENT as i32,
+        ));
+        assert_eq!(
+            e.go.as_deref(),
+            Some("dial unix /nonexistent/system_bus_socket: connect: no such file or directory")
+        );
+        assert!(
+            e.ours.starts_with("cannot connect to the system bus: "),
+            "{}",
+            e.ours
+        );
+        let e = NoBus::of(&refused(
+            "unix:abstract=/tmp/dbus-x",
+            Errno::ECONNREFUSED as i32,
+        ));
+        assert_eq!(
+            e.go.as_deref(),
+            Some("dial unix @/tmp/dbus-x: connect: connection refused")
+        );
+        // Not a dial: ours only, in msg and details.
+        let e: FirewallError = NoBus::of(&zbus::Error::Unsupported).into();
+        let FirewallError::NoBus { msg, details } = e else {
+            panic!("not NoBus");
+        };
+        assert_eq!(msg, details);
     }
 }
