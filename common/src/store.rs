@@ -15,9 +15,13 @@
 //! is ever written through or renamed into place: a name that exists is skipped for another.
 //! `.tmp/` itself is opened with `O_NOFOLLOW | O_DIRECTORY`; anything else found under that name
 //! is unlinked and the directory made afresh. It holds only writes in flight and what writers
-//! killed before their rename left, so [`StateStore::remove`] lists it to delete a name's
-//! leftovers at a cost that does not grow with the number of records; a write removes it again
-//! once it is empty.
+//! killed before their rename left, so [`StateStore::remove`] and [`StateStore::has_any`] list
+//! it to find a name's leftovers at a cost that does not grow with the number of records.
+//! `.tmp/` is made by the first write and stays: removing a directory is the slow part of a
+//! write where `/run` is a disk filesystem (closing the removed directory waits for the
+//! journal, about 3 ms on ext4, where firewall's ADD writes four records); only
+//! [`StateStore::prune`] removes it, with the store's directory, once there is no record
+//! left.
 //!
 //! Temporaries of earlier versions (`.<name>.tmp` beside the record) are deleted by
 //! [`StateStore::remove`] too.
@@ -179,8 +183,13 @@ impl StateStore {
         bytes: &[u8],
         suffixes: &mut dyn Iterator<Item = String>,
     ) -> io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
-        let dir = open_dir(&self.dir)?;
+        let dir = match open_dir(&self.dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&self.dir)?;
+                open_dir(&self.dir)?
+            }
+            other => other?,
+        };
         let temps = open_temp_dir(&dir)?;
         let (file, temp) = create_temp(&temps, name, suffixes)?;
         let written = std::fs::File::from(file)
@@ -189,8 +198,6 @@ impl StateStore {
         if written.is_err() {
             let _ = unlinkat(&temps, temp.as_str(), UnlinkatFlags::NoRemoveDir);
         }
-        // Fails with ENOTEMPTY while another write is in flight, which then removes it.
-        let _ = unlinkat(&dir, TEMP_DIR, UnlinkatFlags::RemoveDir);
         written
     }
 
@@ -251,19 +258,24 @@ impl StateStore {
         }
     }
 
-    /// True when `name` exists, or `.tmp/` does (a writer killed before its rename may have
-    /// left a temporary file of `name` there, or `.tmp/` alone): whether
-    /// [`StateStore::remove`] has anything to do. `.tmp/` exists only while a write is in
-    /// flight or after one was killed, so this costs one `stat` more, whatever the number of
-    /// records.
+    /// True when `name` exists, or a temporary file of it does (left by a writer killed before
+    /// its rename, or a write in flight): whether [`StateStore::remove`] has anything to do.
+    /// `.tmp/` holds only such files, so this costs a listing of a few entries at most, whatever
+    /// the number of records. A `.tmp/` that cannot be read counts as holding one.
     pub fn has_any(&self, name: &str) -> bool {
-        let Ok(path) = self.path(name) else {
+        let (Ok(path), Ok(legacy)) = (self.path(name), self.temp_path(name)) else {
             return false;
         };
-        [path, self.dir.join(TEMP_DIR)]
-            .into_iter()
-            .chain(self.temp_path(name).ok())
+        if [path, legacy]
+            .iter()
             .any(|p| std::fs::symlink_metadata(p).is_ok())
+        {
+            return true;
+        }
+        match open_dir(&self.dir) {
+            Ok(dir) => temporaries_of(&dir, name).is_ok_and(|(_, found)| !found.is_empty()),
+            Err(e) => e.kind() != io::ErrorKind::NotFound,
+        }
     }
 
     /// Removes `name`, and the temporary files of it that writers killed before their rename
@@ -293,10 +305,6 @@ impl StateStore {
                             Err(e) => return Err(io(self.dir.join(TEMP_DIR).join(temp))(e.into())),
                         }
                     }
-                    match unlinkat(&dir, TEMP_DIR, UnlinkatFlags::RemoveDir) {
-                        Ok(()) | Err(Errno::ENOENT | Errno::ENOTEMPTY | Errno::EEXIST) => {}
-                        Err(e) => return Err(io(self.dir.join(TEMP_DIR))(e.into())),
-                    }
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
@@ -305,10 +313,23 @@ impl StateStore {
         remove_file(&path).map_err(io(path))
     }
 
-    /// Removes the store's directory once it holds no records (an empty `.tmp/` included), so
-    /// stores of namespaces that come and go leave nothing behind. A directory that is not
-    /// empty (a concurrent write) or already gone is left as it is; other failures are logged.
+    /// Removes the store's directory, with an empty `.tmp/`, once it holds no records, so
+    /// stores of namespaces that come and go leave nothing behind. While a record is there
+    /// `.tmp/` stays too (the next write would make it again). Whether one is there is known
+    /// from the first entries of the directory, whatever the number of records. A directory
+    /// that is not empty (a concurrent write) or already gone is left as it is; other failures
+    /// are logged.
     pub fn prune(&self) {
+        match has_entries_besides_temps(&self.dir) {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => {
+                if e.kind() != io::ErrorKind::NotFound {
+                    log::debug!("failed to read {}: {e}", self.dir.display());
+                }
+                return;
+            }
+        }
         let temps = self.dir.join(TEMP_DIR);
         for dir in [temps.as_path(), self.dir.as_path()] {
             match std::fs::remove_dir(dir) {
@@ -374,13 +395,17 @@ fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
 fn open_temp_dir(dir: &OwnedFd) -> io::Result<OwnedFd> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let mut replaced = false;
+    let mut made = false;
     loop {
-        match mkdirat(dir, TEMP_DIR, Mode::from_bits_truncate(TEMP_DIR_MODE)) {
-            Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(e.into()),
-        }
         match openat(dir, TEMP_DIR, flags, Mode::empty()) {
             Ok(fd) => return Ok(fd),
+            Err(Errno::ENOENT) if !made => {
+                match mkdirat(dir, TEMP_DIR, Mode::from_bits_truncate(TEMP_DIR_MODE)) {
+                    // EEXIST: a concurrent writer made it.
+                    Ok(()) | Err(Errno::EEXIST) => made = true,
+                    Err(e) => return Err(e.into()),
+                }
+            }
             // A symlink (ELOOP) or a file (ENOTDIR) where our directory belongs.
             Err(Errno::ELOOP | Errno::ENOTDIR) if !replaced => {
                 log::warn!("replacing {TEMP_DIR}, which is not a directory, in a state store");
@@ -390,6 +415,21 @@ fn open_temp_dir(dir: &OwnedFd) -> io::Result<OwnedFd> {
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Whether `dir` holds anything but `.tmp/` (`.`, `..` aside). Reads entries only until it
+/// finds one: a store with records has one among its first few.
+fn has_entries_besides_temps(dir: &Path) -> io::Result<bool> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let mut entries = Dir::open(dir, flags, Mode::empty())?;
+    for entry in entries.iter() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." && name != TEMP_DIR.as_bytes() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Creates a temporary file of `name` in `temps` that did not exist before, with the first
@@ -535,7 +575,7 @@ mod tests {
     }
 
     #[test]
-    fn overwrite_replaces_the_whole_file_and_leaves_no_temporaries() {
+    fn overwrite_replaces_the_whole_file_and_leaves_no_temporaries_but_tmp_itself() {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::new(dir.path());
         store
@@ -557,7 +597,8 @@ mod tests {
             )
             .unwrap();
         assert_eq!(store.read::<Backup>("f").unwrap().unwrap().mtu, 1);
-        assert_eq!(tree(dir.path()), ["f"]);
+        // `.tmp/` stays for the next write: removing a directory is what costs (module docs).
+        assert_eq!(tree(dir.path()), [".tmp/", "f"]);
     }
 
     #[test]
@@ -629,10 +670,9 @@ mod tests {
         // targets.
         assert!(store.remove("c1_eth0.json").unwrap());
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
-        assert_eq!(tree(dir.path()), ["s/", "victim"]);
+        assert_eq!(tree(dir.path()), ["s/", "s/.tmp/", "victim"]);
 
         // Every name taken: the write fails and changes nothing.
-        std::fs::create_dir_all(&temps).unwrap();
         std::os::unix::fs::symlink(
             &victim,
             temps.join(temp_name("c1_eth0.json", "000000000000000a")),
@@ -665,12 +705,20 @@ mod tests {
         store.write("r", &1).unwrap();
         assert_eq!(store.read::<u32>("r").unwrap(), Some(1));
         assert_eq!(tree(&elsewhere), Vec::<String>::new());
-        assert!(!temps.exists() && std::fs::symlink_metadata(&temps).is_err());
+        assert!(std::fs::symlink_metadata(&temps).unwrap().is_dir());
 
+        std::fs::remove_dir(&temps).unwrap();
         std::fs::write(&temps, "x").unwrap();
         store.write("r", &2).unwrap();
         assert_eq!(store.read::<u32>("r").unwrap(), Some(2));
-        assert_eq!(tree(dir.path()), ["elsewhere/", "s/", "s/r"]);
+        assert_eq!(tree(dir.path()), ["elsewhere/", "s/", "s/.tmp/", "s/r"]);
+        // Planted after the first write, while `.tmp/` stays: replaced all the same.
+        std::fs::remove_dir(&temps).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &temps).unwrap();
+        store.write("r", &3).unwrap();
+        assert_eq!(store.read::<u32>("r").unwrap(), Some(3));
+        assert_eq!(tree(&elsewhere), Vec::<String>::new());
+        assert!(std::fs::symlink_metadata(&temps).unwrap().is_dir());
     }
 
     #[test]
@@ -713,21 +761,14 @@ mod tests {
         assert!(!mine.exists() && theirs.exists());
         assert!(!dir.path().join(".c1_eth0.json.tmp").exists());
         assert!(
-            store.has_any("c1_eth0.json"),
-            "another name's temporary is in .tmp/"
+            !store.has_any("c1_eth0.json"),
+            "only another name's temporary is in .tmp/"
         );
         assert!(store.has_any("c1_eth0.json.x"));
         assert!(!store.remove("c1_eth0.json.x").unwrap());
-        assert_eq!(tree(dir.path()), Vec::<String>::new());
+        assert_eq!(tree(dir.path()), [".tmp/"]);
         assert!(!store.has_any("c1_eth0.json"));
-        // A writer killed between making .tmp/ and its file leaves .tmp/ alone: any remove()
-        // tidies it.
-        std::fs::create_dir(&temps).unwrap();
-        assert!(store.has_any("c1_eth0.json"));
-        assert!(!store.remove("c1_eth0.json").unwrap());
-        assert_eq!(tree(dir.path()), Vec::<String>::new());
         // A leftover does not stop the next write of its name.
-        std::fs::create_dir(&temps).unwrap();
         std::fs::write(&mine, "{").unwrap();
         store.write("c1_eth0.json", &1).unwrap();
         assert_eq!(store.read::<u32>("c1_eth0.json").unwrap(), Some(1));
@@ -742,13 +783,41 @@ mod tests {
         store.write("a", &1).unwrap();
         store.prune();
         assert!(store.dir().exists(), "a directory with records must stay");
+        assert!(
+            store.dir().join(TEMP_DIR).exists(),
+            "`.tmp/` must stay while there are records"
+        );
         store.remove("a").unwrap();
-        std::fs::create_dir(store.dir().join(TEMP_DIR)).unwrap();
+        // A leftover temporary file is not a record, but it keeps the directory.
+        let leftover = store
+            .dir()
+            .join(TEMP_DIR)
+            .join(temp_name("a", &random_suffix()));
+        std::fs::write(&leftover, "{").unwrap();
+        store.prune();
+        assert!(leftover.exists());
+        std::fs::remove_file(&leftover).unwrap();
         store.prune();
         assert!(!store.dir().exists());
         // A write after the directory went makes it again.
         store.write("b", &2).unwrap();
         assert_eq!(store.read::<u32>("b").unwrap(), Some(2));
+    }
+
+    #[test]
+    fn prune_finds_a_record_among_many_and_keeps_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path().join("s"));
+        for i in 0..100 {
+            store.write(&format!("r{i}"), &i).unwrap();
+        }
+        for i in 0..99 {
+            store.remove(&format!("r{i}")).unwrap();
+        }
+        store.prune();
+        assert_eq!(tree(store.dir()), [".tmp/", "r99"]);
+        assert!(!store.has_any("r0"));
+        assert!(store.has_any("r99"));
     }
 
     #[test]

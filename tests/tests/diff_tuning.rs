@@ -93,11 +93,12 @@ impl Stage for TuningStage {
             sysctls.push(format!("{key} = {value}"));
         }
         snap.insert("sysctl", sysctls);
-        // Backup files; our lock file is left out (README: flock on `<dataDir>/.lock`).
+        // Backup files; our lock file and temporary directory are left out (README: flock on
+        // `<dataDir>/.lock`, temporary files in `<dataDir>/.tmp/`).
         let mut files: Vec<String> = std::fs::read_dir(self.data_dir.path())?
             .filter_map(|e| e.ok())
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|name| name != ".lock")
+            .filter(|name| name != ".lock" && name != ".tmp")
             .collect();
         files.sort();
         snap.insert("files", files);
