@@ -330,17 +330,10 @@ pub fn write(store: &StateStore, name: &str, state: &State) -> Result<(), Portma
 
 /// Removes the store's directory once it holds no state, so namespaces that come and go leave
 /// nothing under `/run/cni/portmap`. A directory that is not empty (a concurrent ADD wrote to
-/// it) or already gone is left as it is.
+/// it) or already gone is left as it is ([`StateStore::prune`], which knows the store's
+/// `.tmp/`).
 pub fn prune(store: &StateStore) {
-    match std::fs::remove_dir(store.dir()) {
-        Ok(()) => {}
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::ENOTEMPTY | libc::EEXIST | libc::ENOENT)
-            ) => {}
-        Err(e) => log::debug!("failed to remove {}: {e}", store.dir().display()),
-    }
+    store.prune();
 }
 
 #[cfg(test)]
