@@ -13,6 +13,7 @@
 //! Only for tools that are `iptables-nft` ([`super::variant`]): with legacy iptables the
 //! kernel tables are not nf_tables at all, and the caller keeps `iptables-restore`.
 
+use std::borrow::BorrowMut;
 use std::collections::HashSet;
 
 use super::codec::{Unsupported, canonical, encode};
@@ -354,10 +355,12 @@ fn builtin(table: &str, chain: &str) -> Option<Chain> {
 }
 
 /// The iptables table `name` of both families, read and written over nf_tables netlink in
-/// the network namespace of the thread that opened it.
+/// the network namespace of the thread that opened it: over a socket of its own
+/// ([`NativeTables::open`]), or over a caller's ([`NativeTables::on`], for a plugin call that
+/// keeps one socket for all its nf_tables work).
 #[derive(Debug)]
-pub struct NativeTables {
-    nft: Nft,
+pub struct NativeTables<N: BorrowMut<Nft> = Nft> {
+    nft: N,
     name: String,
 }
 
@@ -371,6 +374,24 @@ impl NativeTables {
             nft: Nft::new()?,
             name: name.to_owned(),
         })
+    }
+}
+
+impl<'a> NativeTables<&'a mut Nft> {
+    /// The table `name` over the caller's socket `nft`, in its namespace.
+    #[must_use]
+    pub fn on(nft: &'a mut Nft, name: &str) -> NativeTables<&'a mut Nft> {
+        NativeTables {
+            nft,
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl<N: BorrowMut<Nft>> NativeTables<N> {
+    /// The socket, for other nf_tables work of the same call.
+    pub fn nft(&mut self) -> &mut Nft {
+        self.nft.borrow_mut()
     }
 
     /// A new transaction on this table.
@@ -389,7 +410,7 @@ impl NativeTables {
     /// nf_tables failures other than a missing table.
     pub fn chain_exists(&mut self, family: Family, chain: &str) -> Result<bool, NativeError> {
         let table = self.nft_table(family);
-        Ok(self.nft.chain_exists(&table, chain)?)
+        Ok(self.nft().chain_exists(&table, chain)?)
     }
 
     /// The handle of `family`'s table (see [`Recorded::table`]), `None` when it does not
@@ -399,7 +420,7 @@ impl NativeTables {
     /// nf_tables failures other than a missing table.
     pub fn generation(&mut self, family: Family) -> Result<Option<u64>, NativeError> {
         let table = self.nft_table(family);
-        Ok(self.nft.table_handle(&table)?)
+        Ok(self.nft().table_handle(&table)?)
     }
 
     /// The rules of `chain` that `wanted` asks for, in order; `None` when the chain does not
@@ -415,10 +436,10 @@ impl NativeTables {
     ) -> Result<Option<Vec<Listed>>, NativeError> {
         let table = self.nft_table(family);
         let listed = match wanted {
-            Wanted::All => self.nft.rules(&table, chain),
+            Wanted::All => self.nft().rules(&table, chain),
             Wanted::Containing(needles) => {
                 let needles: Vec<&[u8]> = needles.iter().map(Vec::as_slice).collect();
-                self.nft.rules_containing(&table, chain, &needles)
+                self.nft().rules_containing(&table, chain, &needles)
             }
             Wanted::FirstContaining(needles) => {
                 let needles: Vec<&[u8]> = needles.iter().map(Vec::as_slice).collect();
@@ -449,7 +470,7 @@ impl NativeTables {
     ) -> Result<Option<Listed>, NativeError> {
         let table = self.nft_table(family);
         Ok(self
-            .nft
+            .nft()
             .rule(&table, chain, handle)?
             .map(|rule| listed_rule(family, &rule)))
     }
@@ -488,7 +509,12 @@ impl NativeTables {
                 present.insert(chain.to_owned());
                 return Ok(true);
             }
-            if !tx.creates(family, "") && !tables.nft.table_exists(&tables.nft_table(family))? {
+            if !tx.creates(family, "")
+                && !{
+                    let table = tables.nft_table(family);
+                    tables.nft().table_exists(&table)?
+                }
+            {
                 tx.add_table(family);
             }
             Ok(false)
@@ -654,7 +680,7 @@ impl NativeTables {
     /// # Errors
     /// The kernel's refusal, naming the operation.
     pub fn commit(&mut self, tx: &Transaction) -> Result<Vec<Recorded>, NativeError> {
-        let echoed = self.nft.apply_echo(&tx.batch)?;
+        let echoed = self.nft().apply_echo(&tx.batch)?;
         let mut out: Vec<Recorded> = Vec::new();
         for (rule, family) in echoed.iter().zip(&tx.recorded) {
             match out.iter_mut().find(|r| r.family == *family) {
