@@ -7,9 +7,9 @@
 //! the nf_tables tables `iptables-nft` keeps `nat` in, and with `iptables-save` only where the
 //! legacy `nat` table is loaded.
 
-use common::nft::{Batch, Nft, NftError, Table};
+use common::nft::{Batch, LazyNft, Nft, NftError, Table};
 
-use crate::backend::{NftSocket, iptables};
+use crate::backend::iptables;
 use crate::config::IpFamily;
 use crate::error::PortmapError;
 use crate::host;
@@ -18,7 +18,7 @@ use crate::plan::Attachment;
 
 /// Removes the Go plugin's objects of `att`; with `iptables_done`, the chain was already torn
 /// down by our iptables backend. Returns what failed.
-pub fn remove(nft: &mut NftSocket, att: &Attachment, iptables_done: bool) -> Vec<PortmapError> {
+pub fn remove(nft: &mut LazyNft, att: &Attachment, iptables_done: bool) -> Vec<PortmapError> {
     let mut errors = Vec::new();
     if !iptables_done {
         let chain = names::dnat_chain(&att.network, &att.container_id);

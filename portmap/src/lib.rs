@@ -38,11 +38,11 @@ use common::error::CniError;
 use common::skel::{Call, Plugin};
 use common::types::CniResult;
 
-use crate::backend::NftSocket;
 use crate::config::{Backend, Config, IpFamily, PortmapKeys};
 use crate::error::PortmapError;
 use crate::plan::Attachment;
 use crate::state::State;
+use common::nft::LazyNft;
 
 /// The plugin.
 #[derive(Debug, Clone, Copy)]
@@ -76,7 +76,7 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
     if ips.is_empty() {
         return Ok(prev);
     }
-    let mut nft = NftSocket::default();
+    let mut nft = LazyNft::new();
     let kind = backend::select(&config, &mut nft);
     let mut be = backend::open(kind, nft);
     let store = state::store()?;
@@ -110,7 +110,7 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
             if let Err(e) = store.remove(&file) {
                 log::warn!("failed to remove state after a failed ADD: {e}");
             }
-            state::prune(&store);
+            store.prune();
             return Err(e.into());
         }
     }
@@ -129,7 +129,7 @@ fn check(call: &Call) -> Result<(), CniError> {
         return Ok(());
     }
     let recorded = state::read(&state::store()?, &state::file(&att))?.found();
-    let mut nft = NftSocket::default();
+    let mut nft = LazyNft::new();
     // The backend that made it, when we did; else what ADD would pick (the Go plugin's
     // default, iptables, where its tools work).
     let kind = match recorded {
@@ -156,7 +156,7 @@ fn del(call: &Call) -> Result<(), CniError> {
     // A discarded record leaves only the kernel's owner comments to find the objects by.
     let list = matches!(record, state::Record::Discarded) || !mappings.is_empty();
     let recorded = record.found();
-    let mut nft = NftSocket::default();
+    let mut nft = LazyNft::new();
     let mut errors = backend::del(&mut nft, &att, recorded.as_ref(), list);
     // Then the Go plugin's objects of this attachment (upgrades from the Go plugin): reads,
     // and a commit only when it has some.
@@ -173,7 +173,7 @@ fn del(call: &Call) -> Result<(), CniError> {
     // that cannot be written fails the DEL only now, the kernel objects already removed.
     if errors.is_empty() {
         match store.remove(&file) {
-            Ok(_) => state::prune(&store),
+            Ok(_) => store.prune(),
             Err(e) => errors.push(PortmapError::Store(e)),
         }
     }
@@ -187,7 +187,7 @@ fn gc(call: &Call) -> Result<(), CniError> {
     let conf: NetConf<PortmapKeys> = call.conf()?;
     let config = config::parse(&conf)?;
     let valid = conf.valid_attachments.clone().unwrap_or_default();
-    let mut nft = NftSocket::default();
+    let mut nft = LazyNft::new();
     let kind = backend::select(&config, &mut nft);
     let errors = backend::gc(nft, kind, &state::store()?, &conf.name, &valid);
     if errors.is_empty() {
@@ -199,7 +199,7 @@ fn gc(call: &Call) -> Result<(), CniError> {
 fn status(call: &Call) -> Result<(), CniError> {
     let conf: NetConf<PortmapKeys> = call.conf()?;
     let config = config::parse(&conf)?;
-    let mut nft = NftSocket::default();
+    let mut nft = LazyNft::new();
     let kind = backend::select(&config, &mut nft);
     backend::open(kind, nft)
         .status()

@@ -165,8 +165,9 @@ pub enum Record {
     Absent,
     /// The record.
     Found(Box<State>),
-    /// A file that did not parse (empty, truncated by a crash, garbage): it was logged and
-    /// removed, and the attachment's objects must be found from the kernel's owner comments.
+    /// A file that did not parse (empty, truncated by a crash, garbage), or only what a writer
+    /// killed before its rename left: it was logged and removed, and the attachment's objects
+    /// must be found from the kernel's owner comments.
     Discarded,
 }
 
@@ -181,24 +182,18 @@ impl Record {
 }
 
 /// Reads the state file `name`: a file that does not parse counts as absent (it would
-/// otherwise fail every DEL and re-ADD of the attachment for good), and is removed.
+/// otherwise fail every DEL and re-ADD of the attachment for good), and is removed
+/// ([`StateStore::read_or_discard`]).
 ///
 /// # Errors
 /// When the file exists but cannot be read.
 pub fn read(store: &StateStore, name: &str) -> Result<Record, PortmapError> {
-    match store.read::<State>(name) {
+    if !store.has_any(name) {
+        return Ok(Record::Absent);
+    }
+    match store.read_or_discard::<State>(name) {
         Ok(Some(s)) => Ok(Record::Found(Box::new(s))),
-        Ok(None) => Ok(Record::Absent),
-        Err(common::store::StoreError::Corrupt { path, source }) => {
-            log::warn!(
-                "state file {} does not parse ({source}): treated as absent and removed",
-                path.display()
-            );
-            if let Err(e) = store.remove(name) {
-                log::warn!("failed to remove {}: {e}", path.display());
-            }
-            Ok(Record::Discarded)
-        }
+        Ok(None) => Ok(Record::Discarded),
         Err(e) => Err(PortmapError::Store(e)),
     }
 }
@@ -289,51 +284,16 @@ pub fn file(att: &Attachment) -> String {
     names::state_file(&att.network, &att.container_id, &att.ifname)
 }
 
-/// Writes `state` to `name`, atomically (a temporary file renamed over it) but without
-/// `fsync`: the file describes kernel objects that a crash or reboot removes as well, so
-/// making it durable buys nothing and costs a disk flush where `/run` is not a tmpfs. A
-/// concurrent DEL may remove the (then empty) directory between its creation and the write,
-/// so a vanished directory is retried a few times.
+/// Writes `state` to `name` ([`StateStore::write`]: atomic, not fsynced, never through a
+/// planted file). A failed write leaves no directory it made behind.
 ///
 /// # Errors
 /// The store's failure.
 pub fn write(store: &StateStore, name: &str, state: &State) -> Result<(), PortmapError> {
-    let path = store.path(name).map_err(PortmapError::Store)?;
-    let bytes = serde_json::to_vec_pretty(state).map_err(|source| {
-        PortmapError::Store(common::store::StoreError::Corrupt {
-            path: path.clone(),
-            source,
-        })
-    })?;
-    let tmp = store.temp_path(name).map_err(PortmapError::Store)?;
-    let mut tries = 0;
-    loop {
-        let result = std::fs::create_dir_all(store.dir())
-            .and_then(|()| std::fs::write(&tmp, &bytes))
-            .and_then(|()| std::fs::rename(&tmp, &path));
-        match result {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => tries += 1,
-            Err(source) => {
-                let _ = std::fs::remove_file(&tmp);
-                // The directory this write may have created must not outlive the failed ADD.
-                prune(store);
-                return Err(PortmapError::Store(common::store::StoreError::Io {
-                    op: "write",
-                    path,
-                    source,
-                }));
-            }
-        }
-    }
-}
-
-/// Removes the store's directory once it holds no state, so namespaces that come and go leave
-/// nothing under `/run/cni/portmap`. A directory that is not empty (a concurrent ADD wrote to
-/// it) or already gone is left as it is ([`StateStore::prune`], which knows the store's
-/// `.tmp/`).
-pub fn prune(store: &StateStore) {
-    store.prune();
+    store.write(name, state).map_err(|e| {
+        store.prune();
+        PortmapError::Store(e)
+    })
 }
 
 #[cfg(test)]
@@ -356,12 +316,12 @@ mod tests {
         assert_eq!(store.read::<State>("b.json").unwrap(), Some(st));
         assert_eq!(store.list().unwrap(), ["a.json", "b.json"]);
         store.remove("b.json").unwrap();
-        prune(&store);
+        store.prune();
         assert!(store.dir().exists(), "a directory with state must stay");
         store.remove("a.json").unwrap();
-        prune(&store);
+        store.prune();
         assert!(!store.dir().exists());
-        prune(&store);
+        store.prune();
     }
 
     #[test]

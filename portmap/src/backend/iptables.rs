@@ -12,11 +12,11 @@ use std::net::IpAddr;
 use common::conf::Attachment as Valid;
 use common::iptables::{TableDump, restore_line};
 use common::lock::{FileLock, LockError};
-use common::nft::{CmpOp, Expr, Nft, NftError, PayloadBase, Verdict};
+use common::nft::{CmpOp, Expr, LazyNft, Nft, NftError, PayloadBase, Verdict};
 use ipnet::IpNet;
 use netlink_packet_netfilter::nftables::MetaKey;
 
-use super::{Fate, Holders, NftSocket, PortmapBackend};
+use super::{Fate, Holders, PortmapBackend};
 use crate::config::{Backend, Conditions, Config, IpFamily, PortMapping, Proto};
 use crate::error::PortmapError;
 use crate::names;
@@ -527,12 +527,12 @@ pub fn del(network: &str, container_id: &str, families: &[IpFamily]) -> Result<(
 /// The reference's layout, written with `iptables-restore`.
 #[derive(Debug)]
 pub struct Iptables {
-    nft: NftSocket,
+    nft: LazyNft,
 }
 
 impl Iptables {
     /// The backend, owning the call's nf_tables socket (for what it reads there).
-    pub fn new(nft: NftSocket) -> Iptables {
+    pub fn new(nft: LazyNft) -> Iptables {
         Iptables { nft }
     }
 }
@@ -671,7 +671,7 @@ impl PortmapBackend for Iptables {
         tools(IpFamily::V4).probe().map_err(ipt_err)
     }
 
-    fn into_socket(self: Box<Self>) -> NftSocket {
+    fn into_socket(self: Box<Self>) -> LazyNft {
         self.nft
     }
 }

@@ -5,7 +5,7 @@ pub mod iptables;
 pub mod nftables;
 
 use common::conf::Attachment as Valid;
-use common::nft::{Nft, NftError};
+use common::nft::LazyNft;
 use common::store::StateStore;
 use ipnet::IpNet;
 
@@ -15,32 +15,12 @@ use crate::host;
 use crate::plan::Attachment;
 use crate::state::{self, State};
 
-/// The call's nf_tables socket, opened on first use and kept until the call ends: one socket
-/// per call. Closing a socket of this family while the kernel still frees objects a commit
-/// deleted waits for an RCU grace period, so a call never closes one to open another.
-#[derive(Debug, Default)]
-pub struct NftSocket(Option<Nft>);
-
-impl NftSocket {
-    /// The socket, opened now if it is not yet.
-    ///
-    /// # Errors
-    /// When nf_tables cannot be opened here.
-    pub fn get(&mut self) -> Result<&mut Nft, NftError> {
-        let nft = match self.0.take() {
-            Some(n) => n,
-            None => Nft::new()?,
-        };
-        Ok(self.0.insert(nft))
-    }
-
-    /// Whether nf_tables answers here: the socket opens and a table lookup is answered
-    /// (found or not).
-    pub fn usable(&mut self) -> bool {
-        self.get()
-            .and_then(|n| n.table_exists(&nftables::table(crate::config::IpFamily::V4)))
-            .is_ok()
-    }
+/// Whether nf_tables answers here: the call's socket opens and a table lookup is answered
+/// (found or not).
+pub fn nft_answers(nft: &mut LazyNft) -> bool {
+    nft.get()
+        .and_then(|n| n.table_exists(&nftables::table(crate::config::IpFamily::V4)))
+        .is_ok()
 }
 
 /// What became of the attachment holding a host port another ADD asks for.
@@ -123,21 +103,21 @@ pub trait PortmapBackend {
     fn status(&mut self) -> Result<(), PortmapError>;
 
     /// The call's nf_tables socket, handed on to the next user.
-    fn into_socket(self: Box<Self>) -> NftSocket;
+    fn into_socket(self: Box<Self>) -> LazyNft;
 }
 
 /// The backend the configuration selects: the configured one; for auto (no `backend`, `null`
 /// or `""`) the reference's rule, iptables when the iptables tools are usable and nftables
 /// otherwise, except that options only one backend has select it.
-pub fn select(config: &Config, nft: &mut NftSocket) -> Backend {
+pub fn select(config: &Config, nft: &mut LazyNft) -> Backend {
     match config.backend {
         BackendChoice::Fixed(b) => b,
         BackendChoice::Auto if config.iptables_only() => Backend::Iptables,
         BackendChoice::Auto if config.nftables_only() => Backend::Nftables,
         BackendChoice::Auto => {
-            if host::iptables_usable(|| nft.usable()) {
+            if host::iptables_usable(|| nft_answers(nft)) {
                 Backend::Iptables
-            } else if nft.usable() {
+            } else if nft_answers(nft) {
                 log::info!("the iptables tools are not usable here: using the nftables backend");
                 Backend::Nftables
             } else {
@@ -157,7 +137,7 @@ pub fn remove(be: &mut Box<dyn PortmapBackend>, record: &State) -> Result<(), Po
     if kind == record.backend {
         return be.del(record);
     }
-    let current = std::mem::replace(be, open(kind, NftSocket::default()));
+    let current = std::mem::replace(be, open(kind, LazyNft::new()));
     let mut other = open(record.backend, current.into_socket());
     let result = other.del(record);
     *be = open(kind, other.into_socket());
@@ -168,7 +148,7 @@ pub fn remove(be: &mut Box<dyn PortmapBackend>, record: &State) -> Result<(), Po
 /// that made it; without a record, and when `list` (there are mappings to remove, or the
 /// record was discarded), the elements our maps hold under its owner. Returns what failed.
 pub fn del(
-    nft: &mut NftSocket,
+    nft: &mut LazyNft,
     att: &Attachment,
     record: Option<&State>,
     list: bool,
@@ -192,7 +172,7 @@ pub fn del(
 /// and with the iptables backend (`kind`), the `CNI-DN-` chains of containers not valid.
 /// Returns what failed.
 pub fn gc(
-    nft: NftSocket,
+    nft: LazyNft,
     kind: Backend,
     store: &StateStore,
     network: &str,
@@ -228,7 +208,7 @@ pub fn gc(
             Err(e) => errors.push(e),
         }
     }
-    state::prune(store);
+    store.prune();
     let mut nft = be.into_socket();
     if nft.get().is_ok() {
         let mut be = open(Backend::Nftables, nft);
@@ -242,7 +222,7 @@ pub fn gc(
 }
 
 /// The backend `kind`, owning `nft`.
-pub fn open(kind: Backend, nft: NftSocket) -> Box<dyn PortmapBackend> {
+pub fn open(kind: Backend, nft: LazyNft) -> Box<dyn PortmapBackend> {
     match kind {
         Backend::Nftables => Box::new(nftables::Nftables::new(nft)),
         Backend::Iptables => Box::new(iptables::Iptables::new(nft)),

@@ -34,12 +34,12 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use common::conf::Attachment as Valid;
 use common::nft::{
-    Batch, Chain, ChainHook, ChainType, CtStatusFlags, DataType, ElementData, Nft, NftError, Rule,
-    Selector, Set, Table, Value, Verdict, priority,
+    Batch, Chain, ChainHook, ChainType, CtStatusFlags, DataType, ElementData, LazyNft, Nft,
+    NftError, Rule, Selector, Set, Table, Value, Verdict, priority,
 };
 use ipnet::IpNet;
 
-use super::{Fate, Holders, NftSocket, PortmapBackend, iptables};
+use super::{Fate, Holders, PortmapBackend, iptables};
 use crate::config::{Backend, Config, IpFamily, PortMapping};
 use crate::error::PortmapError;
 use crate::names;
@@ -289,12 +289,12 @@ const ALL_SETS: [&str; 7] = [
 /// Our map layout, over the call's nf_tables socket.
 #[derive(Debug)]
 pub struct Nftables {
-    nft: NftSocket,
+    nft: LazyNft,
 }
 
 impl Nftables {
     /// The backend, owning the call's socket.
-    pub fn new(nft: NftSocket) -> Nftables {
+    pub fn new(nft: LazyNft) -> Nftables {
         Nftables { nft }
     }
 
@@ -602,7 +602,7 @@ impl PortmapBackend for Nftables {
             .map_err(nft_err)
     }
 
-    fn into_socket(self: Box<Self>) -> NftSocket {
+    fn into_socket(self: Box<Self>) -> LazyNft {
         self.nft
     }
 }
