@@ -30,6 +30,9 @@ pub enum PortmapError {
     /// iptables failed.
     #[error("unable to set up iptables port mappings: {0}")]
     Iptables(#[source] common::iptables::IptablesError),
+    /// The iptables layout could not be read or written over nf_tables.
+    #[error("unable to set up iptables port mappings: {0}")]
+    Native(#[source] common::iptables::native::NativeError),
     /// Our iptables lock could not be taken.
     #[error(transparent)]
     Lock(#[from] common::lock::LockError),
@@ -63,6 +66,7 @@ impl From<PortmapError> for CniError {
             PortmapError::Conflict { .. }
             | PortmapError::Nft(_)
             | PortmapError::Iptables(_)
+            | PortmapError::Native(_)
             | PortmapError::Check(_)
             | PortmapError::RouteLocalnet(_) => ErrorCode::Internal,
         };

@@ -30,7 +30,7 @@ pub fn remove(nft: &mut LazyNft, att: &Attachment, iptables_done: bool) -> Vec<P
             })
             .collect();
         if !families.is_empty()
-            && let Err(e) = iptables::del(&att.network, &att.container_id, &families)
+            && let Err(e) = iptables::remove(nft, &att.network, &att.container_id, &families, None)
         {
             errors.push(e);
         }

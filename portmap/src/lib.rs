@@ -83,15 +83,24 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
     let file = state::file(&att);
     // The owner's namespace, to tell later whether it is gone (stat only: never opened).
     let netns = call.netns.as_deref().and_then(state::NetnsId::of);
-    let new = State::new(kind, &config, &att, &ips, netns);
-    if let Some(old) = state::read(&store, &file)?.found().filter(|o| *o != new) {
+    let mut new = State::new(kind, &config, &att, &ips, netns);
+    match state::read(&store, &file)?.found() {
+        // A re-ADD of the same: what the kernel recorded for it still holds.
+        Some(old) if old.same_as(&new) => new.iptables_rules = old.iptables_rules,
         // A re-ADD with other mappings: drop the old ones first so none is left unowned.
-        backend::remove(&mut be, &old)?;
+        Some(old) => {
+            backend::remove(&mut be, &old)?;
+            state::release_ports(&store, &file, &old.port_keys());
+        }
+        None => {}
     }
     state::write(&store, &file, &new)?;
+    // The host-port index names this attachment before its rules exist, so that a call
+    // killed in between leaves an entry that the holder's missing chain shows stale.
+    let foreign = state::claim_ports(&store, &file, &new)?;
     let result = be
         .add(&att, &config, &ips, &state::Records(&store))
-        .and_then(|taken| {
+        .and_then(|added| {
             match ips.iter().find(|ip| ip.addr().is_ipv4()) {
                 Some(ip) if config.snat => {
                     host::enable_route_localnet(ip.addr()).inspect_err(|_| {
@@ -102,11 +111,28 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
                 }
                 _ => {}
             }
-            Ok(taken)
+            Ok(added)
         });
     match result {
-        Ok(taken) => state::forget_taken(&store, &taken),
+        Ok(added) => {
+            state::forget_taken(&store, &added.taken);
+            if !added.recorded.is_empty() {
+                new.iptables_rules
+                    .retain(|r| added.recorded.iter().all(|a| a.family != r.family));
+                new.iptables_rules.extend(added.recorded);
+                // The handles only spare later calls a listing: without them they still work.
+                if let Err(e) = state::write(&store, &file, &new) {
+                    log::warn!("failed to record the entry rules' handles: {e}");
+                }
+            }
+            if (foreign || !added.taken.is_empty())
+                && let Err(e) = state::claim_ports(&store, &file, &new)
+            {
+                log::warn!("failed to index the host ports taken over: {e}");
+            }
+        }
         Err(e) => {
+            state::release_ports(&store, &file, &new.port_keys());
             if let Err(e) = store.remove(&file) {
                 log::warn!("failed to remove state after a failed ADD: {e}");
             }
@@ -132,11 +158,11 @@ fn check(call: &Call) -> Result<(), CniError> {
     let mut nft = LazyNft::new();
     // The backend that made it, when we did; else what ADD would pick (the Go plugin's
     // default, iptables, where its tools work).
-    let kind = match recorded {
+    let kind = match &recorded {
         Some(s) => s.backend,
         None => backend::select(&config, &mut nft),
     };
-    backend::open(kind, nft).check(&att, &config, &ips)?;
+    backend::open(kind, nft).check(&att, &config, &ips, recorded.as_ref())?;
     Ok(())
 }
 
@@ -154,7 +180,8 @@ fn del(call: &Call) -> Result<(), CniError> {
     let file = state::file(&att);
     let record = state::read(&store, &file)?;
     // A discarded record leaves only the kernel's owner comments to find the objects by.
-    let list = matches!(record, state::Record::Discarded) || !mappings.is_empty();
+    let discarded = matches!(record, state::Record::Discarded);
+    let list = discarded || !mappings.is_empty();
     let recorded = record.found();
     let mut nft = LazyNft::new();
     let mut errors = backend::del(&mut nft, &att, recorded.as_ref(), list);
@@ -172,8 +199,22 @@ fn del(call: &Call) -> Result<(), CniError> {
     // the rename of its state file leaves the temporary file, which this removes). A store
     // that cannot be written fails the DEL only now, the kernel objects already removed.
     if errors.is_empty() {
+        let keys = match &recorded {
+            Some(record) => record.port_keys(),
+            None => IpFamily::BOTH
+                .iter()
+                .flat_map(|f| plan::PortKey::of(&mappings, *f))
+                .collect(),
+        };
+        state::release_ports(&store, &file, &keys);
         match store.remove(&file) {
-            Ok(_) => store.prune(),
+            Ok(_) => {
+                // Without its record the index entries naming it are found by their dead target.
+                if discarded {
+                    state::sweep_ports(&store);
+                }
+                store.prune();
+            }
             Err(e) => errors.push(PortmapError::Store(e)),
         }
     }

@@ -137,6 +137,28 @@ pub fn gated_chain(owner: &str) -> String {
     format!("{GATED_CHAIN_PREFIX}{hex}")
 }
 
+/// The entry of the host-port index (iptables layout) for `key`, in the state directory:
+/// `.port-<v4|v6>-<proto>-<port>[-<host address>]`, a symlink to the state file of the
+/// attachment claiming it. The leading dot keeps it out of the records' listing.
+pub fn port_index_entry(key: &crate::plan::PortKey) -> String {
+    let family = match key.family {
+        crate::config::IpFamily::V4 => "v4",
+        crate::config::IpFamily::V6 => "v6",
+    };
+    let mut name = format!(
+        "{PORT_INDEX_PREFIX}{family}-{}-{}",
+        key.proto.name(),
+        key.port
+    );
+    if let Some(host) = key.host {
+        name.push_str(&format!("-{host}"));
+    }
+    name
+}
+
+/// The prefix of the host-port index's entries.
+pub const PORT_INDEX_PREFIX: &str = ".port-";
+
 /// The state file of an attachment.
 pub fn state_file(network: &str, id: &str, ifname: &str) -> String {
     format!("{network}_{id}_{ifname}.json")

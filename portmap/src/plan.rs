@@ -431,14 +431,56 @@ pub fn nft_del(owner: &str, plans: &[(IpFamily, NftPlan)], seen: &Observed) -> V
     ordered(ops)
 }
 
-/// The container addresses of families that have mappings.
+/// A host port as the reference's iptables layout claims it: a family's table, a protocol, a
+/// port, and the host address of `-d` (none: every local address). Two attachments whose
+/// mappings have the same key DNAT the same packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortKey {
+    /// The table's family.
+    pub family: IpFamily,
+    /// The protocol.
+    pub proto: crate::config::Proto,
+    /// The host port.
+    pub port: u16,
+    /// The `-d` address, if any.
+    pub host: Option<IpAddr>,
+}
+
+impl PortKey {
+    /// The keys `mappings` claim in `family`'s table, each once, in mapping order.
+    pub fn of(mappings: &[PortMapping], family: IpFamily) -> Vec<PortKey> {
+        let mut seen = HashSet::new();
+        mappings
+            .iter()
+            .filter(|m| m.host_ip.applies_to(family))
+            .map(|m| PortKey {
+                family,
+                proto: m.proto,
+                port: m.host_port,
+                host: m.host_ip.addr(),
+            })
+            .filter(|k| seen.insert(*k))
+            .collect()
+    }
+
+    /// Whether mapping `m` claims this key in its family.
+    pub fn is_claimed_by(&self, m: &PortMapping) -> bool {
+        m.host_ip.applies_to(self.family)
+            && m.proto == self.proto
+            && m.host_port == self.port
+            && m.host_ip.addr() == self.host
+    }
+}
+
+/// The container addresses a call maps: with any mapping, the first address of each family
+/// (as the reference, which sets up a family even when every mapping's `hostIP` is of the
+/// other one: its iptables layout then has an empty chain and an entry rule for it).
 pub fn mapped_ips(config: &Config, prev: &CniResult, ifname: &str) -> Vec<IpNet> {
+    if config.mappings.is_empty() {
+        return Vec::new();
+    }
     let (v4, v6) = crate::config::container_ips(prev, ifname);
-    [v4, v6]
-        .into_iter()
-        .flatten()
-        .filter(|ip| has_mappings_for(config, IpFamily::of(ip.addr())))
-        .collect()
+    [v4, v6].into_iter().flatten().collect()
 }
 
 /// The families of `ips`.
@@ -456,11 +498,6 @@ pub fn udp_flush_targets(mappings: &[PortMapping], family: IpFamily) -> Vec<(u16
     out.sort_unstable();
     out.dedup();
     out
-}
-
-/// Whether any mapping applies to `family`.
-pub fn has_mappings_for(config: &Config, family: IpFamily) -> bool {
-    config.mappings.iter().any(|m| m.host_ip.applies_to(family))
 }
 
 #[cfg(test)]

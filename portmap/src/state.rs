@@ -7,6 +7,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use common::iptables::native::Recorded;
 use common::store::StateStore;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -18,7 +19,7 @@ use crate::config::{
 };
 use crate::error::PortmapError;
 use crate::names;
-use crate::plan::Attachment;
+use crate::plan::{Attachment, PortKey};
 
 /// What ADD recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,6 +52,16 @@ pub struct State {
     /// Absent in records of earlier versions (their owners are never taken over).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns: Option<NetnsId>,
+    /// iptables layout written natively: the handles of its entry rules in
+    /// `CNI-HOSTPORT-DNAT`, per family, for DEL and CHECK to find them by lookup instead of
+    /// listing a chain that holds every attachment's. Absent where they are not known (the
+    /// restore path, records of earlier versions): then the jumps are looked up by listing.
+    #[serde(
+        rename = "iptablesRules",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub iptables_rules: Vec<Recorded>,
 }
 
 /// A network namespace path and the namespace it referred to (`stat`'s device and inode of
@@ -116,6 +127,7 @@ impl State {
             conditions_v4: nft(&config.conditions_v4),
             conditions_v6: nft(&config.conditions_v6),
             netns,
+            iptables_rules: Vec::new(),
         }
     }
 
@@ -141,6 +153,44 @@ impl State {
             conditions_v6: conditions(&self.conditions_v6),
             mappings: self.mappings.clone(),
         }
+    }
+
+    /// Whether `other` records the same mappings of the same attachment, made the same way
+    /// (what the kernel recorded for it aside): a re-ADD of it changes nothing.
+    pub fn same_as(&self, other: &State) -> bool {
+        State {
+            iptables_rules: Vec::new(),
+            ..self.clone()
+        } == State {
+            iptables_rules: Vec::new(),
+            ..other.clone()
+        }
+    }
+
+    /// Whether the record claims `key` in the iptables layout: made by the iptables backend,
+    /// with a container address of the key's family and a mapping of it.
+    pub fn claims(&self, key: &PortKey) -> bool {
+        self.backend == Backend::Iptables
+            && self.families().contains(&key.family)
+            && self.mappings.iter().any(|m| key.is_claimed_by(m))
+    }
+
+    /// The host-port keys the record's mappings claim in the iptables layout, in each family
+    /// of its container addresses.
+    pub fn port_keys(&self) -> Vec<PortKey> {
+        if self.backend != Backend::Iptables {
+            return Vec::new();
+        }
+        self.families()
+            .into_iter()
+            .flat_map(|f| PortKey::of(&self.mappings, f))
+            .collect()
+    }
+
+    /// The recorded entry rules of `family`, if any.
+    pub fn recorded(&self, family: IpFamily) -> Option<&Recorded> {
+        let family = common::iptables::Family::from(family);
+        self.iptables_rules.iter().find(|r| r.family == family)
     }
 
     /// The families of the recorded container addresses.
@@ -237,6 +287,105 @@ impl Holders for Records<'_> {
         }
         Fate::Gone(records)
     }
+
+    fn indexed(&self, key: &PortKey) -> Option<State> {
+        let name = index_holder(self.0, key)?;
+        let record = read(self.0, &name).ok()?.found()?;
+        record.claims(key).then_some(record)
+    }
+}
+
+/// The record file the host-port index names for `key`, if it has an entry.
+fn index_holder(store: &StateStore, key: &PortKey) -> Option<String> {
+    let link = store.dir().join(names::port_index_entry(key));
+    let target = std::fs::read_link(link).ok()?;
+    // Only a bare file name of the store is an entry of ours; the link is never followed.
+    let name = target.to_str()?;
+    store.path(name).ok()?;
+    Some(name.to_owned())
+}
+
+/// Points the host-port index at `file` (the record of `state`) for each key its iptables
+/// mappings claim: an entry that is absent, or names a record that no longer claims the key
+/// (removed, taken over, changed), is made; one naming a record that claims it is left, since
+/// that attachment holds the port. Returns whether it left such an entry of another record.
+/// The index lets an iptables ADD find the holder of a host port with one `readlink` instead
+/// of reading every attachment's chain; the ADD holding our iptables lock is its only writer.
+///
+/// # Errors
+/// The entries that cannot be made.
+pub fn claim_ports(store: &StateStore, file: &str, state: &State) -> Result<bool, PortmapError> {
+    let mut foreign = false;
+    for key in state.port_keys() {
+        let link = store.dir().join(names::port_index_entry(&key));
+        match index_holder(store, &key) {
+            Some(name) if name == file => continue,
+            Some(name) => {
+                let holder = read(store, &name).ok().and_then(Record::found);
+                if holder.is_some_and(|h| h.claims(&key)) {
+                    foreign = true;
+                    continue;
+                }
+                remove_entry(&link)?;
+            }
+            None => remove_entry(&link)?,
+        }
+        std::fs::create_dir_all(store.dir())
+            .and_then(|()| std::os::unix::fs::symlink(file, &link))
+            .map_err(|source| index_error("write", link, source))?;
+    }
+    Ok(foreign)
+}
+
+/// Removes the host-port index entries of `keys` that name `file`.
+pub fn release_ports(store: &StateStore, file: &str, keys: &[PortKey]) {
+    for key in keys {
+        if index_holder(store, key).as_deref() == Some(file) {
+            let link = store.dir().join(names::port_index_entry(key));
+            if let Err(e) = remove_entry(&link) {
+                log::warn!("{e}");
+            }
+        }
+    }
+}
+
+/// Removes the host-port index entries whose record is gone (GC): what a call killed between
+/// removing a record and its entries left.
+pub fn sweep_ports(store: &StateStore) {
+    let Ok(entries) = std::fs::read_dir(store.dir()) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        let is_entry = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(names::PORT_INDEX_PREFIX));
+        let target = std::fs::read_link(&path).ok();
+        let live = target
+            .as_deref()
+            .and_then(|t| t.to_str())
+            .is_some_and(|t| store.path(t).is_ok_and(|p| p.exists()));
+        if is_entry
+            && !live
+            && let Err(e) = remove_entry(&path)
+        {
+            log::warn!("{e}");
+        }
+    }
+}
+
+/// Removes an index entry (a symlink, never followed); one already gone is not an error.
+fn remove_entry(link: &Path) -> Result<(), PortmapError> {
+    match std::fs::remove_file(link) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(index_error("remove", link.to_path_buf(), source)),
+    }
+}
+
+fn index_error(op: &'static str, path: PathBuf, source: std::io::Error) -> PortmapError {
+    PortmapError::Store(common::store::StoreError::Io { op, path, source })
 }
 
 /// Removes the records of attachments an ADD took host ports over from (their namespaces
@@ -251,7 +400,9 @@ pub fn forget_taken(store: &StateStore, taken: &[State]) {
             "took over the host ports of {}: its network namespace {path} is gone",
             record.attachment().owner()
         );
-        if let Err(e) = store.remove(&file(&record.attachment())) {
+        let name = file(&record.attachment());
+        release_ports(store, &name, &record.port_keys());
+        if let Err(e) = store.remove(&name) {
             log::warn!(
                 "failed to remove the record of {}: {e}",
                 record.container_id

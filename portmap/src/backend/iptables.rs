@@ -1,33 +1,46 @@
-//! The iptables backend: the reference's layout in table `nat`, written with one
-//! `iptables-restore --noflush` transaction per family per call.
+//! The iptables backend: the reference's layout in table `nat`, by one of two paths per
+//! family, whichever its tools allow:
 //!
-//! Rules are computed in `iptables-save`'s canonical form (addresses with their prefix,
-//! `-s`/`-d` first, `-m tcp` after `-p tcp --dport`, `--dports` for multiport), so what exists
-//! is recognised in the dump and only what is missing is written; the read-modify-write is
-//! serialised with our own lock file.
+//! - **native** ([`native`]): where the tools are `iptables-nft`
+//!   ([`common::iptables::native::variant`]), the `nat` table is an nf_tables table, and the
+//!   attachment's chain, its rules and its entry rules are read and written over nf_tables
+//!   netlink, encoded as `iptables-nft` encodes them, in one transaction for both families.
+//!   A call reads only the chains it needs (the shared chains, its own) and deletes by handle
+//!   (the entry rules' handles are recorded in the state), so its cost does not grow with the
+//!   number of attachments; the host-port conflict check asks the state directory's index
+//!   instead of reading every attachment's chain.
+//! - **restore** ([`restore`]): with the legacy tools (x_tables, which only the tools write),
+//!   or a rule the native codec does not write (an iptables condition outside its forms): one
+//!   `iptables-save` and one `iptables-restore --noflush` transaction per family, whose cost
+//!   grows with the `nat` table.
+//!
+//! Both write the same rules, computed here in `iptables-save`'s canonical form (addresses
+//! with their prefix, `-s`/`-d` first, `-m tcp` after `-p tcp`, `--dports` for multiport), so
+//! what exists is recognised and only what is missing is written; and both name what CHECK
+//! misses as the reference does, with its own words for the rules ([`go_dnat_rules`]).
 
-use std::collections::{HashMap, HashSet};
+mod native;
+mod nf_read;
+mod restore;
+
 use std::net::IpAddr;
 
 use common::conf::Attachment as Valid;
-use common::iptables::{TableDump, restore_line};
-use common::lock::{FileLock, LockError};
-use common::nft::{CmpOp, Expr, LazyNft, Nft, NftError, PayloadBase, Verdict};
+use common::iptables::native::{RuleSpec, Variant, variant};
+use common::nft::LazyNft;
 use ipnet::IpNet;
-use netlink_packet_netfilter::nftables::MetaKey;
 
-use super::{Fate, Holders, PortmapBackend};
+use super::{Holders, PortmapBackend};
 use crate::config::{Backend, Conditions, Config, IpFamily, PortMapping, Proto};
 use crate::error::PortmapError;
 use crate::names;
 use crate::plan::Attachment;
 use crate::state::State;
 
-const NAT: &str = names::IPT_NAT;
+pub use nf_read::holder_in_nf_tables;
 
-fn ipt_err(e: common::iptables::IptablesError) -> PortmapError {
-    PortmapError::Iptables(e)
-}
+/// The iptables table of the layout.
+const NAT: &str = names::IPT_NAT;
 
 fn args(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| (*s).to_string()).collect()
@@ -92,8 +105,20 @@ fn canonical_conditions(conds: &[String]) -> (Vec<String>, Vec<String>) {
     (front.into_iter().flat_map(|(_, p)| p).collect(), rest)
 }
 
-/// The rules of the `CNI-DN-<hash>` chain for container address `ip`, in mapping order.
-pub fn dnat_rules(config: &Config, ip: IpNet) -> Vec<Vec<String>> {
+/// One rule of the attachment's chain before it is worded: for a mapping, the hairpin and
+/// localhost mark rules (`src`: the source, as the reference words it) and the DNAT rule
+/// (`src` none).
+struct ChainRule<'c> {
+    m: &'c PortMapping,
+    src: Option<String>,
+    target: Vec<String>,
+}
+
+/// The rules of the `CNI-DN-<hash>` chain for container address `ip`, in mapping order, as
+/// the reference computes them: per mapping of the address's family, with `snat` a hairpin
+/// mark rule (the container's CIDR, every source with `masqAll`) and for IPv4 without
+/// `masqAll` a localhost one, then the DNAT rule.
+fn chain_rules(config: &Config, ip: IpNet) -> Vec<ChainRule<'_>> {
     let fam = IpFamily::of(ip.addr());
     let mark_chain = config
         .external_set_mark_chain
@@ -101,54 +126,91 @@ pub fn dnat_rules(config: &Config, ip: IpNet) -> Vec<Vec<String>> {
         .unwrap_or_else(|| names::IPT_SETMARK.to_string());
     let mut rules = Vec::new();
     for m in config.mappings.iter().filter(|m| m.host_ip.applies_to(fam)) {
-        let dst: Vec<String> = m
-            .host_ip
-            .addr()
-            .map(|a| vec!["-d".to_string(), IpNet::from(a).to_string()])
-            .unwrap_or_default();
-        let port = m.host_port.to_string();
-        let proto = m.proto.name();
-        let tail = |more: &[&str]| {
-            let mut r = dst.clone();
-            r.extend(args(&["-p", proto, "-m", proto, "--dport", &port]));
-            r.extend(args(more));
-            r
-        };
         if config.snat {
-            let mut hairpin = Vec::new();
-            if !config.masq_all {
-                hairpin.extend(["-s".to_string(), ip.trunc().to_string()]);
-            }
-            hairpin.extend(tail(&["-j", &mark_chain]));
-            rules.push(hairpin);
+            let src = match (config.masq_all, fam) {
+                (false, _) => ip.to_string(),
+                (true, IpFamily::V4) => "0.0.0.0/0".to_string(),
+                (true, IpFamily::V6) => "::/0".to_string(),
+            };
+            let mark = args(&["-j", &mark_chain]);
+            rules.push(ChainRule {
+                m,
+                src: Some(src),
+                target: mark.clone(),
+            });
             if fam == IpFamily::V4 && !config.masq_all {
-                let mut local = args(&["-s", "127.0.0.1/32"]);
-                local.extend(tail(&["-j", &mark_chain]));
-                rules.push(local);
+                rules.push(ChainRule {
+                    m,
+                    src: Some("127.0.0.1".to_string()),
+                    target: mark,
+                });
             }
         }
         let to = match ip.addr() {
             IpAddr::V4(a) => format!("{a}:{}", m.container_port),
             IpAddr::V6(a) => format!("[{a}]:{}", m.container_port),
         };
-        rules.push(tail(&["-j", "DNAT", "--to-destination", &to]));
+        rules.push(ChainRule {
+            m,
+            src: None,
+            target: args(&["-j", "DNAT", "--to-destination", &to]),
+        });
     }
     rules
 }
 
-/// The entry rules in `CNI-HOSTPORT-DNAT`: per protocol (sorted), per chunk of 15 host ports
-/// in mapping order (wrong-family hostIP entries included, as the reference does).
-pub fn entry_rules(config: &Config, container_id: &str, fam: IpFamily) -> Vec<Vec<String>> {
-    let chain = names::dnat_chain(&config.network, container_id);
-    let comment = names::ipt_entry_comment(&config.network, container_id);
+/// The rules of the `CNI-DN-<hash>` chain for container address `ip`, in mapping order, in
+/// `iptables-save`'s words (`-s 0.0.0.0/0` is left out, as the tool prints it).
+pub fn dnat_rules(config: &Config, ip: IpNet) -> Vec<Vec<String>> {
+    chain_rules(config, ip)
+        .into_iter()
+        .map(|r| {
+            let mut rule = Vec::new();
+            if let Some(src) = r.src.map(|s| canonical_net(&s))
+                && !src.ends_with("/0")
+            {
+                rule.extend(["-s".to_string(), src]);
+            }
+            if let Some(a) = r.m.host_ip.addr() {
+                rule.extend(["-d".to_string(), IpNet::from(a).to_string()]);
+            }
+            let (proto, port) = (r.m.proto.name(), r.m.host_port.to_string());
+            rule.extend(args(&["-p", proto, "-m", proto, "--dport", &port]));
+            rule.extend(r.target);
+            rule
+        })
+        .collect()
+}
+
+/// The rules of [`dnat_rules`] in the reference's own words, `-p P --dport N [-d H] [-s S]
+/// -j …`, for the messages that list them as it does.
+pub fn go_dnat_rules(config: &Config, ip: IpNet) -> Vec<Vec<String>> {
+    chain_rules(config, ip)
+        .into_iter()
+        .map(|r| {
+            let port = r.m.host_port.to_string();
+            let mut rule = args(&["-p", r.m.proto.name(), "--dport", &port]);
+            if let Some(a) = r.m.host_ip.addr() {
+                rule.extend(["-d".to_string(), a.to_string()]);
+            }
+            if let Some(src) = r.src {
+                rule.extend(["-s".to_string(), src]);
+            }
+            rule.extend(r.target);
+            rule
+        })
+        .collect()
+}
+
+/// The host ports of each protocol, as the entry rules list them: protocols sorted by name
+/// (`sctp`, `tcp`, `udp`, as the reference sorts them), each with its ports in chunks of 15
+/// in mapping order (duplicates and wrong-family hostIP entries included, as the reference
+/// does).
+fn entry_ports(config: &Config) -> Vec<(Proto, String)> {
     let mut protos: Vec<Proto> = config.mappings.iter().map(|m| m.proto).collect();
-    protos.sort_unstable();
+    protos.sort_unstable_by_key(|p| p.name());
     protos.dedup();
-    let (front, rest) = match config.conditions(fam) {
-        Conditions::Iptables(c) => canonical_conditions(c),
-        _ => (Vec::new(), Vec::new()),
-    };
-    let mut rules = Vec::new();
+    let mut out = Vec::new();
     for proto in protos {
         let ports: Vec<String> = config
             .mappings
@@ -157,6 +219,23 @@ pub fn entry_rules(config: &Config, container_id: &str, fam: IpFamily) -> Vec<Ve
             .map(|m| m.host_port.to_string())
             .collect();
         for chunk in ports.chunks(names::IPT_MULTIPORT_MAX) {
+            out.push((proto, chunk.join(",")));
+        }
+    }
+    out
+}
+
+/// The entry rules in `CNI-HOSTPORT-DNAT` in `iptables-save`'s words (with `-j CNI-DN-…`).
+pub fn entry_rules(config: &Config, container_id: &str, fam: IpFamily) -> Vec<Vec<String>> {
+    let chain = names::dnat_chain(&config.network, container_id);
+    let comment = names::ipt_entry_comment(&config.network, container_id);
+    let (front, rest) = match config.conditions(fam) {
+        Conditions::Iptables(c) => canonical_conditions(c),
+        _ => (Vec::new(), Vec::new()),
+    };
+    entry_ports(config)
+        .into_iter()
+        .map(|(proto, ports)| {
             let mut r = front.clone();
             r.extend(args(&[
                 "-p",
@@ -165,115 +244,68 @@ pub fn entry_rules(config: &Config, container_id: &str, fam: IpFamily) -> Vec<Ve
                 "comment",
                 "--comment",
                 &comment,
+                "-m",
+                "multiport",
+                "--dports",
+                &ports,
             ]));
-            r.extend(args(&["-m", "multiport", "--dports", &chunk.join(",")]));
             r.extend(rest.iter().cloned());
             r.extend(args(&["-j", &chain]));
-            rules.push(r);
-        }
-    }
-    rules
+            r
+        })
+        .collect()
 }
 
-/// The restore lines that bring `dump` to the state the reference's ADD leaves: missing chains
-/// with `-N`, missing rules appended (the POSTROUTING jump inserted first).
-///
-/// # Errors
-/// An argument that cannot be written in a restore script.
-pub fn add_lines(
-    dump: &TableDump,
-    config: &Config,
-    container_id: &str,
-    ip: IpNet,
-) -> Result<Vec<String>, PortmapError> {
-    let fam = IpFamily::of(ip.addr());
-    if let Some((chain, m)) = conflicts(dump, config, container_id, fam).first() {
-        return Err(refusal(dump, chain, m));
-    }
-    lines_unchecked(dump, config, container_id, ip)
-}
-
-/// The restore lines of an ADD in one family, taking over the host ports of attachments
-/// `holders` says are gone: their chains are removed in the same transaction. Returns the
-/// lines and the records of the attachments taken over.
-///
-/// # Errors
-/// [`PortmapError::Conflict`] naming a holder that is not gone; an argument that cannot be
-/// written in a restore script.
-pub fn add_lines_taking_over(
-    dump: &TableDump,
-    config: &Config,
-    container_id: &str,
-    ip: IpNet,
-    holders: &dyn Holders,
-) -> Result<(Vec<String>, Vec<State>), PortmapError> {
-    let fam = IpFamily::of(ip.addr());
-    let mut lines = Vec::new();
-    let mut taken = Vec::new();
-    for (chain, m) in conflicts(dump, config, container_id, fam) {
-        let Some((network, id)) = entry_owner(dump, &chain)
-            .filter(|(network, id)| names::dnat_chain(network, id) == chain)
-        else {
-            return Err(refusal(dump, &chain, m));
-        };
-        match holders.by_container(&network, &id) {
-            Fate::Gone(records) if records.iter().all(|r| r.backend == Backend::Iptables) => {
-                lines.extend(del_lines(dump, &network, &id)?);
-                taken.extend(records);
-            }
-            _ => return Err(refusal(dump, &chain, m)),
-        }
-    }
-    lines.extend(lines_unchecked(dump, config, container_id, ip)?);
-    Ok((lines, taken))
-}
-
-/// [`add_lines`] without the conflict check.
-fn lines_unchecked(
-    dump: &TableDump,
-    config: &Config,
-    container_id: &str,
-    ip: IpNet,
-) -> Result<Vec<String>, PortmapError> {
-    let fam = IpFamily::of(ip.addr());
-    let mut lines = Vec::new();
-    let mut created: Vec<String> = Vec::new();
-    let mut ensure_chain = |lines: &mut Vec<String>, chain: &str| -> Result<(), PortmapError> {
-        if !dump.has_chain(chain) && !created.iter().any(|c| c == chain) {
-            lines.push(restore_line::<&str>("-N", chain, &[]).map_err(ipt_err)?);
-            created.push(chain.to_string());
-        }
-        Ok(())
+/// The entry rules in the reference's own words, without the jump (as its CHECK lists them).
+fn go_entry_rules(config: &Config, container_id: &str, fam: IpFamily) -> Vec<Vec<String>> {
+    let comment = names::ipt_entry_comment(&config.network, container_id);
+    let conditions = match config.conditions(fam) {
+        Conditions::Iptables(c) => c.as_slice(),
+        _ => &[],
     };
-    let chain = names::dnat_chain(&config.network, container_id);
-    // The attachment's chain and the entry chain can be long (one rule per mapping, one per
-    // attachment): each rule is looked up in a set of them, not compared with every one.
-    let in_chain = rule_set(dump, &chain);
-    let in_entry = rule_set(dump, names::IPT_TOPLEVEL_DNAT);
-    let ensure_rule = |lines: &mut Vec<String>, chain: &str, rule: &[String], insert: bool| {
-        let present = match chain {
-            c if c == names::IPT_TOPLEVEL_DNAT => in_entry.contains(rule),
-            c if c.starts_with("CNI-DN-") => in_chain.contains(rule),
-            _ => dump.has_rule(chain, rule),
-        };
-        if present {
-            return Ok(());
-        }
-        let line = if insert {
-            let mut with_pos = vec!["1".to_string()];
-            with_pos.extend(rule.iter().cloned());
-            restore_line("-I", chain, &with_pos)
-        } else {
-            restore_line("-A", chain, rule)
-        };
-        lines.push(line.map_err(ipt_err)?);
-        Ok::<(), PortmapError>(())
-    };
+    entry_ports(config)
+        .into_iter()
+        .map(|(proto, ports)| {
+            let mut r = args(&[
+                "-m",
+                "comment",
+                "--comment",
+                &comment,
+                "-m",
+                "multiport",
+                "-p",
+                proto.name(),
+                "--destination-ports",
+                &ports,
+            ]);
+            r.extend(conditions.iter().cloned());
+            r
+        })
+        .collect()
+}
+
+/// The shared regular chains the layout needs.
+pub fn shared_chains(config: &Config) -> Vec<&'static str> {
+    if config.snat && config.external_set_mark_chain.is_none() {
+        vec![
+            names::IPT_SETMARK,
+            names::IPT_MASQ,
+            names::IPT_TOPLEVEL_DNAT,
+        ]
+    } else {
+        vec![names::IPT_TOPLEVEL_DNAT]
+    }
+}
+
+/// The shared chains' rules and the jumps into them from the built-in chains, in the order
+/// the reference makes them: with `snat` (and no external mark chain) the mark rule, the
+/// masquerade rule and its jump at the top of `POSTROUTING`; then the jumps to
+/// `CNI-HOSTPORT-DNAT` from `PREROUTING` and `OUTPUT`.
+pub fn skeleton(config: &Config) -> Vec<RuleSpec> {
+    let mut specs = Vec::new();
     if config.snat && config.external_set_mark_chain.is_none() {
         let mark = mark_def(config.mark_masq_bit);
-        ensure_chain(&mut lines, names::IPT_SETMARK)?;
-        ensure_rule(
-            &mut lines,
+        specs.push(RuleSpec::append(
             names::IPT_SETMARK,
             &args(&[
                 "-m",
@@ -285,17 +317,12 @@ fn lines_unchecked(
                 "--set-xmark",
                 &mark,
             ]),
-            false,
-        )?;
-        ensure_chain(&mut lines, names::IPT_MASQ)?;
-        ensure_rule(
-            &mut lines,
+        ));
+        specs.push(RuleSpec::append(
             names::IPT_MASQ,
             &args(&["-m", "mark", "--mark", &mark, "-j", "MASQUERADE"]),
-            false,
-        )?;
-        ensure_rule(
-            &mut lines,
+        ));
+        specs.push(RuleSpec::insert(
             "POSTROUTING",
             &args(&[
                 "-m",
@@ -305,13 +332,10 @@ fn lines_unchecked(
                 "-j",
                 names::IPT_MASQ,
             ]),
-            true,
-        )?;
+        ));
     }
-    ensure_chain(&mut lines, names::IPT_TOPLEVEL_DNAT)?;
     for entry in ["PREROUTING", "OUTPUT"] {
-        ensure_rule(
-            &mut lines,
+        specs.push(RuleSpec::append(
             entry,
             &args(&[
                 "-m",
@@ -321,217 +345,171 @@ fn lines_unchecked(
                 "-j",
                 names::IPT_TOPLEVEL_DNAT,
             ]),
-            false,
-        )?;
+        ));
     }
-    ensure_chain(&mut lines, &chain)?;
-    // Append-unique, also against the rules of this very call.
-    let mut seen: HashSet<Vec<String>> = HashSet::new();
-    for rule in dnat_rules(config, ip) {
-        if !seen.contains(&rule) {
-            ensure_rule(&mut lines, &chain, &rule, false)?;
-            seen.insert(rule);
-        }
-    }
-    for rule in entry_rules(config, container_id, fam) {
-        if !seen.contains(&rule) {
-            ensure_rule(&mut lines, names::IPT_TOPLEVEL_DNAT, &rule, false)?;
-            seen.insert(rule);
-        }
-    }
-    Ok(lines)
+    specs
 }
 
-/// The rules of `chain` in `dump`, for lookups.
-fn rule_set<'a>(dump: &'a TableDump, chain: &str) -> HashSet<&'a [String]> {
-    dump.rules(chain).iter().map(Vec::as_slice).collect()
-}
-
-/// The value after `opt` in a rule.
-fn opt_value<'a>(rule: &'a [String], opt: &str) -> Option<&'a str> {
-    let pos = rule.iter().position(|a| a == opt)?;
-    rule.get(pos + 1).map(String::as_str)
-}
-
-/// The other attachments' `CNI-DN-` chains that DNAT one of our host ports (same protocol
-/// and port, same host address or both on every address), each with the first such mapping.
-fn conflicts<'c>(
-    dump: &TableDump,
-    config: &'c Config,
-    container_id: &str,
-    fam: IpFamily,
-) -> Vec<(String, &'c PortMapping)> {
-    let ours = names::dnat_chain(&config.network, container_id);
-    // (proto, port, -d) of our mappings, as the DNAT rules of the dump spell them.
-    let wanted: HashMap<(&str, String, Option<String>), &PortMapping> = config
-        .mappings
+/// The attachment's chain and its rules for container address `ip`: the chain's rules, then
+/// its entry rules (recorded: their handles go into the state).
+pub fn attachment(config: &Config, container_id: &str, ip: IpNet) -> (String, Vec<RuleSpec>) {
+    let chain = names::dnat_chain(&config.network, container_id);
+    let fam = IpFamily::of(ip.addr());
+    let mut specs: Vec<RuleSpec> = dnat_rules(config, ip)
         .iter()
-        .filter(|m| m.host_ip.applies_to(fam))
-        .map(|m| {
-            let dst = m.host_ip.addr().map(|a| IpNet::from(a).to_string());
-            ((m.proto.name(), m.host_port.to_string(), dst), m)
-        })
+        .map(|r| RuleSpec::append(&chain, r))
         .collect();
-    let mut found = Vec::new();
-    for chain in dump.chains() {
-        if !chain.starts_with("CNI-DN-") || *chain == ours {
-            continue;
+    specs.extend(
+        entry_rules(config, container_id, fam)
+            .iter()
+            .map(|r| RuleSpec::append_recorded(names::IPT_TOPLEVEL_DNAT, r)),
+    );
+    (chain, specs)
+}
+
+/// What CHECK found missing of an attachment in one family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// Its chain.
+    Chain,
+    /// One of its chain's rules.
+    Rule,
+    /// One of its entry rules.
+    Entry,
+    /// A shared chain or rule it needs: `chain X`, or `rule -A X …` as `iptables-save` prints
+    /// it (the reference does not check these; the words are ours).
+    Shared(String),
+}
+
+/// CHECK's error for what is `missing` of the attachment in `ip`'s family: the reference's
+/// message, listing the chain's or the entry rules in its own words as it does.
+pub fn check_error(
+    config: &Config,
+    container_id: &str,
+    ip: IpNet,
+    missing: &Missing,
+) -> PortmapError {
+    let fam = IpFamily::of(ip.addr());
+    let which = match fam {
+        IpFamily::V4 => "ipv4",
+        IpFamily::V6 => "ipv6",
+    };
+    let chain = names::dnat_chain(&config.network, container_id);
+    let go_list = |rules: &[Vec<String>]| {
+        let inner: Vec<String> = rules.iter().map(|r| format!("[{}]", r.join(" "))).collect();
+        format!("[{}]", inner.join(" "))
+    };
+    let what = match missing {
+        Missing::Chain => format!("chain {chain} not found in iptables table {NAT}"),
+        Missing::Rule => format!(
+            "rule {} in chain {chain} not found in table {NAT}",
+            go_list(&go_dnat_rules(config, ip))
+        ),
+        Missing::Entry => format!(
+            "rule {} in chain {} not found in table {NAT}",
+            go_list(&go_entry_rules(config, container_id, fam)),
+            names::IPT_TOPLEVEL_DNAT
+        ),
+        Missing::Shared(object) => format!("{object} not found in table {NAT}"),
+    };
+    PortmapError::Check(format!("could not check {which} dnat: {what}"))
+}
+
+/// A shared object CHECK found missing, as [`Missing::Shared`] names it.
+fn shared_missing(spec: Option<&RuleSpec>, chain: Option<&str>) -> Missing {
+    match (chain, spec) {
+        (Some(chain), _) => Missing::Shared(format!("chain {chain}")),
+        (None, Some(spec)) => {
+            let line = common::iptables::restore_line("-A", &spec.chain, &spec.args)
+                .unwrap_or_else(|_| format!("-A {} {}", spec.chain, spec.args.join(" ")));
+            Missing::Shared(format!("rule {line}"))
         }
-        let clash = dump.rules(chain).iter().find_map(|rule| {
-            if opt_value(rule, "-j") != Some("DNAT") {
-                return None;
-            }
-            let key = (
-                opt_value(rule, "-p")?,
-                opt_value(rule, "--dport")?.to_string(),
-                opt_value(rule, "-d").map(str::to_string),
-            );
-            wanted.get(&key).copied()
-        });
-        if let Some(m) = clash {
-            found.push((chain.clone(), m));
-        }
+        (None, None) => Missing::Shared("a shared chain".to_string()),
     }
-    found
 }
 
-/// The entry comment of `chain` in `CNI-HOSTPORT-DNAT`, if it has one.
-fn entry_comment<'d>(dump: &'d TableDump, chain: &str) -> Option<&'d str> {
-    dump.rules(names::IPT_TOPLEVEL_DNAT)
-        .iter()
-        .find(|r| r.last().is_some_and(|c| c == chain))
-        .and_then(|r| opt_value(r, "--comment"))
-}
-
-/// The (network, container ID) of `chain`, from its entry comment
-/// `dnat name: "<network>" id: "<id>"` (a comment cut to 256 characters does not parse).
-fn entry_owner(dump: &TableDump, chain: &str) -> Option<(String, String)> {
-    let rest = entry_comment(dump, chain)?.strip_prefix("dnat name: \"")?;
-    let (network, id) = rest.split_once("\" id: \"")?;
-    Some((network.to_string(), id.strip_suffix('"')?.to_string()))
-}
-
-/// The refusal of mapping `m`, which `chain` holds, naming the chain's owner.
-fn refusal(dump: &TableDump, chain: &str, m: &PortMapping) -> PortmapError {
+/// The refusal of mapping `m`, held by the chain of `network`'s container `id`.
+fn refusal(m: &PortMapping, network: &str, id: &str) -> PortmapError {
     PortmapError::Conflict {
         what: m.host_port_name(),
-        owner: entry_comment(dump, chain).map_or_else(
-            || format!("chain {chain}"),
-            |c| format!("{c} (chain {chain})"),
+        owner: format!(
+            "{} (chain {})",
+            names::ipt_entry_comment(network, id),
+            names::dnat_chain(network, id)
         ),
     }
 }
 
-/// The restore lines removing the attachment's chains (and the entry rules jumping to them),
-/// including the legacy `CNI-SN-<hash>` chain. Shared chains stay.
-///
-/// # Errors
-/// An argument that cannot be written in a restore script.
-pub fn del_lines(
-    dump: &TableDump,
+/// The containers of `network` named by the entry rules' `comments` that are not valid.
+fn stale_containers<'c>(
+    comments: impl Iterator<Item = &'c str>,
     network: &str,
-    container_id: &str,
-) -> Result<Vec<String>, PortmapError> {
-    let mut lines = Vec::new();
-    for (entry, chain) in [
-        (
-            names::IPT_TOPLEVEL_DNAT,
-            names::dnat_chain(network, container_id),
-        ),
-        (
-            names::IPT_LEGACY_SNAT,
-            names::legacy_snat_chain(network, container_id),
-        ),
-    ] {
-        for rule in dump.rules(entry) {
-            if rule.len() >= 2 && rule[rule.len() - 2] == "-j" && rule[rule.len() - 1] == chain {
-                lines.push(restore_line("-D", entry, rule).map_err(ipt_err)?);
-            }
-        }
-        if dump.has_chain(&chain) {
-            lines.push(restore_line::<&str>("-F", &chain, &[]).map_err(ipt_err)?);
-            lines.push(restore_line::<&str>("-X", &chain, &[]).map_err(ipt_err)?);
+    valid: &[Valid],
+) -> Vec<String> {
+    let prefix = format!("dnat name: \"{network}\" id: \"");
+    let mut stale: Vec<String> = Vec::new();
+    for comment in comments {
+        let Some(id) = comment
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix('"'))
+        else {
+            continue;
+        };
+        if !valid.iter().any(|a| a.container_id == id) && !stale.iter().any(|s| s == id) {
+            stale.push(id.to_string());
         }
     }
-    Ok(lines)
+    stale
 }
 
-/// Our lock around an iptables read-modify-write. Where `/run/cni/portmap` cannot be written
-/// (read-only, full), an existing lock file is locked through a read-only descriptor (`flock`
-/// needs no write access), and without one the call goes on unlocked, since no other call can
-/// take it there either: a DEL must still remove what it can.
-fn lock() -> Result<Option<FileLock>, PortmapError> {
-    let wait = common::lock::DEFAULT_WAIT;
-    match FileLock::acquire(names::IPT_LOCK_FILE, wait) {
-        Ok(lock) => Ok(Some(lock)),
-        Err(LockError::Open { path, source })
-            if matches!(
-                source.raw_os_error(),
-                Some(libc::EROFS | libc::ENOSPC | libc::EDQUOT)
-            ) =>
-        {
-            match std::fs::File::open(&path) {
-                Ok(file) => Ok(Some(FileLock::acquire_file(file, path, wait)?)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    log::warn!(
-                        "no iptables lock: {} cannot be made: {source}",
-                        path.display()
-                    );
-                    Ok(None)
-                }
-                Err(e) => Err(LockError::Open { path, source: e }.into()),
-            }
-        }
-        Err(e) => Err(e.into()),
-    }
+/// Whether `family`'s layout is in nf_tables, read and written natively.
+fn is_native(family: IpFamily) -> bool {
+    variant(family.into()) == Variant::Nft
 }
 
-/// The tools of `family`.
-fn tools(family: IpFamily) -> common::iptables::Iptables {
-    common::iptables::Iptables::new(family.into())
-}
-
-/// Removes the attachment's chains in one family.
-fn teardown(
-    ipt: &common::iptables::Iptables,
-    network: &str,
-    container_id: &str,
-) -> Result<(), PortmapError> {
-    let dump = ipt.save(NAT).map_err(ipt_err)?;
-    let lines = del_lines(&dump, network, container_id)?;
-    ipt.restore(NAT, &lines).map_err(ipt_err)
-}
-
-/// Removes the attachment's chains (the Go plugin's have the same names) in `families`:
-/// tools that are missing are skipped (nothing of ours can exist without them); other
-/// failures are collected.
+/// Removes the chains of `network`'s container `container_id` (the reference's
+/// `CNI-DN-<hash>`, and the legacy `CNI-SN-<hash>`, with the rules jumping to them) in
+/// `families`, with the entry rules' handles `record` holds: natively where the layout is in
+/// nf_tables, else with the tools (skipped where they are missing: nothing of ours can exist
+/// without them). An nf_tables the kernel does not have holds nothing.
 ///
 /// # Errors
 /// The first failure.
-pub fn del(network: &str, container_id: &str, families: &[IpFamily]) -> Result<(), PortmapError> {
-    let _lock = lock()?;
-    let mut errors = Vec::new();
-    for f in families {
-        match teardown(&tools(*f), network, container_id) {
-            Ok(()) => {}
-            Err(PortmapError::Iptables(e)) if e.is_missing() => {}
-            Err(e) => errors.push(e),
+pub fn remove(
+    nft: &mut LazyNft,
+    network: &str,
+    container_id: &str,
+    families: &[IpFamily],
+    record: Option<&State>,
+) -> Result<(), PortmapError> {
+    let (natives, others): (Vec<IpFamily>, Vec<IpFamily>) =
+        families.iter().partition(|f| is_native(**f));
+    let mut result = Ok(());
+    if !natives.is_empty() {
+        match nft.get() {
+            Ok(nft) => result = native::remove(nft, network, container_id, &natives, record),
+            Err(e) if e.is_unsupported() => {
+                log::debug!("no nf_tables here, so no iptables-nft chain either: {e}");
+            }
+            Err(e) => result = Err(PortmapError::Nft(e)),
         }
     }
-    match errors.into_iter().next() {
-        None => Ok(()),
-        Some(e) => Err(e),
+    if !others.is_empty() {
+        let other = restore::del(network, container_id, &others);
+        result = result.and(other);
     }
+    result
 }
 
-/// The reference's layout, written with `iptables-restore`.
+/// The reference's layout, natively where the tools are `iptables-nft`, else with
+/// `iptables-restore`.
 #[derive(Debug)]
 pub struct Iptables {
     nft: LazyNft,
 }
 
 impl Iptables {
-    /// The backend, owning the call's nf_tables socket (for what it reads there).
+    /// The backend, owning the call's nf_tables socket.
     pub fn new(nft: LazyNft) -> Iptables {
         Iptables { nft }
     }
@@ -542,85 +520,41 @@ impl PortmapBackend for Iptables {
         Backend::Iptables
     }
 
-    /// One transaction per container family, with the removal of the chains of attachments
-    /// it takes ports over from; a failure in the second family rolls back the first.
+    /// Natively, one transaction for both families, with the removal of the chains of the
+    /// attachments it takes ports over from; else one restore per family, a failure in the
+    /// second rolling back the first.
     fn add(
         &mut self,
         att: &Attachment,
         config: &Config,
         ips: &[IpNet],
         holders: &dyn Holders,
-    ) -> Result<Vec<State>, PortmapError> {
+    ) -> Result<super::Added, PortmapError> {
         // No host port our nftables maps hold either (no maps where nf_tables is not usable).
         if let Ok(nft) = self.nft.get() {
             for family in ips.iter().map(|ip| IpFamily::of(ip.addr())) {
                 let mappings = config.mappings_for(family);
-                if let Some((m, owner)) =
-                    super::nftables::holder(nft, family, &att.owner(), &mappings)
-                        .map_err(PortmapError::Nft)?
-                {
-                    return Err(PortmapError::Conflict {
-                        what: m.host_port_name(),
-                        owner,
-                    });
-                }
-            }
-        }
-        let _lock = lock()?;
-        let mut done = Vec::new();
-        let mut taken: Vec<State> = Vec::new();
-        for ip in ips {
-            let ipt = tools(IpFamily::of(ip.addr()));
-            let result = ipt
-                .save(NAT)
-                .map_err(ipt_err)
-                .and_then(|dump| {
-                    add_lines_taking_over(&dump, config, &att.container_id, *ip, holders)
-                })
-                .and_then(|(lines, gone)| {
-                    ipt.restore(NAT, &lines).map_err(ipt_err)?;
-                    Ok(gone)
-                });
-            match result {
-                Ok(gone) => {
-                    for record in gone {
-                        if !taken.iter().any(|t| t.attachment() == record.attachment()) {
-                            taken.push(record);
-                        }
+                match super::nftables::holder(nft, family, &att.owner(), &mappings) {
+                    Ok(Some((m, owner))) => {
+                        return Err(PortmapError::Conflict {
+                            what: m.host_port_name(),
+                            owner,
+                        });
                     }
-                }
-                Err(e) => {
-                    for ipt in &done {
-                        if let Err(undo) = teardown(ipt, &config.network, &att.container_id) {
-                            log::warn!("rollback of {} failed: {undo}", ipt.family());
-                        }
-                    }
-                    return Err(e);
-                }
-            }
-            done.push(ipt);
-        }
-        // The chains of the attachments taken over in families this ADD does not map.
-        let ours: Vec<IpFamily> = ips.iter().map(|ip| IpFamily::of(ip.addr())).collect();
-        for record in &taken {
-            let rest: Vec<IpFamily> = record
-                .families()
-                .into_iter()
-                .filter(|f| !ours.contains(f))
-                .collect();
-            if rest.is_empty() {
-                continue;
-            }
-            for f in rest {
-                if let Err(e) = teardown(&tools(f), &record.network, &record.container_id) {
-                    log::warn!(
-                        "failed to remove the {f:?} chain of {}: {e}",
-                        record.container_id
-                    );
+                    Ok(None) => {}
+                    Err(e) if e.is_unsupported() => break,
+                    Err(e) => return Err(PortmapError::Nft(e)),
                 }
             }
         }
-        Ok(taken)
+        let _lock = restore::lock()?;
+        if ips.iter().all(|ip| is_native(IpFamily::of(ip.addr())))
+            && let Ok(nft) = self.nft.get()
+            && let Some(added) = native::add(nft, att, config, ips, holders)?
+        {
+            return Ok(added);
+        }
+        restore::add(att, config, ips, holders)
     }
 
     /// The chain, each of its rules and each entry rule must exist, and the shared chains
@@ -630,304 +564,85 @@ impl PortmapBackend for Iptables {
         att: &Attachment,
         config: &Config,
         ips: &[IpNet],
+        record: Option<&State>,
     ) -> Result<(), PortmapError> {
         for ip in ips {
-            let dump = tools(IpFamily::of(ip.addr())).save(NAT).map_err(ipt_err)?;
-            check_dump(&dump, config, &att.container_id, *ip)?;
+            let family = IpFamily::of(ip.addr());
+            let missing = match self.nft.get() {
+                Ok(nft) if is_native(family) => {
+                    native::check(nft, config, &att.container_id, *ip, record)?
+                }
+                _ => None,
+            };
+            let missing = match missing {
+                Some(checked) => checked,
+                None => restore::check(config, &att.container_id, *ip)?,
+            };
+            if let Some(missing) = missing {
+                return Err(check_error(config, &att.container_id, *ip, &missing));
+            }
         }
         Ok(())
     }
 
     fn del(&mut self, record: &State) -> Result<(), PortmapError> {
-        del(&record.network, &record.container_id, &record.families())
+        remove(
+            &mut self.nft,
+            &record.network,
+            &record.container_id,
+            &IpFamily::BOTH,
+            Some(record),
+        )
     }
 
     fn del_unrecorded(&mut self, att: &Attachment) -> Result<(), PortmapError> {
-        del(&att.network, &att.container_id, &IpFamily::BOTH)
+        remove(
+            &mut self.nft,
+            &att.network,
+            &att.container_id,
+            &IpFamily::BOTH,
+            None,
+        )
     }
 
     /// Tears down every `CNI-DN-` chain of `network` whose container is not valid, found by
-    /// the entry rules' comments.
+    /// the entry rules' comments (GC reads the whole entry chain).
     fn gc(&mut self, network: &str, valid: &[Valid]) -> Result<(), PortmapError> {
-        let _lock = lock()?;
-        for f in IpFamily::BOTH {
-            let ipt = tools(f);
-            let dump = match ipt.save(NAT) {
-                Ok(d) => d,
-                Err(e) if e.is_missing() => continue,
-                Err(e) => return Err(ipt_err(e)),
-            };
-            let mut lines = Vec::new();
-            for id in stale_containers(&dump, network, valid) {
-                lines.extend(del_lines(&dump, network, &id)?);
+        let (natives, others): (Vec<IpFamily>, Vec<IpFamily>) =
+            IpFamily::BOTH.iter().partition(|f| is_native(**f));
+        let mut result = Ok(());
+        if !natives.is_empty() {
+            let mut comments = Vec::new();
+            for family in &natives {
+                match self.nft.get().map(|nft| nf_read::entries(nft, *family)) {
+                    Ok(Ok(entries)) => {
+                        comments.extend(entries.into_iter().filter_map(|e| e.comment))
+                    }
+                    Ok(Err(e)) | Err(e) if e.is_unsupported() => {}
+                    Ok(Err(e)) | Err(e) => return Err(PortmapError::Nft(e)),
+                }
             }
-            ipt.restore(NAT, &lines).map_err(ipt_err)?;
+            let stale = stale_containers(comments.iter().map(String::as_str), network, valid);
+            if !stale.is_empty() {
+                let nft = self.nft.get().map_err(PortmapError::Nft)?;
+                result = native::remove_containers(nft, network, &stale, &natives);
+            }
         }
-        Ok(())
+        if !others.is_empty() {
+            let other = restore::gc(network, valid, &others);
+            result = result.and(other);
+        }
+        result
     }
 
     /// The IPv4 tools work.
     fn status(&mut self) -> Result<(), PortmapError> {
-        tools(IpFamily::V4).probe().map_err(ipt_err)
+        restore::probe()
     }
 
     fn into_socket(self: Box<Self>) -> LazyNft {
         self.nft
     }
-}
-
-/// Who holds one of `mappings` in the reference's layout of `family`, where the tools are
-/// `iptables-nft` and so the layout is in nf_tables, read without exec: the entry rules of
-/// `CNI-HOSTPORT-DNAT` name the chains that take a port (their multiport lists), and a DNAT
-/// rule of such a chain with the same protocol, port and host address (or none, for both)
-/// holds it. The chain `ours` is skipped. No entry chain, no holder; the legacy tools' layout
-/// is not in nf_tables and is not read.
-///
-/// # Errors
-/// nf_tables failures other than "not found".
-pub fn holder_in_nf_tables<'m>(
-    nft: &mut Nft,
-    family: IpFamily,
-    ours: &str,
-    mappings: &[&'m PortMapping],
-) -> Result<Option<(&'m PortMapping, String)>, NftError> {
-    let table = common::iptables::native::nft_table(family.into(), NAT);
-    let entries = match nft.rules(&table, names::IPT_TOPLEVEL_DNAT) {
-        Ok(rules) => rules,
-        Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let mut looked: HashSet<String> = HashSet::new();
-    for entry in entries.iter().map(|r| Entry::decode(&r.exprs)) {
-        let Some(chain) = entry.chain.filter(|c| c != ours) else {
-            continue;
-        };
-        let taken = mappings.iter().any(|m| {
-            Some(m.proto.l4().number()) == entry.proto && entry.ports.contains(&m.host_port)
-        });
-        if !taken || !looked.insert(chain.clone()) {
-            continue;
-        }
-        let rules = match nft.rules(&table, &chain) {
-            Ok(rules) => rules,
-            Err(e) if e.is_not_found() => continue,
-            Err(e) => return Err(e),
-        };
-        for dnat in rules.iter().filter_map(|r| Dnat::decode(family, &r.exprs)) {
-            let held = mappings.iter().find(|m| {
-                Some(m.proto.l4().number()) == dnat.proto
-                    && Some(m.host_port) == dnat.port
-                    && m.host_ip.addr() == dnat.daddr
-            });
-            if let Some(m) = held {
-                let owner = match entry.comment {
-                    Some(c) => format!("{c} (chain {chain})"),
-                    None => format!("chain {chain}"),
-                };
-                return Ok(Some((m, owner)));
-            }
-        }
-    }
-    Ok(None)
-}
-
-/// An entry rule of `CNI-HOSTPORT-DNAT` as `iptables-nft` encodes it: `-p PROTO -m comment
-/// --comment TEXT -m multiport --dports P,… -j CNI-DN-…`.
-#[derive(Debug, Default)]
-struct Entry {
-    proto: Option<u8>,
-    ports: Vec<u16>,
-    comment: Option<String>,
-    chain: Option<String>,
-}
-
-impl Entry {
-    fn decode(exprs: &[Expr]) -> Entry {
-        let mut entry = Entry::default();
-        for (i, e) in exprs.iter().enumerate() {
-            match e {
-                Expr::Meta {
-                    key: MetaKey::L4Proto,
-                    ..
-                } => entry.proto = cmp_after(exprs, i).and_then(|d| d.first().copied()),
-                Expr::XtMatch { name, rev: 1, info } if name == "multiport" => {
-                    entry.ports = multiport_ports(info);
-                }
-                Expr::XtMatch { name, info, .. } if name == "comment" => {
-                    let end = info.iter().position(|b| *b == 0).unwrap_or(info.len());
-                    entry.comment = String::from_utf8(info[..end].to_vec()).ok();
-                }
-                Expr::ImmediateVerdict(Verdict::Jump(chain)) => entry.chain = Some(chain.clone()),
-                _ => {}
-            }
-        }
-        entry
-    }
-}
-
-/// The ports of an `xt_multiport_v1` (flags u8, count u8, ports u16[15] in host order, …).
-fn multiport_ports(info: &[u8]) -> Vec<u16> {
-    let count = info.get(1).map_or(0, |c| usize::from(*c).min(15));
-    (0..count)
-        .filter_map(|i| {
-            let at = 2 + 2 * i;
-            info.get(at..at + 2)
-                .map(|b| u16::from_ne_bytes([b[0], b[1]]))
-        })
-        .collect()
-}
-
-/// The comparison data of the `Cmp` right after the load at `i`.
-fn cmp_after(exprs: &[Expr], i: usize) -> Option<&[u8]> {
-    match exprs.get(i + 1) {
-        Some(Expr::Cmp {
-            op: CmpOp::Eq,
-            data,
-            ..
-        }) => Some(data),
-        _ => None,
-    }
-}
-
-/// A DNAT rule of a `CNI-DN-` chain as `iptables-nft` encodes it: `[-d ADDR] -p PROTO -m PROTO
-/// --dport PORT -j DNAT …`: a port match and no source match nor jump (the hairpin and
-/// localhost rules of the chain match a source, or with `masqAll` jump to the mark chain).
-#[derive(Debug, Default)]
-struct Dnat {
-    proto: Option<u8>,
-    port: Option<u16>,
-    daddr: Option<IpAddr>,
-}
-
-impl Dnat {
-    fn decode(family: IpFamily, exprs: &[Expr]) -> Option<Dnat> {
-        let (saddr, daddr, len) = match family {
-            IpFamily::V4 => (12, 16, 4),
-            IpFamily::V6 => (8, 24, 16),
-        };
-        let mut dnat = Dnat::default();
-        for (i, e) in exprs.iter().enumerate() {
-            match e {
-                Expr::Meta {
-                    key: MetaKey::L4Proto,
-                    ..
-                } => dnat.proto = cmp_after(exprs, i).and_then(|d| d.first().copied()),
-                Expr::Payload {
-                    base: PayloadBase::Network,
-                    offset,
-                    ..
-                } if *offset == saddr => return None,
-                Expr::Payload {
-                    base: PayloadBase::Network,
-                    offset,
-                    len: l,
-                    ..
-                } if *offset == daddr && *l == len => {
-                    dnat.daddr = cmp_after(exprs, i).and_then(|d| match d.len() {
-                        4 => <[u8; 4]>::try_from(d).ok().map(IpAddr::from),
-                        16 => <[u8; 16]>::try_from(d).ok().map(IpAddr::from),
-                        _ => None,
-                    });
-                }
-                Expr::Payload {
-                    base: PayloadBase::Transport,
-                    offset: 2,
-                    len: 2,
-                    ..
-                } => {
-                    dnat.port = cmp_after(exprs, i)
-                        .and_then(|d| <[u8; 2]>::try_from(d).ok())
-                        .map(u16::from_be_bytes);
-                }
-                Expr::ImmediateVerdict(Verdict::Jump(_) | Verdict::Goto(_)) => return None,
-                _ => {}
-            }
-        }
-        dnat.port.is_some().then_some(dnat)
-    }
-}
-
-/// CHECK of one family against its dump: the chain, each of its rules, each entry rule, and
-/// the shared chains and jumps they need.
-///
-/// # Errors
-/// [`PortmapError::Check`] naming what is missing.
-pub fn check_dump(
-    dump: &TableDump,
-    config: &Config,
-    container_id: &str,
-    ip: IpNet,
-) -> Result<(), PortmapError> {
-    let fam = IpFamily::of(ip.addr());
-    let chain = names::dnat_chain(&config.network, container_id);
-    let which = if fam == IpFamily::V4 { "ipv4" } else { "ipv6" };
-    if !dump.has_chain(&chain) {
-        return Err(PortmapError::Check(format!(
-            "could not check {which} dnat: chain {chain} not found in iptables table nat"
-        )));
-    }
-    let in_chain = rule_set(dump, &chain);
-    for rule in dnat_rules(config, ip) {
-        if !in_chain.contains(rule.as_slice()) {
-            return Err(PortmapError::Check(format!(
-                "could not check {which} dnat: rule {rule:?} in chain {chain} not found in table nat"
-            )));
-        }
-    }
-    let in_entry = rule_set(dump, names::IPT_TOPLEVEL_DNAT);
-    for rule in entry_rules(config, container_id, fam) {
-        if !in_entry.contains(rule.as_slice()) {
-            return Err(PortmapError::Check(format!(
-                "could not check {which} dnat: rule {rule:?} in chain {} not found in table nat",
-                names::IPT_TOPLEVEL_DNAT
-            )));
-        }
-    }
-    // The shared chains and jumps the attachment's rules need: whatever an ADD would still
-    // have to write.
-    if let Some(line) = add_lines(dump, config, container_id, ip)?.first() {
-        return Err(PortmapError::Check(format!(
-            "could not check {which} dnat: {} not found in table nat",
-            missing_object(line)
-        )));
-    }
-    Ok(())
-}
-
-/// What a restore line of [`add_lines`] creates, as CHECK names it: `chain X` for `-N X`,
-/// `rule -A X …` for `-A X …` and `-I X 1 …`.
-fn missing_object(line: &str) -> String {
-    if let Some(chain) = line.strip_prefix("-N ") {
-        return format!("chain {chain}");
-    }
-    let Some(insert) = line.strip_prefix("-I ") else {
-        return format!("rule {line}");
-    };
-    match insert.split_once(' ') {
-        Some((chain, rest)) => format!(
-            "rule -A {chain} {}",
-            rest.strip_prefix("1 ").unwrap_or(rest)
-        ),
-        None => format!("rule {line}"),
-    }
-}
-
-/// The containers of `network` whose entry rules name them and that are not valid.
-fn stale_containers(dump: &TableDump, network: &str, valid: &[Valid]) -> Vec<String> {
-    let prefix = format!("dnat name: \"{network}\" id: \"");
-    let mut stale: Vec<String> = Vec::new();
-    for rule in dump.rules(names::IPT_TOPLEVEL_DNAT) {
-        let Some(id) = opt_value(rule, "--comment")
-            .and_then(|c| c.strip_prefix(&prefix))
-            .and_then(|rest| rest.strip_suffix('"'))
-        else {
-            continue;
-        };
-        if !valid.iter().any(|a| a.container_id == id) && !stale.iter().any(|s| s == id) {
-            stale.push(id.to_string());
-        }
-    }
-    stale
 }
 
 #[cfg(test)]
@@ -996,11 +711,62 @@ mod tests {
     }
 
     #[test]
-    fn entry_rules_group_per_protocol_in_chunks_of_15_with_conditions() {
+    fn the_reference_s_words_list_the_same_rules_as_it_prints_them() {
+        let c = config(vec![
+            m(8080, 80, Proto::Tcp, HostIp::All),
+            m(
+                8443,
+                443,
+                Proto::Tcp,
+                HostIp::Addr("10.98.0.1".parse().unwrap()),
+            ),
+        ]);
+        let ip: IpNet = "10.96.0.2/24".parse().unwrap();
+        assert_eq!(
+            joined(&go_dnat_rules(&c, ip)),
+            [
+                "-p tcp --dport 8080 -s 10.96.0.2/24 -j CNI-HOSTPORT-SETMARK",
+                "-p tcp --dport 8080 -s 127.0.0.1 -j CNI-HOSTPORT-SETMARK",
+                "-p tcp --dport 8080 -j DNAT --to-destination 10.96.0.2:80",
+                "-p tcp --dport 8443 -d 10.98.0.1 -s 10.96.0.2/24 -j CNI-HOSTPORT-SETMARK",
+                "-p tcp --dport 8443 -d 10.98.0.1 -s 127.0.0.1 -j CNI-HOSTPORT-SETMARK",
+                "-p tcp --dport 8443 -d 10.98.0.1 -j DNAT --to-destination 10.96.0.2:443",
+            ]
+        );
+        let err = check_error(&c, "ctr", ip, &Missing::Rule).to_string();
+        assert!(
+            err.starts_with(
+                "could not check ipv4 dnat: rule [[-p tcp --dport 8080 -s 10.96.0.2/24 -j CNI-HOSTPORT-SETMARK] [-p tcp"
+            ),
+            "{err}"
+        );
+        assert!(
+            err.ends_with(&format!(
+                "10.96.0.2:443]] in chain {} not found in table nat",
+                names::dnat_chain("net", "ctr")
+            )),
+            "{err}"
+        );
+        assert_eq!(
+            check_error(&c, "ctr", ip, &Missing::Entry).to_string(),
+            "could not check ipv4 dnat: rule [[-m comment --comment dnat name: \"net\" id: \"ctr\" -m multiport -p tcp --destination-ports 8080,8443]] in chain CNI-HOSTPORT-DNAT not found in table nat"
+        );
+        assert_eq!(
+            check_error(&c, "ctr", ip, &Missing::Chain).to_string(),
+            format!(
+                "could not check ipv4 dnat: chain {} not found in iptables table nat",
+                names::dnat_chain("net", "ctr")
+            )
+        );
+    }
+
+    #[test]
+    fn entry_rules_group_per_protocol_sorted_by_name_in_chunks_of_15_with_conditions() {
         let mut maps: Vec<PortMapping> = (1..=16)
             .map(|p| m(p, 80, Proto::Udp, HostIp::All))
             .collect();
         maps.push(m(8080, 80, Proto::Tcp, HostIp::All));
+        maps.push(m(3868, 3868, Proto::Sctp, HostIp::All));
         let mut c = config(maps);
         c.conditions_v4 = Conditions::Iptables(vec![
             "-m".into(),
@@ -1012,188 +778,31 @@ mod tests {
         ]);
         let rules = joined(&entry_rules(&c, "ctr", IpFamily::V4));
         let chain = names::dnat_chain("net", "ctr");
-        assert_eq!(rules.len(), 3);
+        assert_eq!(rules.len(), 4);
+        assert!(rules[0].contains("-p sctp "), "{}", rules[0]);
         assert_eq!(
-            rules[0],
+            rules[1],
             format!(
                 "-s 10.0.0.1/32 -p tcp -m comment --comment dnat name: \"net\" id: \"ctr\" -m multiport --dports 8080 -m mark --mark 0x1 -j {chain}"
             )
         );
-        assert!(rules[1].contains("--dports 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15 "));
-        assert!(rules[2].contains("--dports 16 "));
+        assert!(rules[2].contains("--dports 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15 "));
+        assert!(rules[3].contains("--dports 16 "));
     }
 
     #[test]
-    fn check_names_a_missing_shared_object_as_the_dump_shows_it() {
+    fn the_skeleton_follows_snat_and_the_external_mark_chain() {
+        let mut c = config(Vec::new());
+        assert_eq!(shared_chains(&c).len(), 3);
+        let specs = skeleton(&c);
+        assert_eq!(specs.len(), 5);
+        assert_eq!(specs[2].chain, "POSTROUTING");
         assert_eq!(
-            missing_object("-N CNI-HOSTPORT-MASQ"),
-            "chain CNI-HOSTPORT-MASQ"
+            specs[2].position,
+            common::iptables::native::Position::Insert
         );
-        assert_eq!(
-            missing_object("-I POSTROUTING 1 -m comment --comment x -j CNI-HOSTPORT-MASQ"),
-            "rule -A POSTROUTING -m comment --comment x -j CNI-HOSTPORT-MASQ"
-        );
-        assert_eq!(
-            missing_object("-A CNI-HOSTPORT-MASQ -j MASQUERADE"),
-            "rule -A CNI-HOSTPORT-MASQ -j MASQUERADE"
-        );
-    }
-
-    /// The dump an `iptables-save` prints after `lines` (restore lines of [`add_lines`]) are
-    /// applied to a table with only the built-in chains.
-    fn applied(lines: &[String]) -> TableDump {
-        let mut text = String::from(
-            ":PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n",
-        );
-        for l in lines {
-            if let Some(n) = l.strip_prefix("-N ") {
-                text.push_str(&format!(":{n} - [0:0]\n"));
-            }
-        }
-        for l in lines {
-            if let Some(r) = l.strip_prefix("-I POSTROUTING 1 ") {
-                text.push_str(&format!("-A POSTROUTING {r}\n"));
-            } else if l.starts_with("-A ") {
-                text.push_str(&format!("{l}\n"));
-            }
-        }
-        TableDump::parse(&text).unwrap()
-    }
-
-    /// CHECK (and the ADD plan it shares) of an attachment with 20 000 mappings, 60 000 rules
-    /// in its chain: each rule is looked up once, not compared with every other. Comparing
-    /// each with each took minutes here; it finishes in well under a second.
-    #[test]
-    fn check_and_add_of_an_attachment_with_20000_mappings_are_linear() {
-        let maps: Vec<PortMapping> = (1..=20_000)
-            .map(|p| m(p, 80, Proto::Tcp, HostIp::All))
-            .collect();
-        let c = config(maps);
-        let ip: IpNet = "10.0.0.2/24".parse().unwrap();
-        let empty = applied(&[]);
-        let lines = add_lines(&empty, &c, "ctr", ip).unwrap();
-        // The shared chains and rules (8), the chain, 3 rules per mapping, 1 entry per 15.
-        assert_eq!(lines.len(), 8 + 1 + 60_000 + 20_000_usize.div_ceil(15));
-        let full = applied(&lines);
-        check_dump(&full, &c, "ctr", ip).unwrap();
-        assert!(add_lines(&full, &c, "ctr", ip).unwrap().is_empty());
-    }
-
-    fn meta_proto(n: u8) -> [Expr; 2] {
-        [
-            Expr::Meta {
-                key: MetaKey::L4Proto,
-                dreg: 1,
-            },
-            Expr::Cmp {
-                sreg: 1,
-                op: CmpOp::Eq,
-                data: vec![n],
-            },
-        ]
-    }
-
-    fn payload(base: PayloadBase, offset: u32, data: &[u8]) -> [Expr; 2] {
-        [
-            Expr::Payload {
-                base,
-                offset,
-                len: u32::try_from(data.len()).unwrap(),
-                dreg: 1,
-            },
-            Expr::Cmp {
-                sreg: 1,
-                op: CmpOp::Eq,
-                data: data.to_vec(),
-            },
-        ]
-    }
-
-    /// The expressions `nft --debug=netlink` shows for the reference's rules written by
-    /// `iptables-nft` 1.8.9.
-    #[test]
-    fn the_reference_layout_decodes_from_iptables_nft_expressions() {
-        let mut info = vec![0u8; 48];
-        info[1] = 2;
-        info[2..4].copy_from_slice(&8080u16.to_ne_bytes());
-        info[4..6].copy_from_slice(&9090u16.to_ne_bytes());
-        let mut exprs = meta_proto(6).to_vec();
-        exprs.push(Expr::XtMatch {
-            name: "comment".into(),
-            rev: 0,
-            info: b"dnat name: \"n\" id: \"c\"\0\0\0".to_vec(),
-        });
-        exprs.push(Expr::XtMatch {
-            name: "multiport".into(),
-            rev: 1,
-            info,
-        });
-        exprs.push(Expr::Counter {
-            packets: 0,
-            bytes: 0,
-        });
-        exprs.push(Expr::ImmediateVerdict(Verdict::Jump("CNI-DN-abc".into())));
-        let entry = Entry::decode(&exprs);
-        assert_eq!(entry.proto, Some(6));
-        assert_eq!(entry.ports, [8080, 9090]);
-        assert_eq!(entry.comment.as_deref(), Some("dnat name: \"n\" id: \"c\""));
-        assert_eq!(entry.chain.as_deref(), Some("CNI-DN-abc"));
-
-        // -d 10.1.1.1/32 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.0.0.2:80
-        let mut dnat = meta_proto(6).to_vec();
-        dnat.extend(payload(PayloadBase::Network, 16, &[10, 1, 1, 1]));
-        dnat.extend(payload(PayloadBase::Transport, 2, &8080u16.to_be_bytes()));
-        dnat.push(Expr::Other("target".into()));
-        let d = Dnat::decode(IpFamily::V4, &dnat).unwrap();
-        assert_eq!(
-            (d.proto, d.port, d.daddr),
-            (Some(6), Some(8080), Some("10.1.1.1".parse().unwrap()))
-        );
-        // The hairpin rule matches a source (a /24: a 3-byte load); with masqAll it jumps to
-        // the mark chain instead. Neither is a DNAT.
-        let mut hairpin = meta_proto(6).to_vec();
-        hairpin.extend(payload(PayloadBase::Network, 12, &[10, 0, 0]));
-        hairpin.extend(payload(PayloadBase::Transport, 2, &8080u16.to_be_bytes()));
-        assert!(Dnat::decode(IpFamily::V4, &hairpin).is_none());
-        let mut masq_all = meta_proto(6).to_vec();
-        masq_all.extend(payload(PayloadBase::Transport, 2, &8080u16.to_be_bytes()));
-        masq_all.push(Expr::ImmediateVerdict(Verdict::Jump(
-            names::IPT_SETMARK.into(),
-        )));
-        assert!(Dnat::decode(IpFamily::V4, &masq_all).is_none());
-    }
-
-    #[test]
-    fn add_lines_create_only_what_the_dump_lacks() {
-        let c = config(vec![m(8080, 80, Proto::Tcp, HostIp::All)]);
-        let ip: IpNet = "10.0.0.2/24".parse().unwrap();
-        let empty = TableDump::parse(":PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n").unwrap();
-        let lines = add_lines(&empty, &c, "ctr", ip).unwrap();
-        let chain = names::dnat_chain("net", "ctr");
-        assert_eq!(lines[0], "-N CNI-HOSTPORT-SETMARK");
-        assert!(lines.contains(&"-I POSTROUTING 1 -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ".to_string()));
-        assert!(lines.contains(&format!("-N {chain}")));
-        // Applying them gives a dump in which nothing is missing any more.
-        let mut text = String::from(
-            ":PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n",
-        );
-        for l in &lines {
-            if let Some(n) = l.strip_prefix("-N ") {
-                text.push_str(&format!(":{n} - [0:0]\n"));
-            }
-        }
-        for l in &lines {
-            if let Some(r) = l.strip_prefix("-I POSTROUTING 1 ") {
-                text.push_str(&format!("-A POSTROUTING {r}\n"));
-            } else if l.starts_with("-A ") {
-                text.push_str(&format!("{l}\n"));
-            }
-        }
-        let full = TableDump::parse(&text).unwrap();
-        assert!(add_lines(&full, &c, "ctr", ip).unwrap().is_empty());
-        let del = del_lines(&full, "net", "ctr").unwrap();
-        assert_eq!(del.len(), 3, "{del:?}");
-        assert!(del[0].starts_with("-D CNI-HOSTPORT-DNAT -p tcp"));
-        assert_eq!(del[1], format!("-F {chain}"));
+        c.external_set_mark_chain = Some("KUBE-MARK-MASQ".into());
+        assert_eq!(shared_chains(&c), [names::IPT_TOPLEVEL_DNAT]);
+        assert_eq!(skeleton(&c).len(), 2);
     }
 }

@@ -5,6 +5,7 @@ pub mod iptables;
 pub mod nftables;
 
 use common::conf::Attachment as Valid;
+use common::iptables::native::Recorded;
 use common::nft::LazyNft;
 use common::store::StateStore;
 use ipnet::IpNet;
@@ -12,7 +13,7 @@ use ipnet::IpNet;
 use crate::config::{Backend, BackendChoice, Config};
 use crate::error::PortmapError;
 use crate::host;
-use crate::plan::Attachment;
+use crate::plan::{Attachment, PortKey};
 use crate::state::{self, State};
 
 /// Whether nf_tables answers here: the call's socket opens and a table lookup is answered
@@ -34,6 +35,17 @@ pub enum Fate {
     Gone(Vec<State>),
 }
 
+/// What an ADD did besides its own objects.
+#[derive(Debug, Default)]
+pub struct Added {
+    /// The records of the attachments it took host ports over from (for the caller to
+    /// remove).
+    pub taken: Vec<State>,
+    /// The handles of the entry rules it wrote natively (iptables layout), per family where
+    /// it wrote them all, for the state.
+    pub recorded: Vec<Recorded>,
+}
+
 /// Tells what became of the holders of host ports, from their records.
 pub trait Holders {
     /// The attachment whose owner comment is `owner` (our map layout).
@@ -42,6 +54,10 @@ pub trait Holders {
     /// The attachments of `container_id` on `network`, whose chain the iptables layout
     /// shares.
     fn by_container(&self, network: &str, container_id: &str) -> Fate;
+
+    /// The record of the attachment the host-port index names as holding `key` in the
+    /// iptables layout, when that record still claims it ([`crate::state::claim_ports`]).
+    fn indexed(&self, key: &PortKey) -> Option<State>;
 }
 
 /// One mechanism programming an attachment's mappings. Each owns the call's nf_tables socket
@@ -64,9 +80,10 @@ pub trait PortmapBackend {
         config: &Config,
         ips: &[IpNet],
         holders: &dyn Holders,
-    ) -> Result<Vec<State>, PortmapError>;
+    ) -> Result<Added, PortmapError>;
 
-    /// Verifies exactly the attachment's objects and the shared ones they need.
+    /// Verifies exactly the attachment's objects and the shared ones they need (`record`: its
+    /// state, when it has one).
     ///
     /// # Errors
     /// [`PortmapError::Check`] naming the first missing or different object.
@@ -75,6 +92,7 @@ pub trait PortmapBackend {
         att: &Attachment,
         config: &Config,
         ips: &[IpNet],
+        record: Option<&State>,
     ) -> Result<(), PortmapError>;
 
     /// Removes what `record` says its ADD made, where it still belongs to the attachment.
@@ -201,6 +219,7 @@ pub fn gc(
         }
         match remove(&mut be, &record) {
             Ok(()) => {
+                state::release_ports(store, &name, &record.port_keys());
                 if let Err(e) = store.remove(&name) {
                     log::warn!("failed to remove {name}: {e}");
                 }
@@ -208,6 +227,7 @@ pub fn gc(
             Err(e) => errors.push(e),
         }
     }
+    state::sweep_ports(store);
     store.prune();
     let mut nft = be.into_socket();
     if nft.get().is_ok() {

@@ -39,7 +39,7 @@ use common::nft::{
 };
 use ipnet::IpNet;
 
-use super::{Fate, Holders, PortmapBackend, iptables};
+use super::{Added, Fate, Holders, PortmapBackend, iptables};
 use crate::config::{Backend, Config, IpFamily, PortMapping};
 use crate::error::PortmapError;
 use crate::names;
@@ -460,10 +460,10 @@ impl PortmapBackend for Nftables {
         config: &Config,
         ips: &[IpNet],
         holders: &dyn Holders,
-    ) -> Result<Vec<State>, PortmapError> {
+    ) -> Result<Added, PortmapError> {
         let plans = plans(config, att, ips)?;
         if plans.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Added::default());
         }
         let families: Vec<IpFamily> = plans.iter().map(|(f, _)| *f).collect();
         self.ensure_skeletons(&families)?;
@@ -504,7 +504,10 @@ impl PortmapBackend for Nftables {
             }
         }
         self.commit(&ops)?;
-        Ok(taken)
+        Ok(Added {
+            taken,
+            recorded: Vec::new(),
+        })
     }
 
     fn check(
@@ -512,6 +515,7 @@ impl PortmapBackend for Nftables {
         att: &Attachment,
         config: &Config,
         ips: &[IpNet],
+        _record: Option<&State>,
     ) -> Result<(), PortmapError> {
         let owner = att.owner();
         for ip in ips {
