@@ -522,6 +522,65 @@ mod tests {
     }
 
     #[test]
+    fn the_port_index_names_the_holder_while_its_record_claims_the_port() {
+        use crate::config::{HostIp, PortMapping, Proto};
+        let tmp = tempfile::tempdir().unwrap();
+        let store = StateStore::new(tmp.path().join("net-1"));
+        let tcp = |port| PortMapping {
+            host_port: port,
+            container_port: 80,
+            proto: Proto::Tcp,
+            host_ip: HostIp::All,
+        };
+        let att = |id: &str| Attachment {
+            network: "n".into(),
+            container_id: id.into(),
+            ifname: "eth0".into(),
+        };
+        let ips: Vec<IpNet> = vec!["10.0.0.2/24".parse().unwrap()];
+        let record = |id: &str, ports: &[u16]| {
+            let config = crate::config::test_config(ports.iter().map(|p| tcp(*p)).collect());
+            State::new(Backend::Iptables, &config, &att(id), &ips, None)
+        };
+        let key = |port| PortKey {
+            family: IpFamily::V4,
+            proto: Proto::Tcp,
+            port,
+            host: None,
+        };
+        let (a, b) = (record("a", &[8080, 8081]), record("b", &[8080]));
+        let (fa, fb) = (file(&att("a")), file(&att("b")));
+        write(&store, &fa, &a).unwrap();
+        assert!(!claim_ports(&store, &fa, &a).unwrap());
+        let records = Records(&store);
+        assert_eq!(records.indexed(&key(8080)), Some(a.clone()));
+        assert_eq!(records.indexed(&key(9)), None);
+        // B's claim leaves A's entry while A's record claims the port.
+        write(&store, &fb, &b).unwrap();
+        assert!(claim_ports(&store, &fb, &b).unwrap());
+        assert_eq!(records.indexed(&key(8080)), Some(a.clone()));
+        // Once A's record no longer claims it (re-ADD with other mappings, removal), B's does.
+        let a2 = record("a", &[8081]);
+        write(&store, &fa, &a2).unwrap();
+        assert_eq!(records.indexed(&key(8080)), None);
+        assert!(!claim_ports(&store, &fb, &b).unwrap());
+        assert_eq!(records.indexed(&key(8080)), Some(b.clone()));
+        // Release removes only entries naming the record; the sweep those of removed records.
+        release_ports(&store, &fb, &a.port_keys());
+        assert_eq!(records.indexed(&key(8081)), Some(a2.clone()));
+        assert_eq!(records.indexed(&key(8080)), None);
+        store.remove(&fa).unwrap();
+        sweep_ports(&store);
+        store.remove(&fb).unwrap();
+        store.prune();
+        assert!(!store.dir().exists(), "the index kept the directory");
+        // An nftables record claims nothing in the iptables layout.
+        let config = crate::config::test_config(vec![tcp(8080)]);
+        let nft = State::new(Backend::Nftables, &config, &att("c"), &ips, None);
+        assert!(nft.port_keys().is_empty() && !nft.claims(&key(8080)));
+    }
+
+    #[test]
     fn a_failed_write_leaves_no_directory_behind() {
         let tmp = tempfile::tempdir().unwrap();
         let store = StateStore::new(tmp.path().join("net-1"));
