@@ -106,6 +106,21 @@ pub fn profile_dir_of(exe: &Path) -> Result<PathBuf> {
     })
 }
 
+/// A directory holding only the IPv4 iptables tools (symlinks to those on `PATH`), for a
+/// `PATH` on which the Go portmap's CHECK finds no `ip6tables`: Go 1.1.1's CHECK compares a
+/// container's rules of one family in both families' tables (so it fails on any layout, its
+/// own included); without `ip6tables` it checks the IPv4 table alone.
+///
+/// # Errors
+/// When a tool is not on `PATH` or the directory cannot be made.
+pub fn ipv4_iptables_tools() -> Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    for tool in ["iptables", "iptables-save", "iptables-restore"] {
+        std::os::unix::fs::symlink(on_path(tool)?, dir.path().join(tool))?;
+    }
+    Ok(dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

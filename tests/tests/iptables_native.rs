@@ -212,19 +212,6 @@ impl Host {
     }
 }
 
-/// A directory holding only the IPv4 tools, for a `PATH` on which the Go CHECK finds no
-/// `ip6tables`: Go 1.1.1's CHECK compares a container's rules of one family in both
-/// families' tables (so it fails on any layout, its own included); without `ip6tables` it
-/// checks the IPv4 table alone.
-fn ipv4_tools() -> Result<tempfile::TempDir> {
-    let dir = tempfile::tempdir()?;
-    for tool in ["iptables", "iptables-save", "iptables-restore"] {
-        let real = bins::on_path(tool)?;
-        std::os::unix::fs::symlink(real, dir.path().join(tool))?;
-    }
-    Ok(dir)
-}
-
 #[test]
 fn the_native_layout_is_the_go_add_s_and_the_go_plugin_checks_and_deletes_it() -> Result<()> {
     ensure!(
@@ -237,7 +224,7 @@ fn the_native_layout_is_the_go_add_s_and_the_go_plugin_checks_and_deletes_it() -
     theirs.go_ok("ADD", &Family::BOTH, None)?;
     assert_eq!(ours.nat()?, theirs.nat()?);
 
-    let tools = ipv4_tools()?;
+    let tools = bins::ipv4_iptables_tools()?;
     let v4_path = tools.path().to_string_lossy().into_owned();
     ours.go_ok("CHECK", &[Family::V4], Some(&v4_path))?;
     // The CHECK looks: without one of the chain's rules it fails.

@@ -1037,3 +1037,104 @@ fn a_port_the_other_layout_maps_is_refused() -> Result<()> {
     ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     Ok(())
 }
+
+/// Our iptables layout, written natively (the tools here are `iptables-nft`), is the Go
+/// plugin's: the same `iptables-save -t nat` after the same ADD; the Go CHECK accepts ours
+/// (with only the IPv4 tools on `PATH`: Go 1.1.1's CHECK looks for an IPv4 container's chain
+/// in both families' tables and fails even on its own layout otherwise), and refuses it once a
+/// rule is gone; the Go DEL removes it; and ours CHECKs and DELs what the Go ADD made.
+#[test]
+fn the_go_plugin_checks_and_deletes_our_iptables_layout_and_ours_its() -> Result<()> {
+    ensure!(
+        common::iptables::native::writes_nf_tables(common::iptables::Family::V4),
+        "this test needs iptables-nft"
+    );
+    let f = Fixture::new("iptables");
+    let netns = f.topo.container.path().to_string_lossy().into_owned();
+    let mappings = json!([tcp(8080, 80), {"hostPort": 5353, "containerPort": 53, "protocol": "udp"},
+        {"hostPort": 3868, "containerPort": 3868, "protocol": "sctp", "hostIP": "10.98.0.1"}]);
+    let conf = json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "portmap",
+        "runtimeConfig": {"portMappings": mappings},
+        "prevResult": prev_result(&f, &["10.97.0.2/24"])});
+    let tools = tests::bins::ipv4_iptables_tools()?;
+    let v4_path = tools.path().to_string_lossy().into_owned();
+    let go = |command: &str, path: Option<&str>| -> Result<PluginOutput> {
+        let mut env = vec![
+            ("CNI_CONTAINERID", "ctr1"),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_NETNS", netns.as_str()),
+            ("CNI_PATH", "/usr/lib/cni"),
+        ];
+        env.extend(path.map(|p| ("PATH", p)));
+        let binary = tests::bins::reference_binary("portmap")?;
+        f.runtime.exec_plugin(
+            &binary.to_string_lossy(),
+            Some(command),
+            &env,
+            conf.to_string().as_bytes(),
+        )
+    };
+    let succeeded = |out: PluginOutput, what: &str| {
+        ensure!(
+            out.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        Ok(())
+    };
+    let nat = || tests::snapshot::iptables_save_args(&f.topo.host, "iptables-save", &["-t", "nat"]);
+    let ours = |command: &str| f.exec(command, "ctr1", &[("CNI_NETNS", &netns)], conf.clone());
+
+    succeeded(ours("ADD")?, "our ADD")?;
+    let our_layout = nat()?;
+    succeeded(go("CHECK", Some(&v4_path))?, "Go CHECK of our layout")?;
+    let chain = our_layout
+        .iter()
+        .find_map(|l| l.strip_prefix(":CNI-DN-"))
+        .map(|rest| format!("CNI-DN-{}", rest.split(' ').next().unwrap_or_default()))
+        .context("no CNI-DN- chain")?;
+    let dnat = [
+        "-p",
+        "tcp",
+        "-m",
+        "tcp",
+        "--dport",
+        "8080",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        "10.97.0.2:80",
+    ];
+    let rule = |op: &str| {
+        let mut args = vec!["-t", "nat", op, chain.as_str()];
+        args.extend(dnat);
+        f.topo.host.exec_ok("iptables", &args)
+    };
+    rule("-D")?;
+    ensure!(
+        !go("CHECK", Some(&v4_path))?.status.success(),
+        "the Go CHECK passed without a DNAT rule"
+    );
+    rule("-A")?;
+    succeeded(go("DEL", None)?, "Go DEL of our layout")?;
+    ensure!(
+        f.leftovers()? == [format!("state directory {}", f.state_dir()?.display())],
+        "the Go DEL left {:?}",
+        f.leftovers()?
+    );
+    // Our DEL finds nothing left but its record.
+    succeeded(f.exec("DEL", "ctr1", &[], conf.clone())?, "our DEL")?;
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+
+    succeeded(go("ADD", None)?, "Go ADD")?;
+    ensure!(
+        nat()? == our_layout,
+        "the Go ADD's layout differs from ours:\n{}\n---\n{}",
+        nat()?.join("\n"),
+        our_layout.join("\n")
+    );
+    succeeded(ours("CHECK")?, "our CHECK of the Go layout")?;
+    succeeded(ours("DEL")?, "our DEL of the Go layout")?;
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+    Ok(())
+}
