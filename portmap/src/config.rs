@@ -3,9 +3,9 @@
 use std::net::IpAddr;
 
 use common::conf::NetConf;
-use common::error::CniError;
+use common::error::{CniError, ErrorCode};
 use common::nft::L4Proto;
-use common::types::CniResult;
+use common::types::{CniResult, ResultError};
 use ipnet::IpNet;
 use serde::Deserialize;
 
@@ -356,6 +356,31 @@ fn classify(raw: &Option<Vec<String>>) -> Option<Backend> {
 pub fn parse(conf: &NetConf<PortmapKeys>) -> Result<Config, CniError> {
     let rc: RuntimeConfig = conf.runtime_config()?;
     Ok(validate(&conf.name, &conf.plugin, &rc.port_mappings)?)
+}
+
+/// `prevResult`, parsed as the reference's `parseConfig` does, whose failure it words
+/// `could not parse prevResult: ` around the library's own `could not parse prevResult: …`:
+/// that message, with our account (the JSON path) in details.
+///
+/// # Errors
+/// Code 6.
+pub fn prev_result<T>(conf: &NetConf<T>) -> Result<Option<CniResult>, CniError> {
+    let Some(raw) = &conf.prev_result else {
+        return Ok(None);
+    };
+    CniResult::from_prev_result(&serde_json::Value::Object(raw.clone()), &conf.cni_version)
+        .map(Some)
+        .map_err(|e| {
+            let inner = match e.root() {
+                ResultError::Decode(d) => d.message().to_string(),
+                other => other.to_string(),
+            };
+            CniError::new(
+                ErrorCode::Decode,
+                format!("could not parse prevResult: could not parse prevResult: {inner}"),
+            )
+            .with_details(e.to_string())
+        })
 }
 
 /// The mappings of a DEL's `runtimeConfig`, leniently: an entry that does not decode or

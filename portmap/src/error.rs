@@ -86,6 +86,16 @@ pub fn joined(errors: Vec<PortmapError>) -> CniError {
     CniError::new(code, msg.join("; "))
 }
 
+/// A configuration that does not parse, as the reference reports it for `verb`: its ADD and
+/// DEL wrap every failure of its `parseConfig` in `failed to parse config: `, its CHECK
+/// returns it as it is.
+pub fn config_error(verb: Command, mut err: CniError) -> CniError {
+    if matches!(verb, Command::Add | Command::Del) {
+        err.msg = format!("failed to parse config: {}", err.msg);
+    }
+    err
+}
+
 /// prevResult, which ADD and CHECK need; without it, the reference's message for each verb.
 ///
 /// # Errors

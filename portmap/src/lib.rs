@@ -54,10 +54,15 @@ struct Loaded {
     att: Attachment,
 }
 
+/// The configuration, as the reference's `parseConfig` reads it: decoded, its prevResult
+/// parsed, then validated, each failure worded as the reference words it for the verb.
 fn load(call: &Call) -> Result<Loaded, CniError> {
-    let conf: NetConf<PortmapKeys> = call.conf()?;
-    let config = config::parse(&conf)?;
-    let prev = conf.prev_result()?;
+    let worded = |e: CniError| error::config_error(call.command, e);
+    let conf: NetConf<PortmapKeys> = call
+        .conf()
+        .map_err(|e| worded(e.with_decode_lead("failed to parse network configuration")))?;
+    let prev = config::prev_result(&conf).map_err(worded)?;
+    let config = config::parse(&conf).map_err(worded)?;
     Ok(Loaded {
         att: Attachment {
             network: conf.name.clone(),
