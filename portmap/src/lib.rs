@@ -34,7 +34,7 @@ pub mod plan;
 pub mod state;
 
 use common::conf::NetConf;
-use common::error::CniError;
+use common::error::{CniError, ErrorCode};
 use common::skel::{Call, Plugin};
 use common::types::CniResult;
 
@@ -58,11 +58,13 @@ struct Loaded {
 /// parsed, then validated, each failure worded as the reference words it for the verb.
 fn load(call: &Call) -> Result<Loaded, CniError> {
     let worded = |e: CniError| error::config_error(call.command, e);
-    let conf: NetConf<PortmapKeys> = call
-        .conf()
-        .map_err(|e| worded(e.with_decode_lead("failed to parse network configuration")))?;
+    let decode = |e: CniError| worded(config::decode_error(&call.config, e));
+    let conf: NetConf<PortmapKeys> = call.conf().map_err(decode)?;
     let prev = config::prev_result(&conf).map_err(worded)?;
-    let config = config::parse(&conf).map_err(worded)?;
+    let config = config::parse(&conf).map_err(|e| match e.code {
+        ErrorCode::Decode => decode(e),
+        _ => worded(e),
+    })?;
     Ok(Loaded {
         att: Attachment {
             network: conf.name.clone(),
