@@ -27,6 +27,9 @@ pub enum PortmapError {
     /// nftables refused or failed.
     #[error("unable to set up nftables rules for port mappings: {0}")]
     Nft(#[source] common::nft::NftError),
+    /// The kernel has no nf_tables, or not what our layout needs: why.
+    #[error("unable to set up nftables rules for port mappings: {0}")]
+    NftUnusable(String),
     /// iptables failed.
     #[error("unable to set up iptables port mappings: {0}")]
     Iptables(#[source] common::iptables::IptablesError),
@@ -65,6 +68,7 @@ impl From<PortmapError> for CniError {
             PortmapError::Unavailable(_) => ErrorCode::PluginNotAvailable,
             PortmapError::Conflict { .. }
             | PortmapError::Nft(_)
+            | PortmapError::NftUnusable(_)
             | PortmapError::Iptables(_)
             | PortmapError::Native(_)
             | PortmapError::Check(_)

@@ -110,6 +110,13 @@ pub fn legacy_nat_loaded(family: IpFamily) -> bool {
     std::fs::read_to_string(names).is_ok_and(|s| s.lines().any(|l| l == "nat"))
 }
 
+/// Whether `iptables-restore` and `iptables-save` are on `PATH`.
+pub fn iptables_on_path() -> bool {
+    ["iptables-restore", "iptables-save"]
+        .iter()
+        .all(|tool| common::iptables::native::on_path(tool).is_some())
+}
+
 /// Whether the iptables tools are usable here, decided without exec (the reference runs
 /// `iptables -t filter -S INPUT 1` on every call): `iptables-restore` and `iptables-save` are on
 /// `PATH`, and their kernel side answers: nf_tables (`nf_tables_answers`) where they are
@@ -117,10 +124,7 @@ pub fn legacy_nat_loaded(family: IpFamily) -> bool {
 /// legacy tools.
 pub fn iptables_usable(nf_tables_answers: impl FnOnce() -> bool) -> bool {
     use common::iptables::native;
-    let found = ["iptables-restore", "iptables-save"]
-        .iter()
-        .all(|tool| native::on_path(tool).is_some());
-    if !found {
+    if !iptables_on_path() {
         return false;
     }
     if native::writes_nf_tables(common::iptables::Family::V4) {

@@ -35,13 +35,13 @@ pub fn remove(nft: &mut LazyNft, att: &Attachment, iptables_done: bool) -> Vec<P
             errors.push(e);
         }
     }
-    match nft.get() {
-        Ok(n) => {
-            if let Err(e) = del_nft_rules(n, &att.container_id) {
-                errors.push(PortmapError::Nft(e));
-            }
+    match nft.get().and_then(|n| del_nft_rules(n, &att.container_id)) {
+        Ok(()) => {}
+        // No nf_tables, or one that refuses us: the Go plugin could not have made rules there.
+        Err(e) if e.is_unsupported() => {
+            log::debug!("nftables not usable for the Go plugin's rules: {e}");
         }
-        Err(e) => log::debug!("nftables not usable for the Go plugin's rules: {e}"),
+        Err(e) => errors.push(PortmapError::Nft(e)),
     }
     errors
 }

@@ -1138,3 +1138,114 @@ fn the_go_plugin_checks_and_deletes_our_iptables_layout_and_ours_its() -> Result
     ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     Ok(())
 }
+
+/// A directory for `PATH` whose iptables tools are Debian's legacy (x_tables) ones.
+fn legacy_tools() -> Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    for family in ["iptables", "ip6tables"] {
+        for suffix in ["", "-save", "-restore"] {
+            let legacy = tests::bins::on_path(&format!("{family}-legacy{suffix}"))?;
+            std::os::unix::fs::symlink(legacy, dir.path().join(format!("{family}{suffix}")))?;
+        }
+    }
+    Ok(dir)
+}
+
+/// A kernel without nf_tables as the plugin sees it (issue 22 #6): a seccomp filter refuses it
+/// every netfilter netlink socket. Auto falls back to the legacy iptables tools (a `PATH` whose
+/// tools are Debian's `iptables-legacy` ones), whose ADD, CHECK and DEL work and leave nothing;
+/// an explicit nftables backend fails ADD naming nf_tables and changes nothing, STATUS says
+/// the same with code 50, and DEL (with and without a record) succeeds.
+#[test]
+fn without_nf_tables_auto_uses_the_legacy_tools_and_del_always_works() -> Result<()> {
+    let f = Fixture::new("");
+    let tools = legacy_tools()?;
+    let path = tools.path().to_string_lossy().into_owned();
+    let netns = f.topo.container.path().to_string_lossy().into_owned();
+    let mut conf = json!({"cniVersion": "1.0.0",
+        "runtimeConfig": {"portMappings": [tcp(8080, 80)]},
+        "prevResult": prev_result(&f, &["10.97.0.2/24"])});
+    let legacy_nat = || -> Result<Vec<String>> {
+        let out = f
+            .topo
+            .host
+            .exec(&format!("{path}/iptables-save"), &["-t", "nat"])?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("CNI-"))
+            .map(str::to_string)
+            .collect())
+    };
+    let outputs = tests::seccomp::without_nf_tables(|| -> Result<Vec<PluginOutput>> {
+        let with = [("CNI_NETNS", netns.as_str()), ("PATH", path.as_str())];
+        let mut outs = Vec::new();
+        for command in ["ADD", "CHECK"] {
+            outs.push(f.exec(command, "ctr1", &with, conf.clone())?);
+        }
+        Ok(outs)
+    })??;
+    for (out, command) in outputs.iter().zip(["ADD", "CHECK"]) {
+        ensure!(
+            out.status.success(),
+            "{command} without nf_tables: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    ensure!(
+        legacy_nat()?
+            .iter()
+            .any(|l| l.contains("--dport 8080 -j DNAT")),
+        "auto did not map with the legacy tools: {:?}",
+        legacy_nat()?
+    );
+    let del = tests::seccomp::without_nf_tables(|| {
+        f.exec("DEL", "ctr1", &[("PATH", path.as_str())], conf.clone())
+    })??;
+    ensure!(
+        del.status.success(),
+        "DEL: {}",
+        String::from_utf8_lossy(&del.stdout)
+    );
+    ensure!(
+        legacy_nat()?.iter().all(|l| !l.contains("CNI-DN-")),
+        "{:?}",
+        legacy_nat()?
+    );
+
+    // The nftables backend, asked for explicitly.
+    conf["backend"] = json!("nftables");
+    conf["name"] = json!(NETWORK);
+    conf["type"] = json!("portmap");
+    let raw = |command: &str, env: &[(&str, &str)], conf: &Value| -> Result<PluginOutput> {
+        let mut vars = vec![("CNI_CONTAINERID", "ctr2"), ("CNI_IFNAME", "eth0")];
+        vars.extend_from_slice(env);
+        f.runtime
+            .exec_plugin("portmap", Some(command), &vars, conf.to_string().as_bytes())
+    };
+    let (add, status, del) = tests::seccomp::without_nf_tables(|| -> Result<_> {
+        let add = raw("ADD", &[("CNI_NETNS", netns.as_str())], &conf)?;
+        let mut status_conf = conf.clone();
+        status_conf["cniVersion"] = json!("1.1.0");
+        let status = raw("STATUS", &[], &status_conf)?;
+        let del = raw("DEL", &[], &conf)?;
+        Ok((add, status, del))
+    })??;
+    let err = add
+        .error()
+        .context("ADD of the nftables backend succeeded")?;
+    ensure!(err.msg.contains("the kernel has no nf_tables"), "{err:?}");
+    let err = status
+        .error()
+        .context("STATUS of the nftables backend succeeded")?;
+    ensure!(
+        err.code == 50 && err.msg.contains("the kernel has no nf_tables"),
+        "{err:?}"
+    );
+    ensure!(
+        del.status.success(),
+        "DEL: {}",
+        String::from_utf8_lossy(&del.stdout)
+    );
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+    Ok(())
+}

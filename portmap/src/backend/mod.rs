@@ -6,7 +6,7 @@ pub mod nftables;
 
 use common::conf::Attachment as Valid;
 use common::iptables::native::Recorded;
-use common::nft::LazyNft;
+use common::nft::{Feature, LazyNft};
 use common::store::StateStore;
 use ipnet::IpNet;
 
@@ -124,23 +124,116 @@ pub trait PortmapBackend {
     fn into_socket(self: Box<Self>) -> LazyNft;
 }
 
-/// The backend the configuration selects: the configured one; for auto (no `backend`, `null`
-/// or `""`) the reference's rule, iptables when the iptables tools are usable and nftables
-/// otherwise, except that options only one backend has select it.
+/// What the iptables tools offer here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IptablesTools {
+    /// The tools and their kernel side answer ([`host::iptables_usable`]).
+    pub usable: bool,
+    /// `iptables-restore` and `iptables-save` are on `PATH` (the legacy ones may still need
+    /// their module loaded, which their first run does).
+    pub on_path: bool,
+}
+
+/// What nf_tables offers our map layout here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NftSupport {
+    /// Every expression and chain type the layout uses.
+    Usable,
+    /// nf_tables without some of them: what it lacks (`expression "fib"`).
+    Lacks(String),
+    /// No nf_tables at all (or not for us): why.
+    Absent(String),
+}
+
+impl NftSupport {
+    /// Why the layout cannot work here, if it cannot.
+    pub fn unusable(&self) -> Option<String> {
+        match self {
+            NftSupport::Usable => None,
+            NftSupport::Lacks(what) => Some(format!("the kernel has no nf_tables {what}")),
+            NftSupport::Absent(why) => Some(format!("the kernel has no nf_tables ({why})")),
+        }
+    }
+}
+
+/// The nf_tables features our map layout needs (the skeleton's expressions and chain type).
+const NFT_FEATURES: [Feature; 5] = [
+    Feature::NatChain,
+    Feature::Fib,
+    Feature::Nat,
+    Feature::Masquerade,
+    Feature::Ct,
+];
+
+/// What nf_tables offers our map layout here, asked on the call's socket: where our table
+/// exists, the kernel had every feature when it was made (one lookup); otherwise the kernel
+/// checks a batch that uses each feature and is never committed ([`Nft::missing_features`],
+/// an RCU grace period, 5–20 ms): the rare path of the first ADD on a node that auto sends
+/// to nftables, and of STATUS.
+pub fn nft_support(nft: &mut LazyNft) -> NftSupport {
+    let nft = match nft.get() {
+        Ok(nft) => nft,
+        Err(e) => return NftSupport::Absent(e.to_string()),
+    };
+    match nft.table_exists(&nftables::table(crate::config::IpFamily::V4)) {
+        Ok(true) => return NftSupport::Usable,
+        Ok(false) => {}
+        Err(e) => return NftSupport::Absent(e.to_string()),
+    }
+    match nft.missing_features(common::nft::Family::Ip, &NFT_FEATURES) {
+        Ok(missing) if missing.is_empty() => NftSupport::Usable,
+        Ok(missing) => {
+            let what: Vec<String> = missing.iter().map(|f| f.describe()).collect();
+            NftSupport::Lacks(what.join(", "))
+        }
+        Err(e) => NftSupport::Absent(e.to_string()),
+    }
+}
+
+/// The backend the configuration selects: the configured one; for auto (no `backend`,
+/// `null` or `""`) the one options only one backend has select, else [`choose_auto`] with
+/// what the host offers, probed on the call's socket.
 pub fn select(config: &Config, nft: &mut LazyNft) -> Backend {
+    if let Some(backend) = preset(config) {
+        return backend;
+    }
+    let tools = IptablesTools {
+        usable: host::iptables_usable(|| nft_answers(nft)),
+        on_path: host::iptables_on_path(),
+    };
+    choose_auto(tools, || nft_support(nft))
+}
+
+/// The backend the configuration names, or that its options of one backend select.
+pub fn preset(config: &Config) -> Option<Backend> {
     match config.backend {
-        BackendChoice::Fixed(b) => b,
-        BackendChoice::Auto if config.iptables_only() => Backend::Iptables,
-        BackendChoice::Auto if config.nftables_only() => Backend::Nftables,
-        BackendChoice::Auto => {
-            if host::iptables_usable(|| nft_answers(nft)) {
-                Backend::Iptables
-            } else if nft_answers(nft) {
-                log::info!("the iptables tools are not usable here: using the nftables backend");
-                Backend::Nftables
-            } else {
-                Backend::Iptables
-            }
+        BackendChoice::Fixed(b) => Some(b),
+        BackendChoice::Auto if config.iptables_only() => Some(Backend::Iptables),
+        BackendChoice::Auto if config.nftables_only() => Some(Backend::Nftables),
+        BackendChoice::Auto => None,
+    }
+}
+
+/// Auto's choice, the reference's rule: iptables when its tools are usable, else nftables,
+/// but never a layout whose expressions the kernel refuses (`nft`, asked only then): without
+/// them, iptables (where its tools are on `PATH` the legacy ones load their module on first
+/// use; without them the ADD fails naming the tools).
+pub fn choose_auto(tools: IptablesTools, nft: impl FnOnce() -> NftSupport) -> Backend {
+    if tools.usable {
+        return Backend::Iptables;
+    }
+    match nft().unusable() {
+        None => {
+            log::info!("the iptables tools are not usable here: using the nftables backend");
+            Backend::Nftables
+        }
+        Some(why) if tools.on_path => {
+            log::info!("not using the nftables backend: {why}");
+            Backend::Iptables
+        }
+        Some(why) => {
+            log::warn!("neither backend is usable here: {why}, and no iptables tools on PATH");
+            Backend::Iptables
         }
     }
 }
@@ -246,5 +339,58 @@ pub fn open(kind: Backend, nft: LazyNft) -> Box<dyn PortmapBackend> {
     match kind {
         Backend::Nftables => Box::new(nftables::Nftables::new(nft)),
         Backend::Iptables => Box::new(iptables::Iptables::new(nft)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const USABLE: IptablesTools = IptablesTools {
+        usable: true,
+        on_path: true,
+    };
+    /// Legacy tools whose module is not loaded yet.
+    const ON_PATH: IptablesTools = IptablesTools {
+        usable: false,
+        on_path: true,
+    };
+    const NONE: IptablesTools = IptablesTools {
+        usable: false,
+        on_path: false,
+    };
+
+    #[test]
+    fn auto_never_picks_nftables_where_the_kernel_lacks_its_expressions() {
+        let lacks_fib = || NftSupport::Lacks("expression \"fib\"".into());
+        let absent = || NftSupport::Absent("Protocol not supported".into());
+        assert_eq!(choose_auto(ON_PATH, lacks_fib), Backend::Iptables);
+        assert_eq!(choose_auto(ON_PATH, absent), Backend::Iptables);
+        assert_eq!(
+            choose_auto(ON_PATH, || NftSupport::Usable),
+            Backend::Nftables
+        );
+        assert_eq!(choose_auto(NONE, || NftSupport::Usable), Backend::Nftables);
+        // Neither works: iptables, whose ADD names the missing tools.
+        assert_eq!(choose_auto(NONE, lacks_fib), Backend::Iptables);
+        // Usable tools are chosen without asking nf_tables (the probe costs a grace period).
+        assert_eq!(
+            choose_auto(USABLE, || panic!("nf_tables probed")),
+            Backend::Iptables
+        );
+        assert_eq!(
+            lacks_fib().unusable().as_deref(),
+            Some("the kernel has no nf_tables expression \"fib\"")
+        );
+    }
+
+    #[test]
+    fn the_configured_backend_and_one_backend_s_options_preset_it() {
+        let mut config = crate::config::test_config(Vec::new());
+        assert_eq!(preset(&config), None);
+        config.external_set_mark_chain = Some("KUBE-MARK-MASQ".into());
+        assert_eq!(preset(&config), Some(Backend::Iptables));
+        config.backend = BackendChoice::Fixed(Backend::Nftables);
+        assert_eq!(preset(&config), Some(Backend::Nftables));
     }
 }

@@ -299,7 +299,13 @@ impl Nftables {
     }
 
     fn nft(&mut self) -> Result<&mut Nft, PortmapError> {
-        self.nft.get().map_err(nft_err)
+        self.nft.get().map_err(|e| {
+            if e.is_unsupported() {
+                PortmapError::NftUnusable(format!("the kernel has no nf_tables ({e})"))
+            } else {
+                nft_err(e)
+            }
+        })
     }
 
     /// What the kernel holds at the keys and gate chains of `plans`; a table, map or chain
@@ -435,6 +441,22 @@ impl Nftables {
         let n = batch.len();
         nft.apply(&batch).map_err(nft_err)?;
         Ok(n)
+    }
+}
+
+/// A removal's outcome where nf_tables is absent or refuses what our objects are made of:
+/// then nothing of ours can be there.
+fn nothing_where_absent(result: Result<(), PortmapError>) -> Result<(), PortmapError> {
+    match result {
+        Err(PortmapError::Nft(e)) if e.is_unsupported() => {
+            log::debug!("nf_tables refuses us, so it holds nothing of ours: {e}");
+            Ok(())
+        }
+        Err(PortmapError::NftUnusable(why)) => {
+            log::debug!("{why}: nothing of ours can be there");
+            Ok(())
+        }
+        other => other,
     }
 }
 
@@ -577,14 +599,16 @@ impl PortmapBackend for Nftables {
 
     fn del(&mut self, record: &State) -> Result<(), PortmapError> {
         let plans = plans_of(record)?;
-        let seen = self.observe(&plans)?;
-        let ops = plan::nft_del(&record.attachment().owner(), &plans, &seen);
-        self.commit(&ops)
+        let removed = self.observe(&plans).and_then(|seen| {
+            let ops = plan::nft_del(&record.attachment().owner(), &plans, &seen);
+            self.commit(&ops)
+        });
+        nothing_where_absent(removed)
     }
 
     fn del_unrecorded(&mut self, att: &Attachment) -> Result<(), PortmapError> {
         let owner = att.owner();
-        self.del_listed(&|c| c == owner).map(|_| ())
+        nothing_where_absent(self.del_listed(&|c| c == owner).map(|_| ()))
     }
 
     fn gc(&mut self, network: &str, valid: &[Valid]) -> Result<(), PortmapError> {
@@ -596,14 +620,15 @@ impl PortmapBackend for Nftables {
                         .any(|a| a.container_id == id && a.ifname == ifname)
             })
         };
-        self.del_listed(&doomed).map(|_| ())
+        nothing_where_absent(self.del_listed(&doomed).map(|_| ()))
     }
 
+    /// nf_tables has what the layout needs ([`super::nft_support`]).
     fn status(&mut self) -> Result<(), PortmapError> {
-        self.nft()?
-            .table_exists(&table(IpFamily::V4))
-            .map(|_| ())
-            .map_err(nft_err)
+        match super::nft_support(&mut self.nft).unusable() {
+            None => Ok(()),
+            Some(why) => Err(PortmapError::NftUnusable(why)),
+        }
     }
 
     fn into_socket(self: Box<Self>) -> LazyNft {
