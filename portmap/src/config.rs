@@ -292,6 +292,22 @@ impl Config {
             || matches!(self.conditions_v6, Conditions::Nftables(_))
     }
 
+    /// A configuration of `network` with `mappings` and the defaults (`snat`), with
+    /// `masq_all` as given: what a DEL without a record plans its lookups from.
+    pub fn for_removal(network: &str, mappings: &[PortMapping], masq_all: bool) -> Config {
+        Config {
+            network: network.to_string(),
+            backend: BackendChoice::Fixed(Backend::Nftables),
+            snat: true,
+            masq_all,
+            mark_masq_bit: DEFAULT_MARK_MASQ_BIT,
+            external_set_mark_chain: None,
+            conditions_v4: Conditions::None,
+            conditions_v6: Conditions::None,
+            mappings: mappings.to_vec(),
+        }
+    }
+
     /// The mappings that apply to a container address of `family`.
     pub fn mappings_for(&self, family: IpFamily) -> Vec<&PortMapping> {
         self.mappings

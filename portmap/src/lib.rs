@@ -188,10 +188,16 @@ fn del(call: &Call) -> Result<(), CniError> {
     let record = state::read(&store, &file)?;
     // A discarded record leaves only the kernel's owner comments to find the objects by.
     let discarded = matches!(record, state::Record::Discarded);
-    let list = discarded || !mappings.is_empty();
+    let found = if discarded {
+        backend::Unrecorded::Listing
+    } else if mappings.is_empty() {
+        backend::Unrecorded::Nowhere
+    } else {
+        backend::Unrecorded::Keys(&mappings)
+    };
     let recorded = record.found();
     let mut nft = LazyNft::new();
-    let mut errors = backend::del(&mut nft, &att, recorded.as_ref(), list);
+    let mut errors = backend::del(&mut nft, &att, recorded.as_ref(), found);
     // Then the Go plugin's objects of this attachment (upgrades from the Go plugin): reads,
     // and a commit only when it has some.
     let iptables_done = recorded

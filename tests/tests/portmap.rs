@@ -190,6 +190,7 @@ both_backends!(
     a_vanished_owner_gives_its_host_port_up_and_a_live_one_keeps_it,
     udp_flow_is_retargeted_after_del_and_readd,
     del_without_runtime_config_removes_the_mapping,
+    del_without_its_record_removes_the_attachment_at_its_keys,
     del_never_fails_on_config_it_does_not_need,
     del_leaves_no_process_behind,
     a_state_file_that_does_not_parse_counts_as_absent,
@@ -514,6 +515,48 @@ fn del_without_runtime_config_removes_the_mapping(backend: &'static str) -> Resu
     ensure!(get(&f.topo.client, host(8080)).is_err(), "still mapped");
     ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     f.runtime.del(&list, &rt)?;
+    Ok(())
+}
+
+/// DEL of an attachment whose record is gone (but whose config names its mappings) removes
+/// all of its objects, its masquerade elements included (with `masqAll` here), and nothing of
+/// another attachment's: the nftables backend looks its keys up, without listing the maps.
+fn del_without_its_record_removes_the_attachment_at_its_keys(backend: &'static str) -> Result<()> {
+    let f = Fixture::new(backend);
+    let second = TestNetns::new("pm-ctr2")?;
+    let list = f.list(&["10.97.0.0/24"], json!({"masqAll": true}));
+    let rt1 = f.rt("ctr1", &f.topo.container, json!([tcp(8080, 80)]));
+    let rt2 = f.rt("ctr2", &second, json!([tcp(9090, 80)]));
+    f.runtime.add(&list, &rt1)?;
+    let ip2 = Fixture::ip(&f.runtime.add(&list, &rt2)?, false);
+    let _t = TcpServer::banner(&second, SocketAddr::new(ip2, 80), "second")?;
+    std::fs::remove_file(f.state_dir()?.join(format!("{NETWORK}_ctr1_eth0.json")))?;
+    let conf = json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "portmap",
+        "backend": backend, "runtimeConfig": {"portMappings": [tcp(8080, 80)]}});
+    let out = f.runtime.exec_plugin(
+        "portmap",
+        Some("DEL"),
+        &[("CNI_CONTAINERID", "ctr1"), ("CNI_IFNAME", "eth0")],
+        conf.to_string().as_bytes(),
+    )?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let left = f.leftovers()?;
+    ensure!(
+        left.iter().all(|l| !l.contains("ctr1")),
+        "ctr1's objects left: {left:?}"
+    );
+    ensure!(
+        left.iter().any(|l| l.contains("ctr2")),
+        "ctr2's objects went too: {left:?}"
+    );
+    assert_eq!(get(&f.topo.client, host(9090))?, "second");
+    f.runtime.del(&list, &rt2)?;
+    f.runtime.del(&list, &rt1)?;
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     Ok(())
 }
 

@@ -595,7 +595,11 @@ impl PortmapBackend for Iptables {
         )
     }
 
-    fn del_unrecorded(&mut self, att: &Attachment) -> Result<(), PortmapError> {
+    fn del_unrecorded(
+        &mut self,
+        att: &Attachment,
+        _found: super::Unrecorded<'_>,
+    ) -> Result<(), PortmapError> {
         remove(
             &mut self.nft,
             &att.network,

@@ -10,7 +10,7 @@ use common::nft::{Feature, LazyNft};
 use common::store::StateStore;
 use ipnet::IpNet;
 
-use crate::config::{Backend, BackendChoice, Config};
+use crate::config::{Backend, BackendChoice, Config, PortMapping};
 use crate::error::PortmapError;
 use crate::host;
 use crate::plan::{Attachment, PortKey};
@@ -101,11 +101,16 @@ pub trait PortmapBackend {
     /// The mechanism's failures other than "not found".
     fn del(&mut self, record: &State) -> Result<(), PortmapError>;
 
-    /// Removes the attachment's objects without its record, found by their owner.
+    /// Removes the attachment's objects without its record, found by their owner where
+    /// `found` says.
     ///
     /// # Errors
     /// The mechanism's failures other than "not found".
-    fn del_unrecorded(&mut self, att: &Attachment) -> Result<(), PortmapError>;
+    fn del_unrecorded(
+        &mut self,
+        att: &Attachment,
+        found: Unrecorded<'_>,
+    ) -> Result<(), PortmapError>;
 
     /// Removes the objects of `network` whose attachment is not in `valid`, found by their
     /// owner (attachments with records are removed through them first).
@@ -255,24 +260,36 @@ pub fn remove(be: &mut Box<dyn PortmapBackend>, record: &State) -> Result<(), Po
     result
 }
 
+/// Where a DEL without a record finds the attachment's objects of our map layout.
+#[derive(Debug, Clone, Copy)]
+pub enum Unrecorded<'m> {
+    /// Nowhere: there is nothing to remove (no record, no mappings).
+    Nowhere,
+    /// At the keys of these mappings (the DEL's `runtimeConfig`), looked up.
+    Keys(&'m [PortMapping]),
+    /// By listing every map for its owner (a record that did not parse).
+    Listing,
+}
+
 /// Removes the attachment's objects from our layouts: what `record` says, with the backend
-/// that made it; without a record, and when `list` (there are mappings to remove, or the
-/// record was discarded), the elements our maps hold under its owner. Returns what failed.
+/// that made it; without a record, the elements our maps hold under its owner where `found`
+/// says. Returns what failed.
 pub fn del(
     nft: &mut LazyNft,
     att: &Attachment,
     record: Option<&State>,
-    list: bool,
+    found: Unrecorded<'_>,
 ) -> Vec<PortmapError> {
-    let kind = match record {
-        Some(record) => record.backend,
-        None if list && nft.get().is_ok() => Backend::Nftables,
-        None => return Vec::new(),
+    let kind = match (record, found) {
+        (Some(record), _) => record.backend,
+        (None, Unrecorded::Nowhere) => return Vec::new(),
+        (None, _) if nft.get().is_ok() => Backend::Nftables,
+        (None, _) => return Vec::new(),
     };
     let mut be = open(kind, std::mem::take(nft));
     let outcome = match record {
         Some(record) => be.del(record),
-        None => be.del_unrecorded(att),
+        None => be.del_unrecorded(att, found),
     };
     *nft = be.into_socket();
     outcome.err().into_iter().collect()

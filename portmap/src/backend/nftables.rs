@@ -34,12 +34,12 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use common::conf::Attachment as Valid;
 use common::nft::{
-    Batch, Chain, ChainHook, ChainType, CtStatusFlags, DataType, ElementData, LazyNft, Nft,
-    NftError, Rule, Selector, Set, Table, Value, Verdict, priority,
+    Batch, Chain, ChainHook, ChainType, CtStatusFlags, DataType, Element, ElementData, LazyNft,
+    Nft, NftError, Rule, Selector, Set, Table, Value, Verdict, priority,
 };
 use ipnet::IpNet;
 
-use super::{Added, Fate, Holders, PortmapBackend, iptables};
+use super::{Added, Fate, Holders, PortmapBackend, Unrecorded, iptables};
 use crate::config::{Backend, Config, IpFamily, PortMapping};
 use crate::error::PortmapError;
 use crate::names;
@@ -396,6 +396,59 @@ impl Nftables {
         Ok(())
     }
 
+    /// Removes the attachment's elements at the keys of `mappings`, without its record: the
+    /// DNAT elements are looked up at their keys (which do not depend on the container
+    /// address), and an element of ours there gives the container address, and so the keys of
+    /// its masquerade elements (hairpin, localhost and `masqAll` alike: only the owner's are
+    /// removed). One lookup per key, whatever the size of the maps. `Ok(false)` when an
+    /// element of ours leads to a gate chain: its address is in the chain's rules, and the
+    /// caller lists instead.
+    fn del_at_keys(
+        &mut self,
+        att: &Attachment,
+        mappings: &[PortMapping],
+    ) -> Result<bool, PortmapError> {
+        let owner = att.owner();
+        let config = Config::for_removal(&att.network, mappings, false);
+        let masq_all = Config::for_removal(&att.network, mappings, true);
+        let mut plans = Vec::new();
+        for family in IpFamily::BOTH {
+            let anywhere = match family {
+                IpFamily::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                IpFamily::V6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+            };
+            // A DEL's mappings that the ADD would have refused hold nothing of ours.
+            let Ok(probe) = plan::nft_plan(&config, att, IpNet::from(anywhere)) else {
+                continue;
+            };
+            if probe.claims.is_empty() {
+                continue;
+            }
+            let seen = self.observe(&[(family, probe.clone())])?;
+            let ours = probe.claims.iter().find_map(|c| {
+                [c.map, c.twin].into_iter().find_map(|map| {
+                    seen.element(family, map, &c.element.key)
+                        .filter(|e| e.comment.as_deref() == Some(owner.as_str()))
+                })
+            });
+            let Some(element) = ours else { continue };
+            let Some(addr) = container_addr(element) else {
+                return Ok(false);
+            };
+            let ip = IpNet::from(addr);
+            let mut full = plan::nft_plan(&config, att, ip)?;
+            for masq in plan::nft_plan(&masq_all, att, ip)?.masq {
+                if !full.masq.contains(&masq) {
+                    full.masq.push(masq);
+                }
+            }
+            plans.push((family, full));
+        }
+        let seen = self.observe(&plans)?;
+        self.commit(&plan::nft_del(&owner, &plans, &seen))?;
+        Ok(true)
+    }
+
     /// Removes every element (and gate chain) whose owner `doomed` accepts, by listing our
     /// tables: the rare path of a DEL without state, and GC.
     ///
@@ -441,6 +494,18 @@ impl Nftables {
         let n = batch.len();
         nft.apply(&batch).map_err(nft_err)?;
         Ok(n)
+    }
+}
+
+/// The container address of an element of ours: the address of its DNAT data.
+fn container_addr(element: &Element) -> Option<IpAddr> {
+    match &element.data {
+        Some(ElementData::Values(values)) => match values.first()? {
+            Value::Ipv4(a) => Some(IpAddr::V4(*a)),
+            Value::Ipv6(a) => Some(IpAddr::V6(*a)),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -606,9 +671,25 @@ impl PortmapBackend for Nftables {
         nothing_where_absent(removed)
     }
 
-    fn del_unrecorded(&mut self, att: &Attachment) -> Result<(), PortmapError> {
+    /// At the DEL's keys, looked up (the list of every map only for a record that did not
+    /// parse, or where an element found leads to a gate chain, whose container address no
+    /// key tells).
+    fn del_unrecorded(
+        &mut self,
+        att: &Attachment,
+        found: Unrecorded<'_>,
+    ) -> Result<(), PortmapError> {
         let owner = att.owner();
-        nothing_where_absent(self.del_listed(&|c| c == owner).map(|_| ()))
+        let removed = match found {
+            Unrecorded::Nowhere => Ok(()),
+            Unrecorded::Keys(mappings) => match self.del_at_keys(att, mappings) {
+                Ok(true) => Ok(()),
+                Ok(false) => self.del_listed(&|c| c == owner).map(|_| ()),
+                Err(e) => Err(e),
+            },
+            Unrecorded::Listing => self.del_listed(&|c| c == owner).map(|_| ()),
+        };
+        nothing_where_absent(removed)
     }
 
     fn gc(&mut self, network: &str, valid: &[Valid]) -> Result<(), PortmapError> {
