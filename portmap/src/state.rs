@@ -4,6 +4,7 @@
 //! Files live under `/run/cni/portmap/net-<inode>/` (tmpfs: gone on reboot, like the kernel
 //! state they describe), one directory per network namespace the plugin runs in.
 
+use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -288,10 +289,12 @@ impl Holders for Records<'_> {
         Fate::Gone(records)
     }
 
-    fn indexed(&self, key: &PortKey) -> Option<State> {
-        let name = index_holder(self.0, key)?;
-        let record = read(self.0, &name).ok()?.found()?;
-        record.claims(key).then_some(record)
+    fn indexed(&self, key: &PortKey) -> Option<String> {
+        index_holder(self.0, key)
+    }
+
+    fn record(&self, name: &str) -> Option<State> {
+        read(self.0, name).ok()?.found()
     }
 }
 
@@ -316,13 +319,17 @@ fn index_holder(store: &StateStore, key: &PortKey) -> Option<String> {
 /// The entries that cannot be made.
 pub fn claim_ports(store: &StateStore, file: &str, state: &State) -> Result<bool, PortmapError> {
     let mut foreign = false;
+    // The records the entries name, each read once.
+    let mut holders: HashMap<String, Option<State>> = HashMap::new();
     for key in state.port_keys() {
         let link = store.dir().join(names::port_index_entry(&key));
         match index_holder(store, &key) {
             Some(name) if name == file => continue,
             Some(name) => {
-                let holder = read(store, &name).ok().and_then(Record::found);
-                if holder.is_some_and(|h| h.claims(&key)) {
+                let holder = holders
+                    .entry(name)
+                    .or_insert_with_key(|name| read(store, name).ok().and_then(Record::found));
+                if holder.as_ref().is_some_and(|h| h.claims(&key)) {
                     foreign = true;
                     continue;
                 }
@@ -553,21 +560,22 @@ mod tests {
         write(&store, &fa, &a).unwrap();
         assert!(!claim_ports(&store, &fa, &a).unwrap());
         let records = Records(&store);
-        assert_eq!(records.indexed(&key(8080)), Some(a.clone()));
+        assert_eq!(records.indexed(&key(8080)), Some(fa.clone()));
         assert_eq!(records.indexed(&key(9)), None);
         // B's claim leaves A's entry while A's record claims the port.
         write(&store, &fb, &b).unwrap();
         assert!(claim_ports(&store, &fb, &b).unwrap());
-        assert_eq!(records.indexed(&key(8080)), Some(a.clone()));
+        assert_eq!(records.indexed(&key(8080)), Some(fa.clone()));
+        assert_eq!(records.record(&fa), Some(a.clone()));
         // Once A's record no longer claims it (re-ADD with other mappings, removal), B's does.
         let a2 = record("a", &[8081]);
         write(&store, &fa, &a2).unwrap();
-        assert_eq!(records.indexed(&key(8080)), None);
+        assert!(!a2.claims(&key(8080)));
         assert!(!claim_ports(&store, &fb, &b).unwrap());
-        assert_eq!(records.indexed(&key(8080)), Some(b.clone()));
+        assert_eq!(records.indexed(&key(8080)), Some(fb.clone()));
         // Release removes only entries naming the record; the sweep those of removed records.
         release_ports(&store, &fb, &a.port_keys());
-        assert_eq!(records.indexed(&key(8081)), Some(a2.clone()));
+        assert_eq!(records.indexed(&key(8081)), Some(fa.clone()));
         assert_eq!(records.indexed(&key(8080)), None);
         store.remove(&fa).unwrap();
         sweep_ports(&store);

@@ -373,6 +373,8 @@ pub struct Nft {
     /// The send buffer the socket has been given (`SO_SNDBUF`, as the kernel reports it), once
     /// a batch needed more than the default.
     sndbuf: Option<usize>,
+    /// The receive buffer likewise, once a batch's echoed replies needed more.
+    rcvbuf: Option<usize>,
 }
 
 /// The socket's descriptor (tests tell sockets apart by it). After a batch that deleted
@@ -453,6 +455,8 @@ const NLMSG_HDRLEN: usize = 16;
 /// What `netlink_sendmsg` needs beyond a datagram in the send buffer (`len > sk_sndbuf - 32`
 /// is refused with EMSGSIZE).
 const SNDBUF_SLACK: usize = 32;
+/// What an echoed reply costs the receive buffer beyond its bytes (the skb's own).
+const ECHO_OVERHEAD: usize = 1024;
 /// The send buffer a new socket has (`net.core.wmem_default`, 212 992 bytes on most systems);
 /// a larger batch raises it first.
 const SNDBUF_DEFAULT: usize = 212_992;
@@ -471,6 +475,7 @@ impl Nft {
         Ok(Nft {
             socket,
             sndbuf: None,
+            rcvbuf: None,
         })
     }
 
@@ -583,6 +588,15 @@ impl Nft {
             .map(|(m, _)| (NLMSG_HDRLEN + m.0.payload.len() + 3) & !3)
             .sum();
         self.reserve_send_buffer(bytes)?;
+        // The kernel queues every echoed rule (and the ACK) on the socket before it is read: a
+        // receive buffer they overrun loses them (ENOBUFS) after the commit. Each costs its
+        // bytes and an skb's overhead.
+        let echoed: usize = encoded
+            .iter()
+            .filter(|e| e.flags & netlink_packet_core::NLM_F_ECHO != 0)
+            .map(|e| e.msg.payload.len() + NLMSG_HDRLEN + ECHO_OVERHEAD)
+            .sum();
+        self.reserve_receive_buffer(echoed)?;
         let replies = self
             .socket
             .send_batch_as::<_, raw::DumpedRule>(wire)
@@ -617,6 +631,30 @@ impl Nft {
             }
         })?;
         self.sndbuf = Some(got);
+        Ok(())
+    }
+
+    /// Makes the socket's receive buffer hold `bytes` of replies queued at once.
+    fn reserve_receive_buffer(&mut self, bytes: usize) -> Result<(), NftError> {
+        use nix::sys::socket::{setsockopt, sockopt};
+        let have = self.rcvbuf.unwrap_or(SNDBUF_DEFAULT);
+        if bytes <= have / 2 {
+            return Ok(());
+        }
+        // As for the send buffer: SO_RCVBUFFORCE needs CAP_NET_ADMIN, else SO_RCVBUF is capped
+        // at net.core.rmem_max.
+        let forced = setsockopt(&self.socket, sockopt::RcvBufForce, &bytes)
+            .or_else(|_| setsockopt(&self.socket, sockopt::RcvBuf, &bytes));
+        if let Err(errno) = forced {
+            log::debug!("cannot raise the nf_tables receive buffer to {bytes}: {errno}");
+        }
+        let got = nix::sys::socket::getsockopt(&self.socket, sockopt::RcvBuf).map_err(|e| {
+            NftError::Request {
+                op: "read the receive buffer size".to_string(),
+                source: e.into(),
+            }
+        })?;
+        self.rcvbuf = Some(got);
         Ok(())
     }
 

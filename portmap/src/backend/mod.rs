@@ -55,9 +55,12 @@ pub trait Holders {
     /// shares.
     fn by_container(&self, network: &str, container_id: &str) -> Fate;
 
-    /// The record of the attachment the host-port index names as holding `key` in the
-    /// iptables layout, when that record still claims it ([`crate::state::claim_ports`]).
-    fn indexed(&self, key: &PortKey) -> Option<State>;
+    /// The state file the host-port index names as holding `key` in the iptables layout
+    /// ([`crate::state::claim_ports`]), if it has an entry for it.
+    fn indexed(&self, key: &PortKey) -> Option<String>;
+
+    /// The record in state file `name`, if there is a valid one.
+    fn record(&self, name: &str) -> Option<State>;
 }
 
 /// One mechanism programming an attachment's mappings. Each owns the call's nf_tables socket

@@ -525,14 +525,15 @@ impl<N: BorrowMut<Nft>> NativeTables<N> {
                 missing.chains.push((*chain).to_owned());
             }
         }
-        // The rules read so far, per chain and needle ("" for all of the chain).
-        let mut read: Vec<(String, String, Vec<Listed>)> = Vec::new();
+        // The rules read so far (their arguments, for lookups: a chain may hold thousands),
+        // per chain and needle ("" for all of the chain).
+        let mut read: Vec<(String, String, HashSet<Vec<String>>)> = Vec::new();
         // The rules added by this call: a rule given twice goes in once, as the tools'
         // check-then-append does.
-        let mut added: Vec<(&str, Vec<String>)> = Vec::new();
+        let mut added: HashSet<(&str, Vec<String>)> = HashSet::new();
         for (index, spec) in rules.iter().enumerate() {
             let want = canonical(family, &spec.args)?;
-            if added.iter().any(|(c, a)| *c == spec.chain && *a == want) {
+            if added.contains(&(spec.chain.as_str(), want.clone())) {
                 continue;
             }
             let chain_new = if tx.creates(family, &spec.chain) {
@@ -568,11 +569,12 @@ impl<N: BorrowMut<Nft>> NativeTables<N> {
                             Wanted::Containing(&needles)
                         };
                         let listed = self.rules(family, &spec.chain, wanted)?.unwrap_or_default();
-                        read.push((spec.chain.clone(), needle.to_owned(), listed));
+                        let args = listed.into_iter().filter_map(|r| r.args).collect();
+                        read.push((spec.chain.clone(), needle.to_owned(), args));
                         read.len() - 1
                     }
                 };
-                !read[at].2.iter().any(|r| r.args.as_ref() == Some(&want))
+                !read[at].2.contains(&want)
             };
             if absent {
                 let placement = match spec.position {
@@ -582,7 +584,7 @@ impl<N: BorrowMut<Nft>> NativeTables<N> {
                 };
                 tx.add(family, &spec.chain, &spec.args, placement)?;
                 missing.rules.push(index);
-                added.push((&spec.chain, want));
+                added.insert((&spec.chain, want));
             }
         }
         Ok(missing)

@@ -14,7 +14,7 @@
 //! A rule the codec does not write (an iptables condition outside its forms) leaves the call to
 //! the restore path.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use common::iptables::Family;
 use common::iptables::native::{
@@ -58,8 +58,17 @@ fn gone_holders(
     holders: &dyn Holders,
 ) -> Result<Vec<State>, PortmapError> {
     let mut gone: Vec<State> = Vec::new();
+    let ours = crate::state::file(att);
+    // The records the index names, each read once (one attachment may hold thousands).
+    let mut records: HashMap<String, Option<State>> = HashMap::new();
     for key in PortKey::of(&config.mappings, family) {
-        let Some(holder) = holders.indexed(&key) else {
+        let Some(name) = holders.indexed(&key).filter(|n| *n != ours) else {
+            continue;
+        };
+        let record = records
+            .entry(name)
+            .or_insert_with_key(|name| holders.record(name));
+        let Some(holder) = record.as_ref().filter(|r| r.claims(&key)) else {
             continue;
         };
         let (network, id) = (&holder.network, &holder.container_id);
