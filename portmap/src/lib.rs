@@ -91,61 +91,69 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
     // The owner's namespace, to tell later whether it is gone (stat only: never opened).
     let netns = call.netns.as_deref().and_then(state::NetnsId::of);
     let mut new = State::new(kind, &config, &att, &ips, netns);
-    match state::read(&store, &file)?.found() {
+    let old = state::read(&store, &file)?.found();
+    let index = state::PortIndex::new(&store);
+    match &old {
         // A re-ADD of the same: what the kernel recorded for it still holds.
-        Some(old) if old.same_as(&new) => new.iptables_rules = old.iptables_rules,
+        Some(old) if old.same_as(&new) => new.iptables_rules.clone_from(&old.iptables_rules),
         // A re-ADD with other mappings: drop the old ones first so none is left unowned.
         Some(old) => {
-            backend::remove(&mut be, &old)?;
-            state::release_ports(&store, &file, &old.port_keys());
+            backend::remove(&mut be, old)?;
+            index.release(&file, &old.port_keys());
         }
         None => {}
     }
-    state::write(&store, &file, &new)?;
-    // The host-port index names this attachment before its rules exist, so that a call
-    // killed in between leaves an entry that the holder's missing chain shows stale.
-    let foreign = state::claim_ports(&store, &file, &new)?;
+    // The iptables layout's ADD holds our lock from its conflict check to its index entries.
+    let _lock = match kind {
+        Backend::Iptables => Some(backend::iptables::lock()?),
+        Backend::Nftables => None,
+    };
+    // Our map layout is found by its record before it is made (its owner comments tell the
+    // rest); the iptables layout by its chain name, so its record is written once, after the
+    // commit, with the handles of its entry rules (an inode costs a millisecond on an ext4
+    // `/run`).
+    if kind == Backend::Nftables {
+        state::write(&store, &file, &new)?;
+    }
+    // Whether the kernel objects were made, and must be removed when what follows fails.
+    let mut made = false;
     let result = be
-        .add(&att, &config, &ips, &state::Records(&store))
+        .add(&att, &config, &ips, &state::Records::new(&store))
+        .inspect(|_| made = true)
         .and_then(|added| {
             match ips.iter().find(|ip| ip.addr().is_ipv4()) {
-                Some(ip) if config.snat => {
-                    host::enable_route_localnet(ip.addr()).inspect_err(|_| {
-                        if let Err(e) = backend::remove(&mut be, &new) {
-                            log::warn!("rollback after a failed ADD failed: {e}");
-                        }
-                    })?
-                }
+                Some(ip) if config.snat => host::enable_route_localnet(ip.addr())?,
                 _ => {}
             }
             Ok(added)
-        });
-    match result {
-        Ok(added) => {
+        })
+        .and_then(|added| {
             state::forget_taken(&store, &added.taken);
             if !added.recorded.is_empty() {
                 new.iptables_rules
                     .retain(|r| added.recorded.iter().all(|a| a.family != r.family));
                 new.iptables_rules.extend(added.recorded);
-                // The handles only spare later calls a listing: without them they still work.
-                if let Err(e) = state::write(&store, &file, &new) {
-                    log::warn!("failed to record the entry rules' handles: {e}");
-                }
             }
-            if (foreign || !added.taken.is_empty())
-                && let Err(e) = state::claim_ports(&store, &file, &new)
+            if kind == Backend::Iptables && old.as_ref() != Some(&new) {
+                state::write(&store, &file, &new)?;
+            }
+            if kind == Backend::Iptables
+                && let Err(e) = index.claim(&file, &new)
             {
-                log::warn!("failed to index the host ports taken over: {e}");
+                log::warn!("failed to index the host ports of {}: {e}", att.owner());
             }
+            Ok(())
+        });
+    if let Err(e) = result {
+        if made && let Err(e) = backend::remove(&mut be, &new) {
+            log::warn!("rollback after a failed ADD failed: {e}");
         }
-        Err(e) => {
-            state::release_ports(&store, &file, &new.port_keys());
-            if let Err(e) = store.remove(&file) {
-                log::warn!("failed to remove state after a failed ADD: {e}");
-            }
-            store.prune();
-            return Err(e.into());
+        index.release(&file, &new.port_keys());
+        if let Err(e) = store.remove(&file) {
+            log::warn!("failed to remove state after a failed ADD: {e}");
         }
+        store.prune();
+        return Err(e.into());
     }
     host::flush_udp(&config.mappings, &plan::families(&ips));
     Ok(prev)
@@ -219,12 +227,12 @@ fn del(call: &Call) -> Result<(), CniError> {
                 .flat_map(|f| plan::PortKey::of(&mappings, *f))
                 .collect(),
         };
-        state::release_ports(&store, &file, &keys);
+        state::PortIndex::new(&store).release(&file, &keys);
         match store.remove(&file) {
             Ok(_) => {
                 // Without its record the index entries naming it are found by their dead target.
                 if discarded {
-                    state::sweep_ports(&store);
+                    state::PortIndex::new(&store).sweep();
                 }
                 store.prune();
             }

@@ -138,8 +138,9 @@ pub fn gated_chain(owner: &str) -> String {
 }
 
 /// The entry of the host-port index (iptables layout) for `key`, in the state directory:
-/// `.port-<v4|v6>-<proto>-<port>[-<host address>]`, a symlink to the state file of the
-/// attachment claiming it. The leading dot keeps it out of the records' listing.
+/// `.port-<v4|v6>-<proto>-<port>[-<host address>]`, a hard link to the record of the
+/// attachment claiming it (`crate::state::PortIndex`). The leading dot keeps it out of the
+/// records' listing.
 pub fn port_index_entry(key: &crate::plan::PortKey) -> String {
     let family = match key.family {
         crate::config::IpFamily::V4 => "v4",

@@ -4,6 +4,7 @@
 //! Files live under `/run/cni/portmap/net-<inode>/` (tmpfs: gone on reboot, like the kernel
 //! state they describe), one directory per network namespace the plugin runs in.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -251,7 +252,20 @@ pub fn read(store: &StateStore, name: &str) -> Result<Record, PortmapError> {
 
 /// The records of a store, telling what became of the holders of host ports.
 #[derive(Debug)]
-pub struct Records<'a>(pub &'a StateStore);
+pub struct Records<'a> {
+    store: &'a StateStore,
+    index: PortIndex<'a>,
+}
+
+impl<'a> Records<'a> {
+    /// The records of `store`.
+    pub fn new(store: &'a StateStore) -> Records<'a> {
+        Records {
+            store,
+            index: PortIndex::new(store),
+        }
+    }
+}
 
 /// Whether the record's owner is gone: it recorded its namespace, and that is gone.
 fn gone(record: &State) -> bool {
@@ -263,7 +277,7 @@ impl Holders for Records<'_> {
         let Some((network, id, ifname)) = names::parse_owner(owner) else {
             return Fate::Live;
         };
-        match read(self.0, &names::state_file(network, id, ifname)) {
+        match read(self.store, &names::state_file(network, id, ifname)) {
             Ok(Record::Found(record)) if record.attachment().owner() == owner && gone(&record) => {
                 Fate::Gone(vec![*record])
             }
@@ -275,12 +289,12 @@ impl Holders for Records<'_> {
         let prefix = names::state_file(network, container_id, "");
         let prefix = prefix.trim_end_matches(".json");
         let records: Vec<State> = self
-            .0
+            .store
             .list()
             .unwrap_or_default()
             .iter()
             .filter(|name| name.starts_with(prefix))
-            .filter_map(|name| read(self.0, name).ok()?.found())
+            .filter_map(|name| read(self.store, name).ok()?.found())
             .filter(|r| r.network == network && r.container_id == container_id)
             .collect();
         if records.is_empty() || !records.iter().all(gone) {
@@ -290,99 +304,144 @@ impl Holders for Records<'_> {
     }
 
     fn indexed(&self, key: &PortKey) -> Option<String> {
-        index_holder(self.0, key)
+        self.index.holder(key)
     }
 
     fn record(&self, name: &str) -> Option<State> {
-        read(self.0, name).ok()?.found()
+        read(self.store, name).ok()?.found()
     }
 }
 
-/// The record file the host-port index names for `key`, if it has an entry.
-fn index_holder(store: &StateStore, key: &PortKey) -> Option<String> {
-    let link = store.dir().join(names::port_index_entry(key));
-    let target = std::fs::read_link(link).ok()?;
-    // Only a bare file name of the store is an entry of ours; the link is never followed.
-    let name = target.to_str()?;
-    store.path(name).ok()?;
-    Some(name.to_owned())
+/// The host-port index of the iptables layout, in the state directory: for each key an
+/// attachment's mappings claim, `.port-<v4|v6>-<proto>-<port>[-<host address>]`, a hard link
+/// to that attachment's record as it was when the key was claimed. It lets an iptables ADD
+/// find the holder of a host port with one `open` instead of reading every attachment's
+/// chain. Hard links, because they cost a directory entry and no inode: on an ext4 `/run`
+/// an inode costs a millisecond where a link costs tens of microseconds. The ADD holding our
+/// iptables lock is the only writer. The linked record names its attachment; whether that
+/// attachment still claims the key is read from its current record.
+#[derive(Debug)]
+pub struct PortIndex<'s> {
+    store: &'s StateStore,
+    /// The attachment's record file each linked inode names, read once per inode (one
+    /// attachment may hold thousands of keys).
+    owners: RefCell<HashMap<(u64, u64), Option<String>>>,
 }
 
-/// Points the host-port index at `file` (the record of `state`) for each key its iptables
-/// mappings claim: an entry that is absent, or names a record that no longer claims the key
-/// (removed, taken over, changed), is made; one naming a record that claims it is left, since
-/// that attachment holds the port. Returns whether it left such an entry of another record.
-/// The index lets an iptables ADD find the holder of a host port with one `readlink` instead
-/// of reading every attachment's chain; the ADD holding our iptables lock is its only writer.
-///
-/// # Errors
-/// The entries that cannot be made.
-pub fn claim_ports(store: &StateStore, file: &str, state: &State) -> Result<bool, PortmapError> {
-    let mut foreign = false;
-    // The records the entries name, each read once.
-    let mut holders: HashMap<String, Option<State>> = HashMap::new();
-    for key in state.port_keys() {
-        let link = store.dir().join(names::port_index_entry(&key));
-        match index_holder(store, &key) {
-            Some(name) if name == file => continue,
-            Some(name) => {
-                let holder = holders
-                    .entry(name)
-                    .or_insert_with_key(|name| read(store, name).ok().and_then(Record::found));
-                if holder.as_ref().is_some_and(|h| h.claims(&key)) {
-                    foreign = true;
-                    continue;
-                }
-                remove_entry(&link)?;
-            }
-            None => remove_entry(&link)?,
+impl<'s> PortIndex<'s> {
+    /// The index of `store`.
+    pub fn new(store: &'s StateStore) -> PortIndex<'s> {
+        PortIndex {
+            store,
+            owners: RefCell::new(HashMap::new()),
         }
-        std::fs::create_dir_all(store.dir())
-            .and_then(|()| std::os::unix::fs::symlink(file, &link))
-            .map_err(|source| index_error("write", link, source))?;
     }
-    Ok(foreign)
-}
 
-/// Removes the host-port index entries of `keys` that name `file`.
-pub fn release_ports(store: &StateStore, file: &str, keys: &[PortKey]) {
-    for key in keys {
-        if index_holder(store, key).as_deref() == Some(file) {
-            let link = store.dir().join(names::port_index_entry(key));
-            if let Err(e) = remove_entry(&link) {
+    fn entry(&self, key: &PortKey) -> PathBuf {
+        self.store.dir().join(names::port_index_entry(key))
+    }
+
+    /// The record file of the attachment the entry at `link` names, if it is one of ours.
+    fn owner_at(&self, link: &Path) -> Option<String> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // Never through a planted symlink.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(link)
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() {
+            return None;
+        }
+        let inode = (meta.dev(), meta.ino());
+        if let Some(owner) = self.owners.borrow().get(&inode) {
+            return owner.clone();
+        }
+        let state: Option<State> = serde_json::from_reader(std::io::BufReader::new(file)).ok();
+        let owner = state.map(|s| file_name(&s.attachment()));
+        self.owners.borrow_mut().insert(inode, owner.clone());
+        owner
+    }
+
+    /// The record file of the attachment the index names for `key`, if it has an entry.
+    pub fn holder(&self, key: &PortKey) -> Option<String> {
+        self.owner_at(&self.entry(key))
+    }
+
+    /// Points the index at `file` (the record of `state`, written) for each key its iptables
+    /// mappings claim: an entry that is absent, or names an attachment whose record no
+    /// longer claims the key (removed, taken over, changed), is made; one naming an attachment
+    /// whose record claims it is left, since that attachment holds the port. Returns whether
+    /// it left such an entry.
+    ///
+    /// # Errors
+    /// The entries that cannot be made.
+    pub fn claim(&self, file: &str, state: &State) -> Result<bool, PortmapError> {
+        let target = self.store.path(file).map_err(PortmapError::Store)?;
+        let mut foreign = false;
+        let mut records: HashMap<String, Option<State>> = HashMap::new();
+        for key in state.port_keys() {
+            let link = self.entry(&key);
+            match self.owner_at(&link) {
+                Some(name) if name == file => continue,
+                Some(name) => {
+                    let holder = records.entry(name).or_insert_with_key(|name| {
+                        read(self.store, name).ok().and_then(Record::found)
+                    });
+                    if holder.as_ref().is_some_and(|h| h.claims(&key)) {
+                        foreign = true;
+                        continue;
+                    }
+                }
+                None => {}
+            }
+            remove_entry(&link)?;
+            std::fs::hard_link(&target, &link)
+                .map_err(|source| index_error("write", link, source))?;
+        }
+        Ok(foreign)
+    }
+
+    /// Removes the entries of `keys` that name `file`.
+    pub fn release(&self, file: &str, keys: &[PortKey]) {
+        for key in keys {
+            let link = self.entry(key);
+            if self.owner_at(&link).as_deref() == Some(file)
+                && let Err(e) = remove_entry(&link)
+            {
+                log::warn!("{e}");
+            }
+        }
+    }
+
+    /// Removes the entries whose attachment has no record any more (GC): what a call killed
+    /// between removing a record and its entries left.
+    pub fn sweep(&self) {
+        let Ok(entries) = std::fs::read_dir(self.store.dir()) else {
+            return;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let is_entry = entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(names::PORT_INDEX_PREFIX));
+            if !is_entry {
+                continue;
+            }
+            let path = entry.path();
+            let live = self
+                .owner_at(&path)
+                .and_then(|name| self.store.path(&name).ok())
+                .is_some_and(|p| p.exists());
+            if !live && let Err(e) = remove_entry(&path) {
                 log::warn!("{e}");
             }
         }
     }
 }
 
-/// Removes the host-port index entries whose record is gone (GC): what a call killed between
-/// removing a record and its entries left.
-pub fn sweep_ports(store: &StateStore) {
-    let Ok(entries) = std::fs::read_dir(store.dir()) else {
-        return;
-    };
-    for entry in entries.filter_map(Result::ok) {
-        let path = entry.path();
-        let is_entry = entry
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.starts_with(names::PORT_INDEX_PREFIX));
-        let target = std::fs::read_link(&path).ok();
-        let live = target
-            .as_deref()
-            .and_then(|t| t.to_str())
-            .is_some_and(|t| store.path(t).is_ok_and(|p| p.exists()));
-        if is_entry
-            && !live
-            && let Err(e) = remove_entry(&path)
-        {
-            log::warn!("{e}");
-        }
-    }
-}
-
-/// Removes an index entry (a symlink, never followed); one already gone is not an error.
+/// Removes an index entry; one already gone is not an error.
 fn remove_entry(link: &Path) -> Result<(), PortmapError> {
     match std::fs::remove_file(link) {
         Ok(()) => Ok(()),
@@ -408,7 +467,7 @@ pub fn forget_taken(store: &StateStore, taken: &[State]) {
             record.attachment().owner()
         );
         let name = file(&record.attachment());
-        release_ports(store, &name, &record.port_keys());
+        PortIndex::new(store).release(&name, &record.port_keys());
         if let Err(e) = store.remove(&name) {
             log::warn!(
                 "failed to remove the record of {}: {e}",
@@ -439,6 +498,10 @@ pub fn store() -> Result<StateStore, PortmapError> {
 
 /// The file name of an attachment's state.
 pub fn file(att: &Attachment) -> String {
+    file_name(att)
+}
+
+fn file_name(att: &Attachment) -> String {
     names::state_file(&att.network, &att.container_id, &att.ifname)
 }
 
@@ -515,7 +578,7 @@ mod tests {
         let without = State::new(Backend::Iptables, &config, &att("b"), &[], None);
         write(&store, &file(&att("a")), &with).unwrap();
         write(&store, &file(&att("b")), &without).unwrap();
-        let records = Records(&store);
+        let records = Records::new(&store);
         assert!(matches!(records.by_owner("n/a/eth0"), Fate::Live));
         assert!(matches!(records.by_container("n", "a"), Fate::Live));
         std::fs::remove_file(&ns).unwrap();
@@ -558,27 +621,30 @@ mod tests {
         let (a, b) = (record("a", &[8080, 8081]), record("b", &[8080]));
         let (fa, fb) = (file(&att("a")), file(&att("b")));
         write(&store, &fa, &a).unwrap();
-        assert!(!claim_ports(&store, &fa, &a).unwrap());
-        let records = Records(&store);
+        assert!(!PortIndex::new(&store).claim(&fa, &a).unwrap());
+        let records = Records::new(&store);
         assert_eq!(records.indexed(&key(8080)), Some(fa.clone()));
         assert_eq!(records.indexed(&key(9)), None);
+        // A's record rewritten (a new inode): its entries still name it.
+        write(&store, &fa, &a).unwrap();
+        assert_eq!(PortIndex::new(&store).holder(&key(8081)), Some(fa.clone()));
         // B's claim leaves A's entry while A's record claims the port.
         write(&store, &fb, &b).unwrap();
-        assert!(claim_ports(&store, &fb, &b).unwrap());
-        assert_eq!(records.indexed(&key(8080)), Some(fa.clone()));
+        assert!(PortIndex::new(&store).claim(&fb, &b).unwrap());
+        assert_eq!(PortIndex::new(&store).holder(&key(8080)), Some(fa.clone()));
         assert_eq!(records.record(&fa), Some(a.clone()));
         // Once A's record no longer claims it (re-ADD with other mappings, removal), B's does.
         let a2 = record("a", &[8081]);
         write(&store, &fa, &a2).unwrap();
         assert!(!a2.claims(&key(8080)));
-        assert!(!claim_ports(&store, &fb, &b).unwrap());
-        assert_eq!(records.indexed(&key(8080)), Some(fb.clone()));
+        assert!(!PortIndex::new(&store).claim(&fb, &b).unwrap());
+        assert_eq!(PortIndex::new(&store).holder(&key(8080)), Some(fb.clone()));
         // Release removes only entries naming the record; the sweep those of removed records.
-        release_ports(&store, &fb, &a.port_keys());
-        assert_eq!(records.indexed(&key(8081)), Some(fa.clone()));
-        assert_eq!(records.indexed(&key(8080)), None);
+        PortIndex::new(&store).release(&fb, &a.port_keys());
+        assert_eq!(PortIndex::new(&store).holder(&key(8081)), Some(fa.clone()));
+        assert_eq!(PortIndex::new(&store).holder(&key(8080)), None);
         store.remove(&fa).unwrap();
-        sweep_ports(&store);
+        PortIndex::new(&store).sweep();
         store.remove(&fb).unwrap();
         store.prune();
         assert!(!store.dir().exists(), "the index kept the directory");

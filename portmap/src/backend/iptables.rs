@@ -38,6 +38,7 @@ use crate::plan::Attachment;
 use crate::state::State;
 
 pub use nf_read::holder_in_nf_tables;
+pub use restore::{IptablesLock, lock};
 
 /// The iptables table of the layout.
 const NAT: &str = names::IPT_NAT;

@@ -332,7 +332,7 @@ pub fn gc(
         }
         match remove(&mut be, &record) {
             Ok(()) => {
-                state::release_ports(store, &name, &record.port_keys());
+                state::PortIndex::new(store).release(&name, &record.port_keys());
                 if let Err(e) = store.remove(&name) {
                     log::warn!("failed to remove {name}: {e}");
                 }
@@ -340,7 +340,7 @@ pub fn gc(
             Err(e) => errors.push(e),
         }
     }
-    state::sweep_ports(store);
+    state::PortIndex::new(store).sweep();
     store.prune();
     let mut nft = be.into_socket();
     if nft.get().is_ok() {

@@ -5,6 +5,7 @@
 //! on the node.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::conf::Attachment as Valid;
 use common::iptables::native::{Position, RuleSpec};
@@ -220,15 +221,46 @@ pub fn del_lines(
     Ok(lines)
 }
 
-/// Our lock around an iptables read-modify-write (and the native path's check-then-append of
-/// the shared rules and the host-port index). Where `/run/cni/portmap` cannot be written
-/// (read-only, full), an existing lock file is locked through a read-only descriptor (`flock`
-/// needs no write access), and without one the call goes on unlocked, since no other call can
-/// take it there either: a DEL must still remove what it can.
-pub(super) fn lock() -> Result<Option<FileLock>, PortmapError> {
+/// Whether this process holds our iptables lock: a call that holds it (an ADD, around its
+/// commit and its record) may remove what it made without taking it again, which `flock`
+/// would refuse to the same process through another descriptor.
+static HELD: AtomicBool = AtomicBool::new(false);
+
+/// Our iptables lock, held until dropped (see [`lock`]).
+#[derive(Debug)]
+pub struct IptablesLock {
+    _file: Option<FileLock>,
+    /// Whether this guard took it (an inner guard of the same process did not).
+    took: bool,
+}
+
+impl Drop for IptablesLock {
+    fn drop(&mut self) {
+        if self.took {
+            HELD.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Our lock around an iptables read-modify-write: a restore, and the native path's
+/// check-then-append of the shared rules, its conflict check and the host-port index. A
+/// process that holds it already gets it again at once. Where `/run/cni/portmap` cannot be
+/// written (read-only, full), an existing lock file is locked through a read-only descriptor
+/// (`flock` needs no write access), and without one the call goes on unlocked, since no other
+/// call can take it there either: a DEL must still remove what it can.
+///
+/// # Errors
+/// [`PortmapError::Lock`] when it stays held by another process (code 11) or cannot be made.
+pub fn lock() -> Result<IptablesLock, PortmapError> {
+    if HELD.load(Ordering::SeqCst) {
+        return Ok(IptablesLock {
+            _file: None,
+            took: false,
+        });
+    }
     let wait = common::lock::DEFAULT_WAIT;
-    match FileLock::acquire(names::IPT_LOCK_FILE, wait) {
-        Ok(lock) => Ok(Some(lock)),
+    let file = match FileLock::acquire(names::IPT_LOCK_FILE, wait) {
+        Ok(lock) => Some(lock),
         Err(LockError::Open { path, source })
             if matches!(
                 source.raw_os_error(),
@@ -236,19 +268,24 @@ pub(super) fn lock() -> Result<Option<FileLock>, PortmapError> {
             ) =>
         {
             match std::fs::File::open(&path) {
-                Ok(file) => Ok(Some(FileLock::acquire_file(file, path, wait)?)),
+                Ok(file) => Some(FileLock::acquire_file(file, path, wait)?),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     log::warn!(
                         "no iptables lock: {} cannot be made: {source}",
                         path.display()
                     );
-                    Ok(None)
+                    None
                 }
-                Err(e) => Err(LockError::Open { path, source: e }.into()),
+                Err(e) => return Err(LockError::Open { path, source: e }.into()),
             }
         }
-        Err(e) => Err(e.into()),
-    }
+        Err(e) => return Err(e.into()),
+    };
+    HELD.store(true, Ordering::SeqCst);
+    Ok(IptablesLock {
+        _file: file,
+        took: true,
+    })
 }
 
 /// The tools of `family`.
@@ -295,7 +332,7 @@ pub(super) fn del(
 
 /// ADD: one transaction per container family, with the removal of the chains of attachments
 /// it takes ports over from; a failure in the second family rolls back the first. The
-/// caller holds our lock.
+/// caller holds our lock ([`lock`]).
 ///
 /// # Errors
 /// A conflict, the tools' failure.
