@@ -1327,3 +1327,37 @@ fn without_nf_tables_auto_uses_the_legacy_tools_and_del_always_works() -> Result
     ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     Ok(())
 }
+
+/// Issue 22 #2: GC of 4 500 stale elements of our maps (their state files gone, so only the
+/// listing finds them by owner) deletes them all in one transaction: their keys no longer go
+/// into one netlink attribute, whose 16-bit length wrapped past 64 KiB.
+#[test]
+fn gc_removes_4500_stale_elements_whose_records_are_gone() -> Result<()> {
+    let f = Fixture::new("nftables");
+    let netns = f.topo.container.path().to_string_lossy().into_owned();
+    let conf = json!({"cniVersion": "1.0.0",
+        "runtimeConfig": {"portMappings": port_range(4_500)},
+        "prevResult": prev_result(&f, &["10.97.0.2/24"])});
+    let out = f.exec("ADD", "ctr1", &[("CNI_NETNS", &netns)], conf)?;
+    ensure!(
+        out.status.success(),
+        "ADD: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let elements = f.leftovers()?.len();
+    ensure!(elements > 4_500, "only {elements} objects made");
+    std::fs::remove_dir_all(f.state_dir()?)?;
+    let gc = json!({"cniVersion": "1.1.0", "cni.dev/valid-attachments": []});
+    let out = f.exec("GC", "", &[], gc)?;
+    ensure!(
+        out.status.success(),
+        "GC: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    ensure!(
+        f.leftovers()?.is_empty(),
+        "{} objects left",
+        f.leftovers()?.len()
+    );
+    Ok(())
+}
