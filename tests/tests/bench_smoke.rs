@@ -225,14 +225,14 @@ fn the_bench_runs_every_suite_and_writes_a_consistent_report() -> Result<()> {
     assert_eq!(blocks.len(), SCALE_SUITES.len() * SERIES.len(), "{dat}");
     assert!(blocks.values().all(|&n| n == SIZES.len()), "{dat}");
 
-    // Targets: every one is listed; every ratio is measured (its row exists), and the growth
-    // and memory targets, whose sizes this run leaves out, say so.
+    // Targets: every one is listed; every ratio and time is measured (its row exists), and the
+    // growth and memory targets, whose sizes this run leaves out, say so.
     let targets = table(&md, "## Targets")?;
     assert_eq!(targets.len(), targets::all().count(), "{md}");
     for (row, target) in targets.iter().zip(targets::all()) {
         assert_eq!(row[0], target.describe());
         match target.measure {
-            Measure::Ratio { .. } => {
+            Measure::Ratio { .. } | Measure::Time { .. } => {
                 number(&row[1])?;
                 assert!(["met", "**missed**"].contains(&row[3].as_str()), "{row:?}");
             }

@@ -35,7 +35,7 @@ const MEASURED: usize = 0xbe_ef;
 
 /// Attachment `n`: its chain, the chain's rules and its entry rules (recorded), for container
 /// address `10.(n/65536).(n/256%256).(n%256)` or `fd00::n`.
-fn attachment(family: Family, n: usize) -> (String, Vec<RuleSpec>) {
+pub(crate) fn attachment(family: Family, n: usize) -> (String, Vec<RuleSpec>) {
     let chain = format!("CNI-DN-{n:021x}");
     let (cidr, to) = match family {
         Family::V4 => {

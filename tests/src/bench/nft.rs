@@ -13,7 +13,6 @@
 //! which only a listing shows.
 
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
@@ -110,14 +109,7 @@ pub fn run(options: &Options) -> Result<Results> {
         nft.apply(&batch)?;
         apply.push_time(started.elapsed());
 
-        let nft_f = Exec {
-            binary: PathBuf::from("nft"),
-            args: vec!["-f".to_owned(), "-".to_owned()],
-            env: Vec::new(),
-            stdin: nft_script(30_000 + i).into_bytes(),
-            stdin_file: None,
-            output_limit: None,
-        };
+        let nft_f = Exec::tool("nft", &["-f", "-"], nft_script(30_000 + i).into_bytes());
         let sample = time_exec(&netns, &nft_f)?.sample();
         exec.push(sample);
 
@@ -217,14 +209,7 @@ fn map_rows(options: &Options, netns: &common::netns::NetNs, size: u16) -> Resul
     );
     nft.apply(&setup)?;
     nft.apply(&fill(size))?;
-    let nft_exec = |args: &str| Exec {
-        binary: PathBuf::from("nft"),
-        args: args.split(' ').map(str::to_owned).collect(),
-        env: Vec::new(),
-        stdin: Vec::new(),
-        stdin_file: None,
-        output_limit: None,
-    };
+    let nft_exec = |args: &str| Exec::tool("nft", &args.split(' ').collect::<Vec<_>>(), Vec::new());
     let list_exec = nft_exec(&format!("list map ip {BIG_TABLE} big"));
     let get_exec = nft_exec(&format!("get element ip {BIG_TABLE} big {{ tcp . 7 }}"));
     let del_exec = nft_exec(&format!(

@@ -15,14 +15,19 @@
 //!   layout is the reference's. So Go's ADD and DEL run over N containers in its own layout,
 //!   but Go installs none of them: its "install" figure is our iptables backend's, and the
 //!   report labels it so. (Go's own installs would cost as much as its ADD at every size.)
-//!   The iptables layout stops at [`Options::reference_max_size`]: each of its installing
-//!   ADDs reloads the whole nat table, so 5000 would take about 25 minutes; larger sizes
-//!   have `ours nftables` only, and the report notes the extrapolated install time.
+//!   `Go iptables` stops at [`Options::reference_max_size`]: each of its ADDs and DELs execs
+//!   the tools, which read the whole nat table; larger sizes have both of ours only.
+//! - The kernel alone, at each size: the commit of one attachment's chain, rules and entry
+//!   rules, and of their removal by handle, as our iptables backend sends them, timed from
+//!   this process (no plugin start in it), and the close of the socket after the removal
+//!   (which waits for the kernel to free what it deleted): what any writer of the layout
+//!   pays, against which our iptables series' growth is read.
 //! - A second host and container namespace pair never gets others: at every size above 0,
 //!   each series' ADD and DEL are timed there too, in alternation with the measured ones
 //!   ([`super::ScalePoint::alongside`]), and the growth targets divide by those.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use common::netns::NetNs;
@@ -41,6 +46,14 @@ const NETWORK: &str = "bench";
 pub const CASE_NFTABLES: &str = "2 mappings, ours nftables";
 /// Lifecycle case of our iptables backend.
 pub const CASE_IPTABLES: &str = "2 mappings, ours iptables";
+/// Our nftables maps' elements in the cases of the listing paths (issue 22 #3).
+pub const BIG_MAP: u16 = 16_000;
+/// The case of a DEL without a state file among [`BIG_MAP`] elements of another owner.
+pub const CASE_DEL_WITHOUT_STATE: &str = "DEL without state, 16000 elements of another owner";
+/// The case of a GC of [`BIG_MAP`] stale elements.
+pub const CASE_GC: &str = "GC of 16000 stale elements";
+/// Timed repetitions of the big-map cases at most: each re-adds the whole map.
+const BIG_MAP_ITERATIONS: usize = 10;
 
 /// The plugin config for a container at `ip` with host ports `tcp`/`udp`.
 fn config(netns: &Path, backend: Option<&str>, ip: &str, tcp: u16, udp: u16) -> Value {
@@ -147,6 +160,9 @@ pub fn run(options: &Options) -> Result<Results> {
             case.to_owned(),
         )?);
     }
+    results
+        .rows
+        .extend(big_map_rows(options, &ours).context("portmap big-map cases")?);
     // Where each size's ADD and DEL are also timed with no others (ScalePoint::alongside).
     let (empty_host, _empty_state, empty_container) = host_and_container("0")?;
     let empty = (empty_host.netns()?, empty_container.path());
@@ -187,19 +203,16 @@ fn scale(
     };
     let sizes = options.scale_sizes("portmap");
     let mut installed = 0;
+    let mut kernel: Vec<(usize, Kernel)> = Vec::new();
     for &size in &sizes {
-        // The iptables layout (ours iptables and Go) stops at the reference's largest size.
-        let iptables = size <= options.reference_max_size;
-        let active = if iptables { series.len() } else { 1 };
+        // Go's series stops at the reference's largest size.
+        let go = size <= options.reference_max_size;
+        let active = if go { series.len() } else { 2 };
         while installed < size {
             let (tcp, udp) = other_ports(installed)?;
             let ip = other_ip(installed);
             let id = format!("other-{installed}");
-            for (install, backend) in installs
-                .iter_mut()
-                .zip(["nftables", "iptables"])
-                .take(active.min(2))
-            {
+            for (install, backend) in installs.iter_mut().zip(["nftables", "iptables"]) {
                 let conf = config(netns, Some(backend), &ip, tcp, udp);
                 let timed = time_exec(host, &exec(ours, "ADD", &id, netns, &conf))
                     .with_context(|| format!("installing {id} ({backend})"))?;
@@ -215,6 +228,7 @@ fn scale(
             installs[0].total().as_secs_f64(),
             installs[1].total().as_secs_f64()
         );
+        kernel.push((size, time_kernel(host, options.scale_iterations())?));
 
         let mut add = [Samples::default(), Samples::default(), Samples::default()];
         let mut del = add.clone();
@@ -290,13 +304,13 @@ fn scale(
     }
     results.notes.extend(cutoff_note(
         "portmap",
-        &format!("{GO_IPTABLES} or {OURS_IPTABLES} figures"),
-        "their shared iptables layout is installed by one ADD of our iptables backend per \
-         other, whose cost grows with the nat table",
+        &format!("{GO_IPTABLES} figures"),
+        "each of its ADDs and DELs execs the iptables tools, which read the whole nat table",
         &sizes,
         options.reference_max_size,
         &installs[1],
     ));
+    results.notes.push(kernel_note(&kernel, &results.scale));
     Ok(results)
 }
 
@@ -352,4 +366,198 @@ fn check_row(
         reference: go_t,
         reference_label: "Go portmap".into(),
     })
+}
+
+/// What the kernel alone takes for one attachment of the iptables layout (median): the
+/// commit adding its chain, rules and entry rules, the commit removing them by handle, and the
+/// close of the socket after that removal.
+#[derive(Debug, Clone, Copy)]
+struct Kernel {
+    add: Duration,
+    del: Duration,
+    close: Duration,
+}
+
+/// The attachment [`time_kernel`] adds and removes: outside the others' and the series'.
+const PROBE: usize = 0xfe_ed;
+
+/// Times, in the namespace `ns` (the shared chains present), what the kernel takes to commit
+/// one IPv4 attachment's chain, rules and entry rules as our iptables backend sends them, to
+/// commit their removal by recorded handle, and to close the socket after it, `iterations`
+/// times after a warm-up; medians.
+fn time_kernel(ns: &NetNs, iterations: usize) -> Result<Kernel> {
+    use common::iptables::Family;
+    use common::iptables::native::NativeTables;
+    let (mut add, mut del, mut close) =
+        (Samples::default(), Samples::default(), Samples::default());
+    let dnat = crate::iptables_layout::DNAT;
+    ns.run(|| -> Result<()> {
+        for i in 0..=iterations {
+            let mut tables = NativeTables::open("nat")?;
+            let mut tx = tables.transaction();
+            let (chain, specs) = super::iptables_native::attachment(Family::V4, PROBE);
+            tables.ensure(&mut tx, Family::V4, &[&chain], &specs)?;
+            let start = Instant::now();
+            let recorded = tables.commit(&tx)?;
+            let added = start.elapsed();
+            let mut tx = tables.transaction();
+            let record = recorded.iter().find(|r| r.family == Family::V4);
+            for rule in tables.jumps_to(Family::V4, dnat, &chain, record)? {
+                tx.delete_rule(Family::V4, dnat, rule.handle);
+            }
+            tx.delete_chain(Family::V4, &chain);
+            let start = Instant::now();
+            tables.commit(&tx)?;
+            let deleted = start.elapsed();
+            let start = Instant::now();
+            drop(tables);
+            let closed = start.elapsed();
+            if i > 0 {
+                add.push_time(added);
+                del.push_time(deleted);
+                close.push_time(closed);
+            }
+        }
+        Ok(())
+    })??;
+    Ok(Kernel {
+        add: add.median(),
+        del: del.median(),
+        close: close.median(),
+    })
+}
+
+/// The report's note on what the kernel alone takes at each size ([`time_kernel`]), beside
+/// the growth of our iptables series' ADD over the ADD timed alongside with no others.
+fn kernel_note(kernel: &[(usize, Kernel)], scale: &[ScalePoint]) -> String {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let figures: Vec<String> = kernel
+        .iter()
+        .map(|(size, k)| {
+            format!(
+                "{size}: add {:.2}, remove {:.2}, close after it {:.2}",
+                ms(k.add),
+                ms(k.del),
+                ms(k.close)
+            )
+        })
+        .collect();
+    let growth: Vec<String> = scale
+        .iter()
+        .filter(|p| p.series == OURS_IPTABLES)
+        .filter_map(|p| {
+            let along = p.alongside.as_ref()?;
+            Some(format!(
+                "{}: ADD {:+.2}, DEL {:+.2}",
+                p.others,
+                ms(p.add.median()) - ms(along.add.median()),
+                ms(p.del.median()) - ms(along.del.median())
+            ))
+        })
+        .collect();
+    format!(
+        "portmap: what the kernel alone takes for one attachment of the iptables layout (chain, \
+         6 rules, 2 entry rules; IPv4), timed from the bench process, in ms at N others: {}. \
+         A commit that adds a jump or an xtables target makes the kernel re-validate the whole \
+         nat table's jump graph, so every writer of the layout (our native path, \
+         iptables-restore, the Go plugin's execs) pays this growth; the close after a removal \
+         waits for the kernel to free what it deleted (an RCU grace period), as every exec of \
+         iptables-nft that deletes does. Our iptables series' growth over the calls timed \
+         alongside with no others, in ms: {}.",
+        figures.join("; "),
+        if growth.is_empty() {
+            "not measured (no size above 0)".to_owned()
+        } else {
+            growth.join("; ")
+        }
+    )
+}
+
+/// `count` TCP mappings from host port 40000 onwards, for the big-map cases.
+fn bulk_mappings(count: u16) -> Value {
+    Value::Array(
+        (0..count)
+            .map(|i| json!({"hostPort": 40_000 + i, "containerPort": 80, "protocol": "tcp"}))
+            .collect(),
+    )
+}
+
+/// The listing paths of our nftables backend at [`BIG_MAP`] elements, as a plugin call pays
+/// them (issue 22 #3), in a host namespace of their own:
+/// - a DEL whose state file is gone (2 mappings, among one other owner's [`BIG_MAP`]
+///   elements): it finds its elements at the keys of its mappings. Reference: `nft` deleting
+///   the same elements, given their keys.
+/// - a GC of [`BIG_MAP`] stale elements (one owner whose state file is gone): it lists every
+///   map and deletes them. Reference: `nft` flushing the maps and sets.
+fn big_map_rows(options: &Options, ours: &Path) -> Result<Vec<Row>> {
+    let (host, state, container) = host_and_container("b")?;
+    let hostns = host.netns()?;
+    let netns = container.path().to_path_buf();
+    let state_dir = state
+        .dirs()
+        .first()
+        .context("portmap's state directory")?
+        .clone();
+    let mut bulk = config(&netns, Some("nftables"), "10.94.0.3", 1, 2);
+    bulk["runtimeConfig"]["portMappings"] = bulk_mappings(BIG_MAP);
+    let measured = config(&netns, Some("nftables"), "10.94.0.2", 8080, 5353);
+    let run = |command: &str, id: &str, conf: &Value| {
+        time_exec(&hostns, &exec(ours, command, id, &netns, conf))
+            .with_context(|| format!("{command} of {id}"))
+    };
+    let forget = |id: &str| -> Result<()> {
+        let record = state_dir.join(format!("{NETWORK}_{id}_eth0.json"));
+        std::fs::remove_file(&record).with_context(|| format!("removing {}", record.display()))
+    };
+    let nft = |script: String| Exec::tool("nft", &["-f", "-"], script.into_bytes());
+    let delete_measured = nft(
+        "delete element ip cni_portmap ports { tcp . 8080, udp . 5353 }\n\
+         delete element ip cni_portmap hairpin { 10.94.0.2 . 10.94.0.2 }\n\
+         delete element ip cni_portmap localhost { 10.94.0.2 }\n"
+            .to_owned(),
+    );
+    let flush_all = nft(
+        "flush map ip cni_portmap ports\nflush set ip cni_portmap hairpin\n\
+         flush set ip cni_portmap localhost\n"
+            .to_owned(),
+    );
+    let gc = json!({"cniVersion": "1.1.0", "name": NETWORK, "type": "portmap",
+        "backend": "nftables", "cni.dev/valid-attachments": []});
+    let (mut del, mut del_ref) = (Samples::default(), Samples::default());
+    let (mut gcs, mut gc_ref) = (Samples::default(), Samples::default());
+    for _ in 0..options.iterations.clamp(1, BIG_MAP_ITERATIONS) {
+        run("ADD", "bulk", &bulk)?;
+        // A DEL without its record among the bulk's elements, then `nft` told the keys.
+        run("ADD", "measured", &measured)?;
+        forget("measured")?;
+        del.push(run("DEL", "measured", &measured)?.sample());
+        run("ADD", "measured", &measured)?;
+        del_ref.push(time_exec(&hostns, &delete_measured)?.sample());
+        run("DEL", "measured", &measured)?;
+        // A GC of the bulk, whose record is gone, then `nft` flushing what it made.
+        forget("bulk")?;
+        gcs.push(run("GC", "", &gc)?.sample());
+        run("ADD", "bulk", &bulk)?;
+        gc_ref.push(time_exec(&hostns, &flush_all)?.sample());
+        run("DEL", "bulk", &bulk)?;
+        super::wait_for_nf_tables_frees()?;
+    }
+    let row = |case: &str, step: &str, ours: Samples, reference: Samples, label: &str| Row {
+        suite: "portmap".to_owned(),
+        case: case.to_owned(),
+        step: step.to_owned(),
+        ours,
+        reference,
+        reference_label: label.to_owned(),
+    };
+    Ok(vec![
+        row(
+            CASE_DEL_WITHOUT_STATE,
+            "DEL",
+            del,
+            del_ref,
+            "nft delete element (keys given)",
+        ),
+        row(CASE_GC, "GC", gcs, gc_ref, "nft flush map and sets"),
+    ])
 }
