@@ -1075,9 +1075,9 @@ fn auto_backend_is_iptables_where_its_tools_work_and_nftables_otherwise() -> Res
     Ok(())
 }
 
-/// A host port mapped in one layout is refused to the other: the Go plugin's iptables mapping
-/// (read over nf_tables, where iptables-nft keeps it) refuses our nftables ADD, and our
-/// nftables mapping refuses our iptables ADD, each naming the owner and changing nothing.
+/// A host port mapped in one layout is refused to the other: our iptables mapping (found in
+/// the host-port index) refuses our nftables ADD, and our nftables mapping (looked up by key)
+/// refuses our iptables ADD, each naming the owner and changing nothing.
 #[test]
 fn a_port_the_other_layout_maps_is_refused() -> Result<()> {
     let f = Fixture::new("nftables");
@@ -1085,18 +1085,13 @@ fn a_port_the_other_layout_maps_is_refused() -> Result<()> {
     let nft_list = f.list(&["10.97.0.0/24"], json!({}));
     let mut ipt_list = f.list(&["10.97.0.0/24"], json!({"backend": "iptables"}));
     ipt_list.disable_check = true;
-    let mut go_list = f.list(&["10.97.0.0/24"], json!({}));
-    if let Some(portmap) = go_list.plugins[1].as_object_mut() {
-        portmap.remove("backend");
-    }
-    let go = Runtime::new(&f.topo.host)?.use_reference("portmap");
     let rt1 = f.rt("ctr1", &f.topo.container, json!([tcp(8080, 80)]));
     let rt2 = f.rt("ctr2", &second, json!([tcp(8080, 80)]));
-    for (first_runtime, first_list, second_list, owner) in [
-        (&go, &go_list, &nft_list, "id: \"ctr1\""),
-        (&f.runtime, &nft_list, &ipt_list, "pmtest/ctr1/eth0"),
+    for (first_list, second_list, owner) in [
+        (&ipt_list, &nft_list, "id: \"ctr1\""),
+        (&nft_list, &ipt_list, "pmtest/ctr1/eth0"),
     ] {
-        let ctr = Fixture::ip(&first_runtime.add(first_list, &rt1)?, false);
+        let ctr = Fixture::ip(&f.runtime.add(first_list, &rt1)?, false);
         let _t = TcpServer::banner(&f.topo.container, SocketAddr::new(ctr, 80), "first")?;
         let snapshot = f.leftovers()?;
         let Err(err) = f.runtime.add(second_list, &rt2) else {
@@ -1110,7 +1105,7 @@ fn a_port_the_other_layout_maps_is_refused() -> Result<()> {
         );
         assert_eq!(get(&f.topo.client, host(8080))?, "first");
         f.runtime.del(second_list, &rt2)?;
-        first_runtime.del(first_list, &rt1)?;
+        f.runtime.del(first_list, &rt1)?;
     }
     ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     Ok(())

@@ -37,7 +37,6 @@ use crate::names;
 use crate::plan::Attachment;
 use crate::state::State;
 
-pub use nf_read::holder_in_nf_tables;
 pub use restore::{IptablesLock, lock};
 
 /// The iptables table of the layout.
@@ -430,7 +429,7 @@ fn shared_missing(spec: Option<&RuleSpec>, chain: Option<&str>) -> Missing {
 }
 
 /// The refusal of mapping `m`, held by the chain of `network`'s container `id`.
-fn refusal(m: &PortMapping, network: &str, id: &str) -> PortmapError {
+pub fn refusal(m: &PortMapping, network: &str, id: &str) -> PortmapError {
     PortmapError::Conflict {
         what: m.host_port_name(),
         owner: format!(
@@ -461,6 +460,64 @@ fn stale_containers<'c>(
         }
     }
     stale
+}
+
+/// The attachments of the layout that the host-port index names as holding one of `config`'s
+/// host ports in `family` (of containers other than `att`'s, whose chain is shared), each
+/// once, with the first of `config`'s mappings it holds: those whose current record claims
+/// the port and whose chain exists in `family`'s table (one lookup; where the layout is not
+/// in nf_tables, the record alone tells). A port the Go plugin maps has no index entry.
+///
+/// # Errors
+/// nf_tables failures other than "not found" and an nf_tables the kernel does not have.
+pub fn indexed_holders(
+    nft: &mut common::nft::Nft,
+    att: &Attachment,
+    config: &Config,
+    family: IpFamily,
+    holders: &dyn Holders,
+) -> Result<Vec<(State, PortMapping)>, PortmapError> {
+    let ours = crate::state::file(att);
+    let table = common::iptables::native::nft_table(family.into(), NAT);
+    // The records the index names, each read once (one attachment may hold thousands).
+    let mut records: std::collections::HashMap<String, Option<State>> =
+        std::collections::HashMap::new();
+    let mut found: Vec<(State, PortMapping)> = Vec::new();
+    for key in crate::plan::PortKey::of(&config.mappings, family) {
+        let Some(name) = holders.indexed(&key).filter(|n| *n != ours) else {
+            continue;
+        };
+        let record = records
+            .entry(name)
+            .or_insert_with_key(|name| holders.record(name));
+        let Some(holder) = record.as_ref().filter(|r| r.claims(&key)) else {
+            continue;
+        };
+        let same = |r: &State| r.network == holder.network && r.container_id == holder.container_id;
+        if (holder.network == att.network && holder.container_id == att.container_id)
+            || found.iter().any(|(r, _)| same(r))
+        {
+            continue;
+        }
+        let chain = names::dnat_chain(&holder.network, &holder.container_id);
+        let exists = if is_native(family) {
+            match nft.chain_exists(&table, &chain) {
+                Ok(exists) => exists,
+                Err(e) if e.is_not_found() || e.is_unsupported() => false,
+                Err(e) => return Err(PortmapError::Nft(e)),
+            }
+        } else {
+            true
+        };
+        // An entry whose chain is gone (a record the kernel lost) holds nothing.
+        if !exists {
+            continue;
+        }
+        if let Some(m) = config.mappings.iter().find(|m| key.is_claimed_by(m)) {
+            found.push((holder.clone(), *m));
+        }
+    }
+    Ok(found)
 }
 
 /// Whether `family`'s layout is in nf_tables, read and written natively.

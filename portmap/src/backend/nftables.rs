@@ -576,18 +576,11 @@ impl PortmapBackend for Nftables {
             }
         }
         let ops = plan::nft_add(&owner, &plans, &seen, &gone)?;
-        // Nor may the reference's layout hold one of the ports (read where it is in nf_tables).
-        let ours = names::dnat_chain(&att.network, &att.container_id);
+        // Nor may the reference's layout hold one of the ports: our iptables ADDs index them.
         for family in families {
-            let mappings = config.mappings_for(family);
-            if let Some((m, owner)) =
-                iptables::holder_in_nf_tables(self.nft()?, family, &ours, &mappings)
-                    .map_err(nft_err)?
-            {
-                return Err(PortmapError::Conflict {
-                    what: m.host_port_name(),
-                    owner,
-                });
+            let found = iptables::indexed_holders(self.nft()?, att, config, family, holders)?;
+            if let Some((holder, m)) = found.first() {
+                return Err(iptables::refusal(m, &holder.network, &holder.container_id));
             }
         }
         self.commit(&ops)?;

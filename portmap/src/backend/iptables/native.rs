@@ -14,7 +14,7 @@
 //! A rule the codec does not write (an iptables condition outside its forms) leaves the call to
 //! the restore path.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use common::iptables::Family;
 use common::iptables::native::{
@@ -28,7 +28,7 @@ use crate::backend::{Added, Fate, Holders};
 use crate::config::{Backend, Config, IpFamily};
 use crate::error::PortmapError;
 use crate::names;
-use crate::plan::{Attachment, PortKey};
+use crate::plan::Attachment;
 use crate::state::State;
 
 /// A native failure as the plugin's error.
@@ -48,8 +48,9 @@ fn or_restore<T>(result: Result<T, NativeError>) -> Result<Option<T>, PortmapErr
     }
 }
 
-/// The holders of the attachment's host ports in `family` that the index names and whose
-/// chain exists: gone ones (their records) to take over; a live one refuses the ADD.
+/// The holders of the attachment's host ports in `family` that the index names
+/// ([`super::indexed_holders`]): gone ones (their records) to take over; a live one refuses
+/// the ADD.
 fn gone_holders(
     tables: &mut NativeTables<&mut Nft>,
     att: &Attachment,
@@ -58,53 +59,12 @@ fn gone_holders(
     holders: &dyn Holders,
 ) -> Result<Vec<State>, PortmapError> {
     let mut gone: Vec<State> = Vec::new();
-    let ours = crate::state::file(att);
-    // The records the index names, each read once (one attachment may hold thousands).
-    let mut records: HashMap<String, Option<State>> = HashMap::new();
-    for key in PortKey::of(&config.mappings, family) {
-        let Some(name) = holders.indexed(&key).filter(|n| *n != ours) else {
-            continue;
-        };
-        let record = records
-            .entry(name)
-            .or_insert_with_key(|name| holders.record(name));
-        let Some(holder) = record.as_ref().filter(|r| r.claims(&key)) else {
-            continue;
-        };
-        let (network, id) = (&holder.network, &holder.container_id);
-        // The same container shares its chain (another of its interfaces).
-        if *network == att.network && *id == att.container_id {
-            continue;
-        }
-        if gone
-            .iter()
-            .any(|g| g.network == *network && g.container_id == *id)
-        {
-            continue;
-        }
-        let chain = names::dnat_chain(network, id);
-        // An index entry whose chain is gone (a record the kernel lost) holds nothing.
-        if !tables.chain_exists(family.into(), &chain).map_err(fail)? {
-            continue;
-        }
-        match holders.by_container(network, id) {
+    for (holder, m) in super::indexed_holders(tables.nft(), att, config, family, holders)? {
+        match holders.by_container(&holder.network, &holder.container_id) {
             Fate::Gone(records) if records.iter().all(|r| r.backend == Backend::Iptables) => {
                 gone.extend(records);
             }
-            _ => {
-                let m = config
-                    .mappings
-                    .iter()
-                    .find(|m| key.is_claimed_by(m))
-                    .copied()
-                    .unwrap_or(crate::config::PortMapping {
-                        host_port: key.port,
-                        container_port: key.port,
-                        proto: key.proto,
-                        host_ip: crate::config::HostIp::All,
-                    });
-                return Err(refusal(&m, network, id));
-            }
+            _ => return Err(refusal(&m, &holder.network, &holder.container_id)),
         }
     }
     Ok(gone)
