@@ -42,6 +42,14 @@ pub enum PortmapError {
     /// CHECK found drift.
     #[error("{0}")]
     Check(String),
+    /// CHECK found drift: the reference's message, and ours naming the object exactly.
+    #[error("{msg}")]
+    CheckDetailed {
+        /// The message.
+        msg: String,
+        /// What is missing, as we name it (the error's `details`).
+        details: String,
+    },
     /// `route_localnet` could not be enabled.
     #[error("unable to enable route_localnet: {0}")]
     RouteLocalnet(String),
@@ -59,6 +67,10 @@ impl From<PortmapError> for CniError {
         let code = match &err {
             PortmapError::Config { msg, details } => {
                 return CniError::invalid_config(msg.clone()).with_details(details.clone());
+            }
+            PortmapError::CheckDetailed { msg, details } => {
+                return CniError::new(ErrorCode::Internal, msg.clone())
+                    .with_details(details.clone());
             }
             PortmapError::Lock(common::lock::LockError::Timeout { .. })
             | PortmapError::Iptables(

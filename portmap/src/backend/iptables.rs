@@ -372,17 +372,18 @@ pub fn attachment(config: &Config, container_id: &str, ip: IpNet) -> (String, Ve
 pub enum Missing {
     /// Its chain.
     Chain,
-    /// One of its chain's rules.
-    Rule,
-    /// One of its entry rules.
-    Entry,
+    /// One of its chain's rules, as `iptables-save` prints it.
+    Rule(Vec<String>),
+    /// One of its entry rules, as `iptables-save` prints it.
+    Entry(Vec<String>),
     /// A shared chain or rule it needs: `chain X`, or `rule -A X …` as `iptables-save` prints
     /// it (the reference does not check these; the words are ours).
     Shared(String),
 }
 
 /// CHECK's error for what is `missing` of the attachment in `ip`'s family: the reference's
-/// message, listing the chain's or the entry rules in its own words as it does.
+/// message, listing the chain's or the entry rules in its own words as it does, with the rule
+/// missing in details as `iptables-save` prints it.
 pub fn check_error(
     config: &Config,
     container_id: &str,
@@ -399,20 +400,37 @@ pub fn check_error(
         let inner: Vec<String> = rules.iter().map(|r| format!("[{}]", r.join(" "))).collect();
         format!("[{}]", inner.join(" "))
     };
-    let what = match missing {
-        Missing::Chain => format!("chain {chain} not found in iptables table {NAT}"),
-        Missing::Rule => format!(
-            "rule {} in chain {chain} not found in table {NAT}",
-            go_list(&go_dnat_rules(config, ip))
-        ),
-        Missing::Entry => format!(
-            "rule {} in chain {} not found in table {NAT}",
-            go_list(&go_entry_rules(config, container_id, fam)),
-            names::IPT_TOPLEVEL_DNAT
-        ),
-        Missing::Shared(object) => format!("{object} not found in table {NAT}"),
+    let missing_rule = |chain: &str, rule: &[String]| {
+        let line = common::iptables::restore_line("-A", chain, rule)
+            .unwrap_or_else(|_| format!("-A {chain} {}", rule.join(" ")));
+        format!("rule {line} not found")
     };
-    PortmapError::Check(format!("could not check {which} dnat: {what}"))
+    let (what, details) = match missing {
+        Missing::Chain => (
+            format!("chain {chain} not found in iptables table {NAT}"),
+            String::new(),
+        ),
+        Missing::Rule(rule) => (
+            format!(
+                "rule {} in chain {chain} not found in table {NAT}",
+                go_list(&go_dnat_rules(config, ip))
+            ),
+            missing_rule(&chain, rule),
+        ),
+        Missing::Entry(rule) => (
+            format!(
+                "rule {} in chain {} not found in table {NAT}",
+                go_list(&go_entry_rules(config, container_id, fam)),
+                names::IPT_TOPLEVEL_DNAT
+            ),
+            missing_rule(names::IPT_TOPLEVEL_DNAT, rule),
+        ),
+        Missing::Shared(object) => (format!("{object} not found in table {NAT}"), String::new()),
+    };
+    PortmapError::CheckDetailed {
+        msg: format!("could not check {which} dnat: {what}"),
+        details,
+    }
 }
 
 /// A shared object CHECK found missing, as [`Missing::Shared`] names it.
@@ -795,7 +813,8 @@ mod tests {
                 "-p tcp --dport 8443 -d 10.98.0.1 -j DNAT --to-destination 10.96.0.2:443",
             ]
         );
-        let err = check_error(&c, "ctr", ip, &Missing::Rule).to_string();
+        let dnat = dnat_rules(&c, ip);
+        let err = check_error(&c, "ctr", ip, &Missing::Rule(dnat[0].clone())).to_string();
         assert!(
             err.starts_with(
                 "could not check ipv4 dnat: rule [[-p tcp --dport 8080 -s 10.96.0.2/24 -j CNI-HOSTPORT-SETMARK] [-p tcp"
@@ -810,7 +829,7 @@ mod tests {
             "{err}"
         );
         assert_eq!(
-            check_error(&c, "ctr", ip, &Missing::Entry).to_string(),
+            check_error(&c, "ctr", ip, &Missing::Entry(Vec::new())).to_string(),
             "could not check ipv4 dnat: rule [[-m comment --comment dnat name: \"net\" id: \"ctr\" -m multiport -p tcp --destination-ports 8080,8443]] in chain CNI-HOSTPORT-DNAT not found in table nat"
         );
         assert_eq!(

@@ -203,8 +203,8 @@ pub(super) fn check(
     let Some(want) = canonical_all(dnat_rules(config, ip))? else {
         return Ok(None);
     };
-    if want.iter().any(|r| !have.contains(r)) {
-        return Ok(Some(Some(Missing::Rule)));
+    if let Some(rule) = want.into_iter().find(|r| !have.contains(r)) {
+        return Ok(Some(Some(Missing::Rule(rule))));
     }
     let recorded = record.and_then(|r| r.recorded(fam));
     let Some(jumps) =
@@ -216,8 +216,8 @@ pub(super) fn check(
     let Some(want) = canonical_all(entry_rules(config, container_id, fam))? else {
         return Ok(None);
     };
-    if want.iter().any(|r| !have.contains(r)) {
-        return Ok(Some(Some(Missing::Entry)));
+    if let Some(rule) = want.into_iter().find(|r| !have.contains(r)) {
+        return Ok(Some(Some(Missing::Entry(rule))));
     }
     // The shared objects: whatever an ADD would still write, never committed.
     let mut probe = tables.transaction();
