@@ -521,16 +521,32 @@ fn verify_portmap_nftables(node: &Node, all: &[Attached<'_>]) -> Result<()> {
             .map(|a| format!("{} #{}", json!(a.v4), owner(a)))
             .collect(),
     )?;
-    verify_portmap_state(node, all)
+    verify_portmap_state(node, all, false)
 }
 
-fn verify_portmap_state(node: &Node, all: &[Attached<'_>]) -> Result<()> {
+/// One state file per attachment; with the iptables backend (`index`), also the host-port
+/// index's entries of each one's ports, each a hard link to its record.
+fn verify_portmap_state(node: &Node, all: &[Attached<'_>], index: bool) -> Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let record = |a: &Attached<'_>| format!("{NETWORK}_{}_{IFNAME}.json", a.cid());
+    let mut expected: Vec<String> = all.iter().map(record).collect();
+    if index {
+        for a in all {
+            for family in ["v4", "v6"] {
+                for proto in ["tcp", "udp"] {
+                    let entry = format!(".port-{family}-{proto}-{}", a.port());
+                    let linked = std::fs::metadata(node.portmap_dir.join(&entry))?.ino();
+                    let own = std::fs::metadata(node.portmap_dir.join(record(a)))?.ino();
+                    ensure!(linked == own, "{entry} is not {}", record(a));
+                    expected.push(entry);
+                }
+            }
+        }
+    }
     ensure_same_lines(
         "portmap state files",
         file_names(&node.portmap_dir, &[])?,
-        all.iter()
-            .map(|a| format!("{NETWORK}_{}_{IFNAME}.json", a.cid()))
-            .collect(),
+        expected,
     )
 }
 
@@ -610,7 +626,7 @@ fn verify_portmap_iptables(node: &Node, all: &[Attached<'_>]) -> Result<()> {
             "{tool}: CNI-HOSTPORT-DNAT holds other rules: {nat:#?}"
         );
     }
-    verify_portmap_state(node, all)
+    verify_portmap_state(node, all, true)
 }
 
 fn verify_bandwidth(node: &Node, all: &[Attached<'_>]) -> Result<()> {
