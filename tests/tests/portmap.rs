@@ -532,19 +532,9 @@ fn del_without_its_record_removes_the_attachment_at_its_keys(backend: &'static s
     let ip2 = Fixture::ip(&f.runtime.add(&list, &rt2)?, false);
     let _t = TcpServer::banner(&second, SocketAddr::new(ip2, 80), "second")?;
     std::fs::remove_file(f.state_dir()?.join(format!("{NETWORK}_ctr1_eth0.json")))?;
-    let conf = json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "portmap",
-        "backend": backend, "runtimeConfig": {"portMappings": [tcp(8080, 80)]}});
-    let out = f.runtime.exec_plugin(
-        "portmap",
-        Some("DEL"),
-        &[("CNI_CONTAINERID", "ctr1"), ("CNI_IFNAME", "eth0")],
-        conf.to_string().as_bytes(),
-    )?;
-    ensure!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let conf = json!({"cniVersion": "1.0.0", "masqAll": true,
+        "runtimeConfig": {"portMappings": [tcp(8080, 80)]}});
+    succeeded(f.exec("DEL", "ctr1", &[], conf)?, "DEL")?;
     let left = f.leftovers()?;
     ensure!(
         left.iter().all(|l| !l.contains("ctr1")),
@@ -558,6 +548,16 @@ fn del_without_its_record_removes_the_attachment_at_its_keys(backend: &'static s
     f.runtime.del(&list, &rt2)?;
     f.runtime.del(&list, &rt1)?;
     ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+    Ok(())
+}
+
+/// Fails, with what the plugin printed, unless `out` is a success.
+fn succeeded(out: PluginOutput, what: &str) -> Result<()> {
+    ensure!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     Ok(())
 }
 
@@ -1147,14 +1147,6 @@ fn the_go_plugin_checks_and_deletes_our_iptables_layout_and_ours_its() -> Result
             conf.to_string().as_bytes(),
         )
     };
-    let succeeded = |out: PluginOutput, what: &str| {
-        ensure!(
-            out.status.success(),
-            "{what}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        Ok(())
-    };
     let nat = || tests::snapshot::iptables_save_args(&f.topo.host, "iptables-save", &["-t", "nat"]);
     let ours = |command: &str| f.exec(command, "ctr1", &[("CNI_NETNS", &netns)], conf.clone());
 
@@ -1257,12 +1249,8 @@ fn without_nf_tables_auto_uses_the_legacy_tools_and_del_always_works() -> Result
         }
         Ok(outs)
     })??;
-    for (out, command) in outputs.iter().zip(["ADD", "CHECK"]) {
-        ensure!(
-            out.status.success(),
-            "{command} without nf_tables: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+    for (out, command) in outputs.into_iter().zip(["ADD", "CHECK"]) {
+        succeeded(out, command)?;
     }
     ensure!(
         legacy_nat()?

@@ -609,53 +609,64 @@ impl Nft {
 
     /// Makes the socket's send buffer hold a datagram of `bytes`.
     fn reserve_send_buffer(&mut self, bytes: usize) -> Result<(), NftError> {
-        use nix::sys::socket::{setsockopt, sockopt};
+        use nix::sys::socket::sockopt;
         let have = self.sndbuf.unwrap_or(SNDBUF_DEFAULT);
         if bytes + SNDBUF_SLACK <= have {
             return Ok(());
         }
         // The kernel doubles what it is given (for its bookkeeping): ask for the datagram.
-        let want = bytes + SNDBUF_SLACK;
         // SO_SNDBUFFORCE needs CAP_NET_ADMIN, which changing nf_tables needs anyway; without
         // it SO_SNDBUF is capped at net.core.wmem_max, and a datagram still too large is
         // refused by the send with EMSGSIZE.
-        let forced = setsockopt(&self.socket, sockopt::SndBufForce, &want)
-            .or_else(|_| setsockopt(&self.socket, sockopt::SndBuf, &want));
-        if let Err(errno) = forced {
-            log::debug!("cannot raise the nf_tables send buffer to {want}: {errno}");
-        }
-        let got = nix::sys::socket::getsockopt(&self.socket, sockopt::SndBuf).map_err(|e| {
-            NftError::Request {
-                op: "read the send buffer size".to_string(),
-                source: e.into(),
-            }
-        })?;
+        let got = self.raise_buffer(
+            "send",
+            bytes + SNDBUF_SLACK,
+            sockopt::SndBufForce,
+            sockopt::SndBuf,
+        )?;
         self.sndbuf = Some(got);
         Ok(())
     }
 
     /// Makes the socket's receive buffer hold `bytes` of replies queued at once.
     fn reserve_receive_buffer(&mut self, bytes: usize) -> Result<(), NftError> {
-        use nix::sys::socket::{setsockopt, sockopt};
+        use nix::sys::socket::sockopt;
         let have = self.rcvbuf.unwrap_or(SNDBUF_DEFAULT);
         if bytes <= have / 2 {
             return Ok(());
         }
         // As for the send buffer: SO_RCVBUFFORCE needs CAP_NET_ADMIN, else SO_RCVBUF is capped
         // at net.core.rmem_max.
-        let forced = setsockopt(&self.socket, sockopt::RcvBufForce, &bytes)
-            .or_else(|_| setsockopt(&self.socket, sockopt::RcvBuf, &bytes));
-        if let Err(errno) = forced {
-            log::debug!("cannot raise the nf_tables receive buffer to {bytes}: {errno}");
-        }
-        let got = nix::sys::socket::getsockopt(&self.socket, sockopt::RcvBuf).map_err(|e| {
-            NftError::Request {
-                op: "read the receive buffer size".to_string(),
-                source: e.into(),
-            }
-        })?;
+        let got = self.raise_buffer("receive", bytes, sockopt::RcvBufForce, sockopt::RcvBuf)?;
         self.rcvbuf = Some(got);
         Ok(())
+    }
+
+    /// Asks for a buffer (`which`: send or receive) of `bytes` with `forced`, else `plain`,
+    /// and returns the size the kernel reports for it.
+    fn raise_buffer<F, P>(
+        &self,
+        which: &str,
+        bytes: usize,
+        forced: F,
+        plain: P,
+    ) -> Result<usize, NftError>
+    where
+        F: nix::sys::socket::SetSockOpt<Val = usize>,
+        P: nix::sys::socket::SetSockOpt<Val = usize>
+            + nix::sys::socket::GetSockOpt<Val = usize>
+            + Copy,
+    {
+        use nix::sys::socket::{getsockopt, setsockopt};
+        let set = setsockopt(&self.socket, forced, &bytes)
+            .or_else(|_| setsockopt(&self.socket, plain, &bytes));
+        if let Err(errno) = set {
+            log::debug!("cannot raise the nf_tables {which} buffer to {bytes}: {errno}");
+        }
+        getsockopt(&self.socket, plain).map_err(|e| NftError::Request {
+            op: format!("read the {which} buffer size"),
+            source: e.into(),
+        })
     }
 
     /// Sends one request (a lookup: `dump` false, or a listing) and returns the replies.

@@ -208,21 +208,11 @@ impl Target {
     /// A sentence saying what was not run.
     pub fn measure<'a>(&self, results: &'a Results) -> Result<f64, String> {
         match self.measure {
-            Measure::Ratio { suite, case, step } => {
-                let row = results
-                    .rows
-                    .iter()
-                    .find(|r| r.suite == suite && r.case == case && r.step == step)
-                    .ok_or_else(|| format!("not measured: suite {suite} not run"))?;
-                row.ratio()
-                    .ok_or_else(|| "not measured: no Go timings".to_owned())
-            }
+            Measure::Ratio { suite, case, step } => row(results, suite, case, step)?
+                .ratio()
+                .ok_or_else(|| "not measured: no Go timings".to_owned()),
             Measure::Time { suite, case, step } => {
-                let row = results
-                    .rows
-                    .iter()
-                    .find(|r| r.suite == suite && r.case == case && r.step == step)
-                    .ok_or_else(|| format!("not measured: suite {suite} not run"))?;
+                let row = row(results, suite, case, step)?;
                 if row.ours.is_empty() {
                     return Err("not measured: no timings".to_owned());
                 }
@@ -281,6 +271,20 @@ impl Target {
             }
         }
     }
+}
+
+/// The row (`suite`, `case`, `step`) of `results`, or why there is none.
+fn row<'a>(
+    results: &'a Results,
+    suite: &str,
+    case: &str,
+    step: &str,
+) -> Result<&'a super::Row, String> {
+    results
+        .rows
+        .iter()
+        .find(|r| r.suite == suite && r.case == case && r.step == step)
+        .ok_or_else(|| format!("not measured: suite {suite} not run"))
 }
 
 /// A target's outcome on one run.
