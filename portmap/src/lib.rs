@@ -14,11 +14,13 @@
 //!   `gate_<hash>` (`nft list table ip cni_portmap`); elements are commented
 //!   `network/containerID/ifname`.
 //! - iptables backend: the reference's `nat` chains `CNI-HOSTPORT-DNAT`, `CNI-DN-<hash>`,
-//!   `CNI-HOSTPORT-SETMARK`, `CNI-HOSTPORT-MASQ` (`iptables-save -t nat`).
+//!   `CNI-HOSTPORT-SETMARK`, `CNI-HOSTPORT-MASQ` (`iptables-save -t nat`), written over
+//!   nf_tables netlink where the tools are `iptables-nft`, else with `iptables-restore`.
 //! - `net.ipv4.conf.<host if>.route_localnet = 1` when `snat` (IPv4); UDP conntrack entries of
 //!   the mapped host ports are deleted on ADD and DEL (`conntrack -D -p udp --dport N`); see
 //!   [`host`].
-//! - state files under `/run/cni/portmap/` ([`state`]).
+//! - state files under `/run/cni/portmap/`, and the iptables layout's host-port index beside
+//!   them ([`state`]).
 //!
 //! Each verb reads its configuration ([`config`]), plans what to change from what the kernel
 //! holds ([`plan`]) and leaves the change to a [`backend::PortmapBackend`]; DEL also removes

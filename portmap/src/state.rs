@@ -2,7 +2,8 @@
 //! or `prevResult` and without listing whole maps.
 //!
 //! Files live under `/run/cni/portmap/net-<inode>/` (tmpfs: gone on reboot, like the kernel
-//! state they describe), one directory per network namespace the plugin runs in.
+//! state they describe), one directory per network namespace the plugin runs in, with the
+//! iptables layout's host-port index beside them ([`PortIndex`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
