@@ -196,7 +196,10 @@ impl<T> NetConf<T> {
         };
         CniResult::from_prev_result_json(raw, &self.cni_version)
             .map(Some)
-            .map_err(|e| CniError::new(ErrorCode::Decode, e.to_string()))
+            .map_err(|e| {
+                CniError::new(ErrorCode::Decode, e.to_string())
+                    .reworded_as(Some(e.reference_text()))
+            })
     }
 
     /// True when the conflist declared capability `key` (e.g. `portMappings`).
@@ -529,5 +532,20 @@ mod tests {
             "{}",
             err.msg
         );
+    }
+
+    #[test]
+    fn prev_result_with_a_bad_address_is_worded_as_go_and_named_in_details() {
+        let conf: NetConf<PortmapKeys> = NetConf::from_value(json!({
+            "cniVersion": "1.0.0", "name": "n",
+            "prevResult": {"ips": [{"address": "10.1.0.300/24"}]}
+        }))
+        .unwrap();
+        let err = conf.prev_result().unwrap_err();
+        assert_eq!(
+            err.msg,
+            "could not parse prevResult: invalid CIDR address: 10.1.0.300/24"
+        );
+        assert!(err.details.contains("ips[0].address"), "{err:?}");
     }
 }

@@ -3,9 +3,9 @@
 use std::net::IpAddr;
 
 use common::conf::NetConf;
-use common::error::{CniError, ErrorCode};
+use common::error::CniError;
 use common::nft::L4Proto;
-use common::types::{CniResult, ResultError};
+use common::types::CniResult;
 use ipnet::IpNet;
 use serde::Deserialize;
 
@@ -375,201 +375,21 @@ pub fn parse(conf: &NetConf<PortmapKeys>) -> Result<Config, CniError> {
 }
 
 /// `prevResult`, parsed as the reference's `parseConfig` does, whose failure it words
-/// `could not parse prevResult: ` around the library's own `could not parse prevResult: …`:
-/// that message, with our account (the JSON path) in details.
+/// `could not parse prevResult: ` around the library's own `could not parse prevResult: …`.
 ///
 /// # Errors
 /// Code 6.
 pub fn prev_result<T>(conf: &NetConf<T>) -> Result<Option<CniResult>, CniError> {
-    let Some(raw) = &conf.prev_result else {
-        return Ok(None);
-    };
-    CniResult::from_prev_result(&serde_json::Value::Object(raw.clone()), &conf.cni_version)
-        .map(Some)
-        .map_err(|e| {
-            let inner = match e.root() {
-                ResultError::Decode(d) => d.message().to_string(),
-                other => other.to_string(),
-            };
-            CniError::new(
-                ErrorCode::Decode,
-                format!("could not parse prevResult: could not parse prevResult: {inner}"),
-            )
-            .with_details(e.to_string())
-        })
+    conf.prev_result()
+        .map_err(|e| e.led_by("could not parse prevResult"))
 }
 
-/// A field of the reference's configuration struct as Go's JSON decoder names it in a type
-/// error: the path of JSON keys (lower case, `*` for an array index), the Go struct holding
-/// it, the field's path as Go prints it, and its Go type.
-struct GoField {
-    keys: &'static [&'static str],
-    strukt: &'static str,
-    field: &'static str,
-    go_type: &'static str,
-}
-
-const fn go_field(
-    keys: &'static [&'static str],
-    strukt: &'static str,
-    field: &'static str,
-    go_type: &'static str,
-) -> GoField {
-    GoField {
-        keys,
-        strukt,
-        field,
-        go_type,
-    }
-}
-
-/// The fields of the reference's `PortMapConf` (and of the `NetConf` it embeds) a user sets.
-const GO_FIELDS: &[GoField] = &[
-    go_field(&["name"], "NetConf", "name", "string"),
-    go_field(&["backend"], "PortMapConf", "backend", "string"),
-    go_field(&["snat"], "PortMapConf", "snat", "bool"),
-    go_field(&["masqall"], "PortMapConf", "masqAll", "bool"),
-    go_field(&["markmasqbit"], "PortMapConf", "markMasqBit", "int"),
-    go_field(
-        &["externalsetmarkchain"],
-        "PortMapConf",
-        "externalSetMarkChain",
-        "string",
-    ),
-    go_field(&["conditionsv4"], "PortMapConf", "conditionsV4", "[]string"),
-    go_field(
-        &["conditionsv4", "*"],
-        "PortMapConf",
-        "conditionsV4",
-        "string",
-    ),
-    go_field(&["conditionsv6"], "PortMapConf", "conditionsV6", "[]string"),
-    go_field(
-        &["conditionsv6", "*"],
-        "PortMapConf",
-        "conditionsV6",
-        "string",
-    ),
-    go_field(
-        &["runtimeconfig", "portmappings"],
-        "PortMapConf",
-        "runtimeConfig.portMappings",
-        "[]main.PortMapEntry",
-    ),
-    go_field(
-        &["runtimeconfig", "portmappings", "*", "hostport"],
-        "PortMapEntry",
-        "runtimeConfig.portMappings.hostPort",
-        "int",
-    ),
-    go_field(
-        &["runtimeconfig", "portmappings", "*", "containerport"],
-        "PortMapEntry",
-        "runtimeConfig.portMappings.containerPort",
-        "int",
-    ),
-    go_field(
-        &["runtimeconfig", "portmappings", "*", "protocol"],
-        "PortMapEntry",
-        "runtimeConfig.portMappings.protocol",
-        "string",
-    ),
-    go_field(
-        &["runtimeconfig", "portmappings", "*", "hostip"],
-        "PortMapEntry",
-        "runtimeConfig.portMappings.hostIP",
-        "string",
-    ),
-];
-
-/// The segments of a decode error's path (`a.b[2].c`): keys in lower case, `*` for an index.
-fn path_keys(path: &str) -> Vec<String> {
-    let mut keys = Vec::new();
-    for part in path.split('.') {
-        let (key, indexes) = part.split_once('[').unwrap_or((part, ""));
-        if !key.is_empty() {
-            keys.push(key.to_ascii_lowercase());
-        }
-        keys.extend(
-            indexes
-                .split('[')
-                .filter(|i| !i.is_empty())
-                .map(|_| "*".to_string()),
-        );
-    }
-    keys
-}
-
-/// The value at `keys` of `config`, object keys matched in any case (the last match wins, as
-/// Go's decoder keeps the last duplicate).
-fn value_at<'v>(config: &'v serde_json::Value, path: &str) -> Option<&'v serde_json::Value> {
-    let mut at = config;
-    for part in path.split('.') {
-        let (key, indexes) = part.split_once('[').unwrap_or((part, ""));
-        if !key.is_empty() {
-            at = at
-                .as_object()?
-                .iter()
-                .rfind(|(k, _)| k.eq_ignore_ascii_case(key))?
-                .1;
-        }
-        for index in indexes.split('[').filter(|i| !i.is_empty()) {
-            at = at.get(index.trim_end_matches(']').parse::<usize>().ok()?)?;
-        }
-    }
-    Some(at)
-}
-
-/// Go's JSON decoder's message for the value at `path` of `config`, of the wrong type for a
-/// field of the reference's struct: `json: cannot unmarshal string into Go struct field
-/// PortMapConf.snat of type bool`. `None` for a field it does not declare, or a value Go
-/// takes (`null`).
-fn go_type_error(config: &serde_json::Value, path: &str) -> Option<String> {
-    use serde_json::Value;
-    let keys = path_keys(path);
-    let field = GO_FIELDS.iter().find(|f| f.keys == keys.as_slice())?;
-    let value = match value_at(config, path)? {
-        Value::Null => return None,
-        Value::Bool(_) => "bool".to_string(),
-        // Go names a number it cannot fit into an integer field by its text.
-        Value::Number(n) if field.go_type == "int" => format!("number {n}"),
-        Value::Number(_) => "number".to_string(),
-        Value::String(_) => "string".to_string(),
-        Value::Array(_) => "array".to_string(),
-        Value::Object(_) => "object".to_string(),
-    };
-    Some(format!(
-        "json: cannot unmarshal {value} into Go struct field {}.{} of type {}",
-        field.strukt, field.field, field.go_type
-    ))
-}
-
-/// A configuration that does not decode, worded as the reference's `parseConfig` words it
-/// (`failed to parse network configuration: json: cannot unmarshal …`) where the offending
-/// value is one of its fields; our message moves to details. Others keep ours, led the same.
-pub fn decode_error(config: &serde_json::Value, err: CniError) -> CniError {
-    let err = err.with_decode_lead("failed to parse network configuration");
-    let keys = common::decode::from_value::<PortmapKeys>(config.clone()).err();
-    let runtime = || {
-        let rc = value_at(config, "runtimeConfig")?.clone();
-        common::decode::from_value::<RuntimeConfig>(rc)
-            .err()
-            .map(|e| {
-                if e.path().is_empty() {
-                    "runtimeConfig".to_string()
-                } else {
-                    format!("runtimeConfig.{}", e.path())
-                }
-            })
-    };
-    let path = match keys {
-        Some(e) => Some(e.path().to_string()),
-        None => runtime(),
-    };
-    match path.and_then(|p| go_type_error(config, &p)) {
-        Some(go) => err.reworded_as(Some(format!("failed to parse network configuration: {go}"))),
-        None => err,
-    }
+/// A configuration that does not decode, led as the reference's `parseConfig` leads it
+/// (`failed to parse network configuration: json: cannot unmarshal …`); the decoder already
+/// words the rest as Go does, our path in details.
+#[must_use]
+pub fn decode_error(err: CniError) -> CniError {
+    err.with_decode_lead("failed to parse network configuration")
 }
 
 /// The mappings of a DEL's `runtimeConfig`, leniently: an entry that does not decode or
@@ -1033,52 +853,6 @@ mod tests {
             let got = err_details(json!({"runtimeConfig": {"portMappings": [mapping]}}));
             assert_eq!(got, (msg.to_string(), details.to_string()));
         }
-    }
-
-    #[test]
-    fn type_errors_are_worded_as_go_s_json_decoder_words_them() {
-        let config = json!({
-            "name": "n", "SNAT": "yes", "markMasqBit": 1.5, "conditionsV4": ["-s", 3],
-            "runtimeConfig": {"portMappings": [{"hostPort": 80, "containerPort": 80}, {"HostPort": "80"}]},
-        });
-        let go = |path| go_type_error(&config, path);
-        assert_eq!(
-            go("SNAT").as_deref(),
-            Some(
-                "json: cannot unmarshal string into Go struct field PortMapConf.snat of type bool"
-            )
-        );
-        assert_eq!(
-            go("markMasqBit").as_deref(),
-            Some(
-                "json: cannot unmarshal number 1.5 into Go struct field PortMapConf.markMasqBit of type int"
-            )
-        );
-        assert_eq!(
-            go("conditionsV4[1]").as_deref(),
-            Some(
-                "json: cannot unmarshal number into Go struct field PortMapConf.conditionsV4 of type string"
-            )
-        );
-        assert_eq!(
-            go("runtimeConfig.portMappings[1].HostPort").as_deref(),
-            Some(
-                "json: cannot unmarshal string into Go struct field PortMapEntry.runtimeConfig.portMappings.hostPort of type int"
-            )
-        );
-        assert_eq!(go("unknown"), None);
-        let err = decode_error(
-            &config,
-            CniError::new(
-                ErrorCode::Decode,
-                "failed to decode network configuration: SNAT: invalid type",
-            ),
-        );
-        assert_eq!(
-            err.msg,
-            "failed to parse network configuration: json: cannot unmarshal string into Go struct field PortMapConf.snat of type bool"
-        );
-        assert!(err.details.contains("SNAT: invalid type"), "{err:?}");
     }
 
     #[test]

@@ -60,7 +60,7 @@ struct Loaded {
 /// parsed, then validated, each failure worded as the reference words it for the verb.
 fn load(call: &Call) -> Result<Loaded, CniError> {
     let worded = |e: CniError| error::config_error(call.command, e);
-    let decode = |e: CniError| worded(config::decode_error(&call.config, e));
+    let decode = |e: CniError| worded(config::decode_error(e));
     let conf: NetConf<PortmapKeys> = call.conf().map_err(decode)?;
     let prev = config::prev_result(&conf).map_err(worded)?;
     let config = config::parse(&conf).map_err(|e| match e.code {

@@ -145,6 +145,19 @@ impl ResultError {
             other => other,
         }
     }
+
+    /// The reference's text for this error: where a value fails its own parser (an address,
+    /// a CIDR) Go's message has no path, so ours goes, and Go's text for a type or syntax
+    /// error is used where we know it. [`ToString`] keeps our account.
+    pub fn reference_text(&self) -> String {
+        match self {
+            ResultError::Decode(d) => d.go_text().unwrap_or_else(|| d.message()).to_string(),
+            ResultError::PrevResult(inner) => {
+                format!("could not parse prevResult: {}", inner.reference_text())
+            }
+            other => other.to_string(),
+        }
+    }
 }
 
 impl CniResult {
