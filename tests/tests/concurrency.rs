@@ -377,7 +377,8 @@ fn run(name: &str, parts: &[Part]) -> Result<()> {
     Ok(())
 }
 
-/// Names of the files directly in `dir` (none when it does not exist), without `skip`.
+/// Names of the files directly in `dir` (none when it does not exist), without `skip` and the
+/// state store's directory of temporaries (kept between writes).
 fn file_names(dir: &Path, skip: &[&str]) -> Result<Vec<String>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -387,7 +388,7 @@ fn file_names(dir: &Path, skip: &[&str]) -> Result<Vec<String>> {
     let mut names = Vec::new();
     for entry in entries {
         let name = entry?.file_name().to_string_lossy().into_owned();
-        if !skip.contains(&name.as_str()) {
+        if name != common::store::TEMP_DIR && !skip.contains(&name.as_str()) {
             names.push(name);
         }
     }
