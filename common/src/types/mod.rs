@@ -147,11 +147,12 @@ impl ResultError {
     }
 
     /// The reference's text for this error: where a value fails its own parser (an address,
-    /// a CIDR) Go's message has no path, so ours goes, and Go's text for a type or syntax
-    /// error is used where we know it. [`ToString`] keeps our account.
+    /// a CIDR) Go's message is the parser's, without a path, and so is ours. A value of the
+    /// wrong JSON type keeps our account, path included: Go names it after the result types'
+    /// own decoders, which we do not reproduce (the top-level README says so).
     pub fn reference_text(&self) -> String {
         match self {
-            ResultError::Decode(d) => d.go_text().unwrap_or_else(|| d.message()).to_string(),
+            ResultError::Decode(d) if d.go_text().is_none() => d.message().to_string(),
             ResultError::PrevResult(inner) => {
                 format!("could not parse prevResult: {}", inner.reference_text())
             }
