@@ -192,6 +192,7 @@ enum Op {
     },
     AddElements(Table, String, Vec<Element>),
     DeleteElements(Table, String, Vec<Vec<Value>>),
+    ExpireElements(Table, String, Vec<Element>),
 }
 
 impl Op {
@@ -225,6 +226,9 @@ impl Op {
             } => format!("delete rule {table} {chain} handle {handle}"),
             Op::AddElements(t, s, e) => format!("add {} element(s) to {t} {s}", e.len()),
             Op::DeleteElements(t, s, k) => format!("delete {} element(s) from {t} {s}", k.len()),
+            Op::ExpireElements(t, s, e) => {
+                format!("expire {} element(s) of {t} {s} (timeout 1ms)", e.len())
+            }
         }
     }
 }
@@ -388,6 +392,96 @@ impl Batch {
         self
     }
 
+    /// Removes elements without deleting them: `add element ip TABLE SET { k timeout 1ms : v }`
+    /// over the existing elements (`NFT_MSG_NEWSETELEM` without `NLM_F_EXCL`), which updates
+    /// their timeout. Each element is given with its key and, in a map, the data it has (other
+    /// data is refused with EBUSY); comments are not sent (an update keeps the old one).
+    ///
+    /// Why: a transaction that deletes anything queues the frees of the deleted objects
+    /// behind an RCU grace period, and the next close of an nf_tables socket of the namespace
+    /// waits for them (the module docs); an element that times out is freed by the set's own
+    /// garbage collection, and nothing waits. The element stays in effect until the timeout
+    /// ends, one kernel tick at most (the kernel counts timeouts in ticks); listings and
+    /// lookups skip it from then on, and its key can be added again (but not in the same
+    /// transaction: adding an element that exists changes nothing, so the timeout would still
+    /// remove it — delete a key that the transaction adds again).
+    ///
+    /// [`Nft::apply`](super::Nft::apply) deletes the elements instead where the set lacks
+    /// `flags timeout` (sets made by `Set` without [`Set::with_timeout`]), and deletes them in
+    /// a second transaction when the kernel ignored the update (kernels before 6.5 accept it
+    /// and change nothing): it looks one of them up after the commit.
+    pub fn expire_elements(
+        &mut self,
+        table: &Table,
+        set: &str,
+        elements: &[Element],
+    ) -> &mut Batch {
+        if !elements.is_empty() {
+            self.ops.push(Op::ExpireElements(
+                table.clone(),
+                set.to_string(),
+                elements.to_vec(),
+            ));
+        }
+        self
+    }
+
+    /// Whether the batch deletes a table or a set (whose successor may be declared otherwise).
+    pub(crate) fn drops_sets(&self) -> bool {
+        self.ops
+            .iter()
+            .any(|op| matches!(op, Op::DeleteTable(_) | Op::DeleteSet(..)))
+    }
+
+    /// The sets whose elements the batch expires, with their first element: for the checks
+    /// of [`Nft::apply`](super::Nft::apply).
+    pub(crate) fn expiring(&self) -> impl Iterator<Item = (&Table, &str, &Element)> {
+        self.ops.iter().filter_map(|op| match op {
+            Op::ExpireElements(t, s, e) => e.first().map(|first| (t, s.as_str(), first)),
+            _ => None,
+        })
+    }
+
+    /// The batch with the expiries of sets that `keep` refuses made deletions of the same
+    /// keys; `None` when it changes nothing.
+    pub(crate) fn deleting_expiries(&self, keep: &dyn Fn(&Table, &str) -> bool) -> Option<Batch> {
+        let mut changed = false;
+        let ops = self
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::ExpireElements(t, s, e) if !keep(t, s) => {
+                    changed = true;
+                    Op::DeleteElements(
+                        t.clone(),
+                        s.clone(),
+                        e.iter().map(|e| e.key.clone()).collect(),
+                    )
+                }
+                other => other.clone(),
+            })
+            .collect();
+        changed.then_some(Batch { ops })
+    }
+
+    /// A batch deleting every element this one expires.
+    pub(crate) fn expiries_as_deletions(&self) -> Batch {
+        Batch {
+            ops: self
+                .ops
+                .iter()
+                .filter_map(|op| match op {
+                    Op::ExpireElements(t, s, e) => Some(Op::DeleteElements(
+                        t.clone(),
+                        s.clone(),
+                        e.iter().map(|e| e.key.clone()).collect(),
+                    )),
+                    _ => None,
+                })
+                .collect(),
+        }
+    }
+
     /// The nft-syntax description of operation `index`, for error messages.
     pub(crate) fn describe(&self, index: usize) -> String {
         self.ops
@@ -545,6 +639,25 @@ impl Batch {
                         0,
                     )
                 }
+                Op::ExpireElements(t, s, elements) => {
+                    let mut list = Vec::with_capacity(elements.len());
+                    for e in elements {
+                        list.push(expiry_attributes(e).map_err(fail)?);
+                    }
+                    (
+                        t,
+                        split_elements(list)
+                            .map_err(fail)?
+                            .into_iter()
+                            .map(|part| {
+                                elements_message(NfTablesMessage::NewSetElement, t, s, part)
+                            })
+                            .collect(),
+                        // An update: neither NLM_F_EXCL (which refuses an element that exists)
+                        // nor NLM_F_CREATE.
+                        0,
+                    )
+                }
             };
             for msg in msgs {
                 check_fits(&msg).map_err(fail)?;
@@ -692,10 +805,16 @@ fn set_message(t: &Table, s: &Set, id: u32) -> Result<NfTablesMessage, String> {
     let mut attributes = vec![
         SetAttribute::Table(t.name.clone()),
         SetAttribute::Name(s.name.clone()),
-        SetAttribute::Flags(match s.data {
-            SetData::None => SetFlags::empty(),
-            _ => SetFlags::Map,
-        }),
+        SetAttribute::Flags(
+            match s.data {
+                SetData::None => SetFlags::empty(),
+                _ => SetFlags::Map,
+            } | if s.timeout {
+                SetFlags::Timeout
+            } else {
+                SetFlags::empty()
+            },
+        ),
         SetAttribute::KeyType(DataType::concat_id(&s.key)),
         SetAttribute::KeyLen(len(&s.key)),
     ];
@@ -738,7 +857,26 @@ pub(super) fn rule_message(t: &Table, chain: &str, rule: &Rule) -> Result<NfTabl
     Ok(NfTablesMessage::NewRule(RuleMessage { attributes }))
 }
 
+/// The timeout [`Batch::expire_elements`] gives, in milliseconds: the least there is (the
+/// kernel rounds it up to one tick; zero would mean "no timeout").
+pub(crate) const EXPIRE_TIMEOUT_MS: u64 = 1;
+
+/// An element of [`Batch::expire_elements`]: its key, its data, and the timeout.
+fn expiry_attributes(e: &Element) -> Result<ListAttribute<SetElementAttribute>, String> {
+    let without_comment = Element {
+        comment: None,
+        ..e.clone()
+    };
+    let mut attrs = element_nlas(&without_comment)?;
+    attrs.push(SetElementAttribute::Timeout(EXPIRE_TIMEOUT_MS));
+    Ok(ListAttribute::Element(attrs))
+}
+
 fn element_attributes(e: &Element) -> Result<ListAttribute<SetElementAttribute>, String> {
+    element_nlas(e).map(ListAttribute::Element)
+}
+
+fn element_nlas(e: &Element) -> Result<Vec<SetElementAttribute>, String> {
     if e.key.is_empty() {
         return Err("an element needs a key".to_string());
     }
@@ -763,7 +901,7 @@ fn element_attributes(e: &Element) -> Result<ListAttribute<SetElementAttribute>,
         }
         attrs.push(SetElementAttribute::UserData(userdata::comment(c)));
     }
-    Ok(ListAttribute::Element(attrs))
+    Ok(attrs)
 }
 
 fn elements_message(

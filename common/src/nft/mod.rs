@@ -105,7 +105,9 @@ pub use probe::Feature;
 pub use rule::{
     COMMENT_MAX, CtStateFlags, CtStatusFlags, IntoNet, NfProto, Rule, RuleError, Selector,
 };
-pub use set::{DataType, Element, ElementData, L4Proto, Set, SetData, Value};
+pub use set::{
+    DataType, EXPIRY_WAIT_MAX, Element, ElementData, L4Proto, Set, SetData, Value, wait_expired,
+};
 
 use crate::netlink::NetlinkSocket;
 use crate::netns::{NetNs, NetnsError};
@@ -375,6 +377,18 @@ pub struct Nft {
     sndbuf: Option<usize>,
     /// The receive buffer likewise, once a batch's echoed replies needed more.
     rcvbuf: Option<usize>,
+    /// What lookups learnt of sets (a set's types and flags never change while it exists):
+    /// every element lookup needs them, and a call looks up several keys of the same sets.
+    sets: Vec<(Family, String, String, SetInfo)>,
+}
+
+/// The declared types and flags of a set or map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SetInfo {
+    key: Vec<DataType>,
+    data: SetData,
+    /// `flags timeout`.
+    timeout: bool,
 }
 
 /// The socket's descriptor (tests tell sockets apart by it). After a batch that deleted
@@ -476,6 +490,7 @@ impl Nft {
             socket,
             sndbuf: None,
             rcvbuf: None,
+            sets: Vec::new(),
         })
     }
 
@@ -524,8 +539,73 @@ impl Nft {
         self.transact(batch, false).map(drop)
     }
 
-    /// Sends `batch` and returns the rules the kernel echoed back, in batch order.
+    /// Sends `batch` and returns the rules the kernel echoed back, in batch order. Expiries
+    /// ([`Batch::expire_elements`]) of sets without `flags timeout` are sent as deletions;
+    /// after a commit, one expired element is looked up, and when the kernel ignored the
+    /// update (it is still there without a timeout) they are all deleted in a second
+    /// transaction.
     fn transact(&mut self, batch: &Batch, commit: bool) -> Result<Vec<ListedRule>, NftError> {
+        let resolved = self.resolve_expiries(batch)?;
+        let batch = resolved.as_ref().unwrap_or(batch);
+        if batch.drops_sets() {
+            self.sets.clear();
+        }
+        let echoed = self.transact_resolved(batch, commit)?;
+        if commit && self.expiry_ignored(batch)? {
+            log::debug!("the kernel does not update element timeouts: deleting instead");
+            self.transact_resolved(&batch.expiries_as_deletions(), true)?;
+        }
+        Ok(echoed)
+    }
+
+    /// `batch` with the expiries of sets that lack `flags timeout` (made by an earlier version
+    /// of a plugin) made deletions, `None` when there are none. A set that cannot be found is
+    /// left to the kernel's refusal.
+    fn resolve_expiries(&mut self, batch: &Batch) -> Result<Option<Batch>, NftError> {
+        let mut lacking: Vec<(Table, String)> = Vec::new();
+        let sets: Vec<(Table, String)> = batch
+            .expiring()
+            .map(|(t, s, _)| (t.clone(), s.to_string()))
+            .collect();
+        for (table, set) in sets {
+            match self.set_info(&table, &set) {
+                Ok(info) if !info.timeout => lacking.push((table, set)),
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if lacking.is_empty() {
+            return Ok(None);
+        }
+        Ok(batch.deleting_expiries(&|t, s| !lacking.iter().any(|(lt, ls)| lt == t && ls == s)))
+    }
+
+    /// Whether the kernel accepted the committed `batch`'s first expiry without giving the
+    /// element a timeout (kernels before 6.5): it is still there, as it was, without one. An
+    /// element that has expired is gone, one still expiring has a timeout left, and one with
+    /// other data or owner was added anew by someone else.
+    fn expiry_ignored(&mut self, batch: &Batch) -> Result<bool, NftError> {
+        let Some((table, set, first)) = batch.expiring().next() else {
+            return Ok(false);
+        };
+        let (table, set, first) = (table.clone(), set.to_string(), first.clone());
+        match self.element(&table, &set, &first.key) {
+            Ok(Some(e)) => {
+                Ok(!e.is_expiring() && e.data == first.data && e.comment == first.comment)
+            }
+            Ok(None) => Ok(false),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Nft::transact`] of a batch whose expiries are resolved.
+    fn transact_resolved(
+        &mut self,
+        batch: &Batch,
+        commit: bool,
+    ) -> Result<Vec<ListedRule>, NftError> {
         let (encoded, replies) = self.send(batch, commit)?;
         match replies.failures.into_iter().next() {
             None => {
@@ -895,12 +975,15 @@ impl Nft {
         Ok(replies)
     }
 
-    /// The declared key and data types of a set or map.
-    fn set_types(
-        &mut self,
-        table: &Table,
-        set: &str,
-    ) -> Result<(Vec<DataType>, SetData), NftError> {
+    /// The declared types and flags of a set or map, asked of the kernel once per handle.
+    fn set_info(&mut self, table: &Table, set: &str) -> Result<SetInfo, NftError> {
+        let known = self
+            .sets
+            .iter()
+            .find(|(f, t, s, _)| *f == table.family && *t == table.name && s == set);
+        if let Some((.., info)) = known {
+            return Ok(info.clone());
+        }
         let op = || format!("look up set {table} {set}");
         let msg = NfTablesMessage::GetSet(SetMessage {
             attributes: vec![
@@ -932,7 +1015,18 @@ impl Nft {
             ),
             None => SetData::None,
         };
-        Ok((key, data))
+        let info = SetInfo {
+            key,
+            data,
+            timeout: types.timeout,
+        };
+        self.sets.push((
+            table.family,
+            table.name.clone(),
+            set.to_string(),
+            info.clone(),
+        ));
+        Ok(info)
     }
 
     /// Every element of a set or map, with data and comments (`nft list map …`). Decoded here
@@ -941,12 +1035,13 @@ impl Nft {
     /// first element for every datagram of the dump (32 KiB, some 230 elements with
     /// portmap's comments), so 4 000 elements cost it about 3 ms of CPU and 16 000 about
     /// 30 ms on the development VM. Where the key is known, [`Nft::element`] costs the same
-    /// whatever the size.
+    /// whatever the size. Elements whose timeout has ended are left out (the kernel skips
+    /// them too); one still expiring says so ([`Element::expires`]).
     ///
     /// # Errors
     /// `is_not_found()` when the table or set does not exist.
     pub fn elements(&mut self, table: &Table, set: &str) -> Result<Vec<Element>, NftError> {
-        let (key, data) = self.set_types(table, set)?;
+        let SetInfo { key, data, .. } = self.set_info(table, set)?;
         let msg = NfTablesMessage::GetSetElement(SetElementMessage {
             attributes: vec![
                 SetElementList::Table(table.name.clone()),
@@ -963,7 +1058,10 @@ impl Nft {
     }
 
     /// The element with `key`, if present (`nft get element …`): one lookup by key in the
-    /// kernel (`NFT_MSG_GETSETELEM` without a dump), whatever the size of the set.
+    /// kernel (`NFT_MSG_GETSETELEM` without a dump), whatever the size of the set. An element
+    /// whose timeout has ended is absent, even while the set's garbage collection has not
+    /// freed it yet; one still expiring ([`Batch::expire_elements`]) is returned with the time
+    /// it has left ([`Element::expires`]).
     ///
     /// # Errors
     /// `is_not_found()` when the table or set does not exist.
@@ -973,7 +1071,11 @@ impl Nft {
         set: &str,
         key: &[Value],
     ) -> Result<Option<Element>, NftError> {
-        let (key_types, data) = self.set_types(table, set)?;
+        let SetInfo {
+            key: key_types,
+            data,
+            ..
+        } = self.set_info(table, set)?;
         let msg = NfTablesMessage::GetSetElement(SetElementMessage {
             attributes: vec![
                 SetElementList::Table(table.name.clone()),
@@ -1041,6 +1143,9 @@ fn decode_elements<'a>(
         .iter()
         .filter(|r| r.nft_kind() == Some(raw::NFT_MSG_NEWSETELEM))
         .flat_map(|r| raw::set_elements(r.attrs()))
+        // An element whose timeout has ended is gone but for the set's garbage collection
+        // (listings skip it; a lookup may not).
+        .filter(|e| e.expiration != Some(0))
         .filter_map(move |e| decode_element(&e, key, data))
 }
 
@@ -1058,6 +1163,7 @@ fn decode_element(e: &raw::RawElement<'_>, key: &[DataType], data: &SetData) -> 
         key,
         data,
         comment: e.userdata.and_then(userdata::parse_comment),
+        expires: e.expiration.map(std::time::Duration::from_millis),
     })
 }
 

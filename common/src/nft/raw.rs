@@ -134,9 +134,11 @@ const NFTA_SET_FLAGS: u16 = 3;
 const NFTA_SET_KEY_TYPE: u16 = 4;
 const NFTA_SET_DATA_TYPE: u16 = 6;
 const NFT_SET_MAP: u32 = 0x8;
+const NFT_SET_TIMEOUT: u32 = 0x10;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
 const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_DATA: u16 = 2;
+const NFTA_SET_ELEM_EXPIRATION: u16 = 5;
 const NFTA_SET_ELEM_USERDATA: u16 = 6;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
@@ -233,6 +235,8 @@ pub(crate) struct SetTypes {
     pub data: Option<u32>,
     /// `NFT_SET_MAP` is set.
     pub is_map: bool,
+    /// `NFT_SET_TIMEOUT` is set (`flags timeout`).
+    pub timeout: bool,
 }
 
 /// The types of a set (`NFT_MSG_NEWSET`'s attributes).
@@ -241,6 +245,7 @@ pub(crate) fn set_types(attrs: &[u8]) -> SetTypes {
         key: u32_of(attrs, NFTA_SET_KEY_TYPE),
         data: u32_of(attrs, NFTA_SET_DATA_TYPE),
         is_map: u32_of(attrs, NFTA_SET_FLAGS).is_some_and(|f| f & NFT_SET_MAP != 0),
+        timeout: u32_of(attrs, NFTA_SET_FLAGS).is_some_and(|f| f & NFT_SET_TIMEOUT != 0),
     }
 }
 
@@ -255,6 +260,9 @@ pub(crate) struct RawElement<'a> {
     pub verdict: Option<Verdict>,
     /// `NFTA_SET_ELEM_USERDATA`, where nft keeps the comment.
     pub userdata: Option<&'a [u8]>,
+    /// `NFTA_SET_ELEM_EXPIRATION`: milliseconds left of an element with a timeout (0: it has
+    /// expired, and only the set's garbage collection has not freed it yet).
+    pub expiration: Option<u64>,
 }
 
 /// The elements of one `NFT_MSG_NEWSETELEM` (its attributes): a dump sends as many per
@@ -274,6 +282,10 @@ pub(crate) fn set_elements(attrs: &[u8]) -> impl Iterator<Item = RawElement<'_>>
                         out.verdict = find(value, NFTA_DATA_VERDICT).and_then(verdict);
                     }
                     NFTA_SET_ELEM_USERDATA => out.userdata = Some(value),
+                    NFTA_SET_ELEM_EXPIRATION => {
+                        out.expiration = value.try_into().ok().map(u64::from_be_bytes);
+                    }
+                    // NFTA_SET_ELEM_TIMEOUT, flags, expressions: not needed here.
                     _ => {}
                 }
             }

@@ -1,6 +1,7 @@
 //! Named sets and maps, their data types, and their elements.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
 
 use super::expr::Verdict;
 
@@ -276,6 +277,10 @@ pub struct Set {
     pub key: Vec<DataType>,
     /// What the elements map to.
     pub data: SetData,
+    /// `flags timeout`: its elements can be given a timeout, which is how
+    /// [`Batch::expire_elements`](super::Batch::expire_elements) removes them without a
+    /// deletion.
+    pub timeout: bool,
 }
 
 impl Set {
@@ -285,6 +290,7 @@ impl Set {
             name: name.to_string(),
             key: key.to_vec(),
             data: SetData::None,
+            timeout: false,
         }
     }
 
@@ -294,6 +300,7 @@ impl Set {
             name: name.to_string(),
             key: key.to_vec(),
             data: SetData::Values(data.to_vec()),
+            timeout: false,
         }
     }
 
@@ -303,7 +310,16 @@ impl Set {
             name: name.to_string(),
             key: key.to_vec(),
             data: SetData::Verdict,
+            timeout: false,
         }
+    }
+
+    /// `flags timeout;`: elements can be given a timeout (none of ours is, but a removal by
+    /// [`Batch::expire_elements`](super::Batch::expire_elements) needs the flag).
+    #[must_use]
+    pub fn with_timeout(mut self) -> Set {
+        self.timeout = true;
+        self
     }
 
     /// The declaration as `nft` prints it, e.g. `map m { type inet_proto : verdict; }`.
@@ -315,17 +331,18 @@ impl Set {
                 .collect::<Vec<_>>()
                 .join(" . ")
         };
+        let flags = if self.timeout { " flags timeout;" } else { "" };
         match &self.data {
-            SetData::None => format!("set {} {{ type {}; }}", self.name, names(&self.key)),
+            SetData::None => format!("set {} {{ type {};{flags} }}", self.name, names(&self.key)),
             SetData::Values(data) => format!(
-                "map {} {{ type {} : {}; }}",
+                "map {} {{ type {} : {};{flags} }}",
                 self.name,
                 names(&self.key),
                 names(data)
             ),
             SetData::Verdict => {
                 format!(
-                    "map {} {{ type {} : verdict; }}",
+                    "map {} {{ type {} : verdict;{flags} }}",
                     self.name,
                     names(&self.key)
                 )
@@ -352,6 +369,11 @@ pub struct Element {
     pub data: Option<ElementData>,
     /// The comment (nftables element userdata).
     pub comment: Option<String>,
+    /// The time left before the kernel's timeout removes it, as a listing or lookup reports
+    /// it; `None` for an element without timeout (all that we add). An element
+    /// [`Batch::expire_elements`](super::Batch::expire_elements) removed stays in effect
+    /// until its timeout ends (at most one kernel tick): [`Element::is_expiring`].
+    pub expires: Option<Duration>,
 }
 
 impl Element {
@@ -361,7 +383,16 @@ impl Element {
             key: key.into_iter().collect(),
             data: None,
             comment: None,
+            expires: None,
         }
+    }
+
+    /// Whether a timeout will remove the element: for our sets, whose elements have none, one
+    /// that a removal expired, still in effect for at most [`Element::expires`]. A caller that
+    /// adds the same key again waits that out first ([`wait_expired`]): adding an
+    /// element that exists changes nothing, so the timeout would still remove it.
+    pub fn is_expiring(&self) -> bool {
+        self.expires.is_some()
     }
 
     /// Map data: `{ tcp . 8080 : 10.0.0.2 . 80 }`.
@@ -383,5 +414,28 @@ impl Element {
     pub fn comment(mut self, comment: &str) -> Element {
         self.comment = Some(comment.to_string());
         self
+    }
+}
+
+/// The longest an expiring element is waited for by [`wait_expired`]: ours expire within one
+/// kernel tick (4 ms at `HZ=250`, 10 ms at `HZ=100`); a longer timeout is not one of ours.
+pub const EXPIRY_WAIT_MAX: Duration = Duration::from_millis(100);
+
+/// Sleeps until the kernel treats every expiring element of `elements` as gone (those whose
+/// timeout ends within [`EXPIRY_WAIT_MAX`]); after that their keys can be added again. Returns
+/// whether it slept.
+pub fn wait_expired<'a>(elements: impl IntoIterator<Item = &'a Element>) -> bool {
+    let longest = elements
+        .into_iter()
+        .filter_map(|e| e.expires)
+        .filter(|left| *left <= EXPIRY_WAIT_MAX)
+        .max();
+    match longest {
+        Some(left) => {
+            // The kernel reports whole milliseconds of a count of ticks: one more.
+            std::thread::sleep(left + Duration::from_millis(1));
+            true
+        }
+        None => false,
     }
 }

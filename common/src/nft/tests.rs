@@ -1215,3 +1215,185 @@ fn a_lazy_handle_opens_one_socket_on_first_use_and_keeps_it() {
         assert!(given.opened().is_some());
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Removal by expiry: `flags timeout` sets, elements updated to a 1 ms timeout.
+
+/// The attributes of element list entries of an encoded element message, each as
+/// `(attribute type, value)` pairs.
+fn encoded_elements(msg: &raw::RawMsg) -> Vec<Vec<(u16, Vec<u8>)>> {
+    raw::attributes(msg.attrs())
+        .filter(|(k, _)| *k == 3) // NFTA_SET_ELEM_LIST_ELEMENTS
+        .flat_map(|(_, list)| raw::attributes(list))
+        .map(|(_, elem)| {
+            raw::attributes(elem)
+                .map(|(k, v)| (k, v.to_vec()))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn an_expiry_is_an_update_of_key_and_data_with_a_1ms_timeout_and_no_comment() {
+    use super::L4Proto as P;
+    use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
+    let t = Table::new(Family::Ip, "cni_test");
+    let element = Element::new([P::Tcp.into(), Value::Port(8080)])
+        .to([v4("10.0.0.2").into(), Value::Port(80)])
+        .comment("owner");
+    let mut b = Batch::new();
+    b.expire_elements(&t, "ports", std::slice::from_ref(&element));
+    let encoded = b.encode().unwrap();
+    assert_eq!(encoded.len(), 1);
+    let msg = &encoded[0];
+    assert_eq!(msg.msg.nft_kind(), Some(raw::NFT_MSG_NEWSETELEM));
+    assert_eq!(msg.flags & (NLM_F_EXCL | NLM_F_CREATE), 0);
+    let raw = raw::set_elements(msg.msg.attrs()).collect::<Vec<_>>();
+    assert_eq!(raw.len(), 1);
+    assert_eq!(raw[0].key, Some(&[6, 0, 0, 0, 0x1f, 0x90, 0, 0][..]));
+    assert_eq!(raw[0].data, Some(&[10, 0, 0, 2, 0, 80, 0, 0][..]));
+    assert_eq!(raw[0].userdata, None);
+    let attrs = &encoded_elements(&msg.msg)[0];
+    // NFTA_SET_ELEM_TIMEOUT: big-endian milliseconds.
+    assert_eq!(
+        attrs.iter().find(|(k, _)| *k == 4).map(|(_, v)| v.clone()),
+        Some(1u64.to_be_bytes().to_vec())
+    );
+    assert!(b.describe(0).contains("expire 1 element(s)"));
+    // An addition of the same element keeps its comment, sends no timeout, and creates.
+    let mut add = Batch::new();
+    add.add_elements(&t, "ports", std::slice::from_ref(&element));
+    let added = add.encode().unwrap();
+    assert_ne!(added[0].flags & NLM_F_CREATE, 0);
+    assert!(
+        !encoded_elements(&added[0].msg)[0]
+            .iter()
+            .any(|(k, _)| *k == 4)
+    );
+}
+
+#[test]
+fn sets_with_timeout_carry_the_flag_and_say_so() {
+    let t = Table::new(Family::Ip, "cni_test");
+    let map = Set::map("m", &[T::InetService], &[T::Ipv4Addr]).with_timeout();
+    let set = Set::new("s", &[T::Ipv4Addr]).with_timeout();
+    assert_eq!(
+        map.to_nft(),
+        "map m { type inet_service : ipv4_addr; flags timeout; }"
+    );
+    assert_eq!(set.to_nft(), "set s { type ipv4_addr; flags timeout; }");
+    let plain = Set::new("p", &[T::Ipv4Addr]);
+    let mut b = Batch::new();
+    b.add_set(&t, &map).add_set(&t, &set).add_set(&t, &plain);
+    let flags: Vec<u32> = b
+        .encode()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let v = raw::attributes(e.msg.attrs())
+                .find(|(k, _)| *k == 3) // NFTA_SET_FLAGS
+                .map(|(_, v)| v.to_vec())
+                .unwrap();
+            u32::from_be_bytes(v.try_into().unwrap())
+        })
+        .collect();
+    // NFT_SET_MAP 0x8, NFT_SET_TIMEOUT 0x10.
+    assert_eq!(flags, [0x18, 0x10, 0]);
+}
+
+#[test]
+fn expiries_become_deletions_of_their_keys_where_asked() {
+    let t = Table::new(Family::Ip, "cni_test");
+    let a = Element::new([Value::Port(1)]).comment("a");
+    let b = Element::new([Value::Port(2)]);
+    let mut batch = Batch::new();
+    batch
+        .expire_elements(&t, "timed", std::slice::from_ref(&a))
+        .expire_elements(&t, "plain", std::slice::from_ref(&b))
+        .add_elements(&t, "other", std::slice::from_ref(&a));
+    assert_eq!(
+        batch.expiring().map(|(_, s, e)| (s, e)).collect::<Vec<_>>(),
+        [("timed", &a), ("plain", &b)]
+    );
+    assert!(batch.deleting_expiries(&|_, _| true).is_none());
+    let mut want = Batch::new();
+    want.expire_elements(&t, "timed", std::slice::from_ref(&a))
+        .delete_elements(&t, "plain", std::slice::from_ref(&b.key))
+        .add_elements(&t, "other", std::slice::from_ref(&a));
+    assert_eq!(batch.deleting_expiries(&|_, s| s == "timed"), Some(want));
+    let mut deletions = Batch::new();
+    deletions
+        .delete_elements(&t, "timed", std::slice::from_ref(&a.key))
+        .delete_elements(&t, "plain", std::slice::from_ref(&b.key));
+    assert_eq!(batch.expiries_as_deletions(), deletions);
+}
+
+#[test]
+fn expired_elements_are_gone_at_once_their_keys_free_and_plain_sets_delete_instead() {
+    use super::L4Proto as P;
+    in_fresh_netns(|| {
+        let t = Table::new(Family::Ip, "cni_test");
+        let key = |port| vec![P::Tcp.into(), Value::Port(port)];
+        let mapped = |port, to: &str| {
+            Element::new(key(port))
+                .to([v4(to).into(), Value::Port(80)])
+                .comment("owner")
+        };
+        let timed = Set::map(
+            "timed",
+            &[T::InetProto, T::InetService],
+            &[T::Ipv4Addr, T::InetService],
+        )
+        .with_timeout();
+        let plain = Set::new("plain", &[T::Ipv4Addr]);
+        let addr = Element::new([v4("10.0.0.9").into()]).comment("owner");
+        let mut b = Batch::new();
+        b.add_table(&t)
+            .add_set(&t, &timed)
+            .add_set(&t, &plain)
+            .add_elements(&t, "timed", &[mapped(1, "10.0.0.1"), mapped(2, "10.0.0.2")])
+            .add_elements(&t, "plain", std::slice::from_ref(&addr));
+        let mut nl = Nft::new().unwrap();
+        nl.apply(&b).unwrap();
+        assert!(nft(&["list", "map", "ip", "cni_test", "timed"]).contains("flags timeout"));
+        // What we add has no timeout.
+        assert_eq!(
+            nl.element(&t, "timed", &key(1)).unwrap(),
+            Some(mapped(1, "10.0.0.1"))
+        );
+
+        let mut del = Batch::new();
+        del.expire_elements(&t, "timed", &[mapped(1, "10.0.0.1")])
+            .expire_elements(&t, "plain", std::slice::from_ref(&addr));
+        nl.apply(&del).unwrap();
+        // Until its tick ends the expired element is still there, with its timeout running.
+        let soon = nl.element(&t, "timed", &key(1)).unwrap();
+        assert!(soon.as_ref().is_none_or(Element::is_expiring), "{soon:?}");
+        assert!(wait_expired(soon.as_ref()) || soon.is_none());
+        assert_eq!(nl.element(&t, "timed", &key(1)).unwrap(), None);
+        assert_eq!(nl.elements(&t, "timed").unwrap(), [mapped(2, "10.0.0.2")]);
+        let listed = nft(&["list", "map", "ip", "cni_test", "timed"]);
+        assert!(!listed.contains("10.0.0.1"), "{listed}");
+        assert!(listed.contains("10.0.0.2"), "{listed}");
+        // The set without `flags timeout` had its element deleted instead.
+        assert_eq!(nl.elements(&t, "plain").unwrap(), []);
+        assert!(!nft(&["list", "set", "ip", "cni_test", "plain"]).contains("10.0.0.9"));
+
+        // The key is free: added again, with other data, it stays (no timeout inherited).
+        let mut again = Batch::new();
+        again.add_elements(&t, "timed", &[mapped(1, "10.0.0.7")]);
+        nl.apply(&again).unwrap();
+        std::thread::sleep(EXPIRY_WAIT_MAX);
+        assert_eq!(
+            nl.element(&t, "timed", &key(1)).unwrap(),
+            Some(mapped(1, "10.0.0.7"))
+        );
+        // A fresh handle (no cached set flags) sees the same.
+        let mut fresh = Nft::new().unwrap();
+        assert_eq!(
+            fresh.element(&t, "timed", &key(1)).unwrap(),
+            Some(mapped(1, "10.0.0.7"))
+        );
+        assert_eq!(fresh.elements(&t, "timed").unwrap().len(), 2);
+    });
+}
