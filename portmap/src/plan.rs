@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use common::nft::{Element, Rule, Value, Verdict};
+use common::nft::{Element, ElementData, Rule, Value, Verdict};
 use common::types::CniResult;
 use ipnet::IpNet;
 
@@ -184,14 +184,15 @@ fn apply_conditions(mut rule: Rule, conds: &[NftCondition]) -> Rule {
 /// One change to our nftables tables, in the order a transaction makes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NftOp {
-    /// Delete the element with this key (only ever one the plan saw with its owner's comment).
+    /// Remove the element at this key (only ever one the plan saw with its owner's comment):
+    /// by expiry where [`removal_expires`] says so, else by deletion.
     DelElement {
         /// The table's family.
         family: IpFamily,
         /// The map or set.
         set: &'static str,
-        /// The key.
-        key: Vec<Value>,
+        /// The element as found (its key, and the data an expiry must repeat).
+        element: Element,
     },
     /// Flush and delete a gate chain (after the elements that jump to it).
     DelChain {
@@ -352,7 +353,7 @@ pub fn nft_add(
                 ops.push(NftOp::DelElement {
                     family,
                     set: map,
-                    key: have.key.clone(),
+                    element: have.clone(),
                 });
             }
             if !present {
@@ -369,7 +370,7 @@ pub fn nft_add(
                 Some(have) => ops.push(NftOp::DelElement {
                     family,
                     set,
-                    key: have.key.clone(),
+                    element: have.clone(),
                 }),
                 None => {}
             }
@@ -390,7 +391,11 @@ fn ordered(mut ops: Vec<NftOp>) -> Vec<NftOp> {
     let mut deleted: HashSet<(IpFamily, &str, Vec<Value>)> = HashSet::new();
     let mut chains: HashSet<(IpFamily, String)> = HashSet::new();
     ops.retain(|op| match op {
-        NftOp::DelElement { family, set, key } => deleted.insert((*family, set, key.clone())),
+        NftOp::DelElement {
+            family,
+            set,
+            element,
+        } => deleted.insert((*family, set, element.key.clone())),
         NftOp::DelChain { family, chain } => chains.insert((*family, chain.clone())),
         NftOp::PutChain { .. } | NftOp::AddElement { .. } => true,
     });
@@ -415,7 +420,7 @@ pub fn nft_del(owner: &str, plans: &[(IpFamily, NftPlan)], seen: &Observed) -> V
                 ops.push(NftOp::DelElement {
                     family,
                     set,
-                    key: have.key.clone(),
+                    element: have.clone(),
                 });
             }
         }
@@ -429,6 +434,23 @@ pub fn nft_del(owner: &str, plans: &[(IpFamily, NftPlan)], seen: &Observed) -> V
         }
     }
     ordered(ops)
+}
+
+/// Whether the removal of `element` from `set` (a [`NftOp::DelElement`] of `ops`) can be an
+/// expiry (a 1 ms timeout, which spares the call the wait a deletion costs at the socket's
+/// close): not when `ops` add the same key again (adding an element that exists changes
+/// nothing, so the timeout would remove the new one), nor for a verdict element that jumps to
+/// a chain (the chain's deletion in the same transaction needs it gone).
+pub fn removal_expires(ops: &[NftOp], family: IpFamily, set: &str, element: &Element) -> bool {
+    let re_added = ops.iter().any(|op| {
+        matches!(op, NftOp::AddElement { family: f, set: s, element: e }
+            if *f == family && *s == set && e.key == element.key)
+    });
+    let to_chain = matches!(
+        &element.data,
+        Some(ElementData::Verdict(Verdict::Goto(_) | Verdict::Jump(_)))
+    );
+    !re_added && !to_chain
 }
 
 /// A host port as the reference's iptables layout claims it: a family's table, a protocol, a
@@ -637,9 +659,13 @@ mod tests {
                     element,
                 } => after.elements.push((family, set, element)),
                 NftOp::PutChain { family, chain, .. } => after.chains.push((family, chain)),
-                NftOp::DelElement { family, set, key } => after
+                NftOp::DelElement {
+                    family,
+                    set,
+                    element,
+                } => after
                     .elements
-                    .retain(|(f, s, e)| !(*f == family && *s == set && e.key == key)),
+                    .retain(|(f, s, e)| !(*f == family && *s == set && e.key == element.key)),
                 NftOp::DelChain { family, chain } => {
                     after.chains.retain(|(f, c)| !(*f == family && *c == chain));
                 }
@@ -854,6 +880,84 @@ mod tests {
                 .any(|k| k.starts_with("delchain"))
         );
         assert_eq!(nft_del(&att().owner(), &plans, &Observed::default()), []);
+    }
+
+    /// The removals of `ops`: set, and whether it is an expiry.
+    fn removals(ops: &[NftOp]) -> Vec<(&'static str, bool)> {
+        ops.iter()
+            .filter_map(|op| match op {
+                NftOp::DelElement {
+                    family,
+                    set,
+                    element,
+                } => Some((*set, removal_expires(ops, *family, set, element))),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn removals_expire_unless_the_key_is_added_again_or_the_element_jumps_to_a_chain() {
+        // DEL of plain mappings: every element expires, with the data it was found with.
+        let c = config(vec![
+            mapping(8080, 80, Proto::Tcp, HostIp::All),
+            mapping(
+                53,
+                53,
+                Proto::Udp,
+                HostIp::Addr("10.1.1.1".parse().unwrap()),
+            ),
+        ]);
+        let plans = v4_plan(&c, &att());
+        let after = made(&plans, &Observed::default());
+        let ops = nft_del(&att().owner(), &plans, &after);
+        assert_eq!(
+            removals(&ops),
+            [
+                ("ports", true),
+                ("hostip_ports", true),
+                ("hairpin", true),
+                ("localhost", true)
+            ]
+        );
+        for op in &ops {
+            if let NftOp::DelElement { set, element, .. } = op {
+                assert_eq!(
+                    after.element(IpFamily::V4, set, &element.key),
+                    Some(element)
+                );
+            }
+        }
+        // A re-ADD with another target replaces the element at the same key: a deletion, as
+        // the transaction adds the key again.
+        let new = config(vec![mapping(8080, 81, Proto::Tcp, HostIp::All)]);
+        let single = made(
+            &v4_plan(
+                &config(vec![mapping(8080, 80, Proto::Tcp, HostIp::All)]),
+                &att(),
+            ),
+            &Observed::default(),
+        );
+        let ops = nft_add(&att().owner(), &v4_plan(&new, &att()), &single, &[]).unwrap();
+        assert_eq!(removals(&ops), [("ports", false)]);
+        // A re-ADD that moves the mapping to the gated map: the old key in the plain map is
+        // not added again there, so it expires.
+        let mut gated = new.clone();
+        gated.conditions_v4 = Conditions::Nftables(vec![NftCondition::IifName("x".into())]);
+        let ops = nft_add(&att().owner(), &v4_plan(&gated, &att()), &single, &[]).unwrap();
+        assert_eq!(removals(&ops), [("ports", true)]);
+        // DEL with conditions: the gated element goes with its chain, by deletion.
+        let plans = v4_plan(&gated, &att());
+        let after = made(&plans, &Observed::default());
+        let ops = nft_del(&att().owner(), &plans, &after);
+        assert_eq!(
+            removals(&ops),
+            [
+                ("gated_ports", false),
+                ("hairpin", true),
+                ("localhost", true)
+            ]
+        );
     }
 
     #[test]

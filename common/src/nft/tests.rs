@@ -1379,6 +1379,35 @@ fn expired_elements_are_gone_at_once_their_keys_free_and_plain_sets_delete_inste
         assert_eq!(nl.elements(&t, "plain").unwrap(), []);
         assert!(!nft(&["list", "set", "ip", "cni_test", "plain"]).contains("10.0.0.9"));
 
+        // Caught while still expiring (right after the commit, until a lookup sees it so),
+        // the element blocks other data at its key (EEXIST); once waited out, the key is free.
+        let mut expiring = None;
+        for _ in 0..50 {
+            let mut put = Batch::new();
+            put.add_elements(&t, "timed", &[mapped(3, "10.0.0.3")]);
+            nl.apply(&put).unwrap();
+            let mut del = Batch::new();
+            del.expire_elements(&t, "timed", &[mapped(3, "10.0.0.3")]);
+            nl.apply(&del).unwrap();
+            expiring = nl.element(&t, "timed", &key(3)).unwrap();
+            if expiring.is_some() {
+                break;
+            }
+            std::thread::sleep(EXPIRY_WAIT_MAX);
+        }
+        let expiring = expiring.expect("an expired element seen before its tick ended");
+        assert!(expiring.is_expiring() && expiring.expires <= Some(EXPIRY_WAIT_MAX));
+        assert!(wait_expired([&expiring]));
+        let mut other = Batch::new();
+        other.add_elements(&t, "timed", &[mapped(3, "10.0.0.4")]);
+        nl.apply(&other).unwrap();
+        assert_eq!(
+            nl.element(&t, "timed", &key(3)).unwrap(),
+            Some(mapped(3, "10.0.0.4"))
+        );
+        // Waiting for an element without timeout returns at once.
+        assert!(!wait_expired([&mapped(3, "10.0.0.4")]));
+
         // The key is free: added again, with other data, it stays (no timeout inherited).
         let mut again = Batch::new();
         again.add_elements(&t, "timed", &[mapped(1, "10.0.0.7")]);
@@ -1394,6 +1423,6 @@ fn expired_elements_are_gone_at_once_their_keys_free_and_plain_sets_delete_inste
             fresh.element(&t, "timed", &key(1)).unwrap(),
             Some(mapped(1, "10.0.0.7"))
         );
-        assert_eq!(fresh.elements(&t, "timed").unwrap().len(), 2);
+        assert_eq!(fresh.elements(&t, "timed").unwrap().len(), 3);
     });
 }

@@ -68,7 +68,8 @@ pub fn skeleton(batch: &mut Batch, family: IpFamily) {
                 names::MAP_HOSTIP_PORTS,
                 &[addr, InetProto, InetService],
                 &[addr, InetService],
-            ),
+            )
+            .with_timeout(),
         )
         .add_set(
             &t,
@@ -76,20 +77,25 @@ pub fn skeleton(batch: &mut Batch, family: IpFamily) {
                 names::MAP_PORTS,
                 &[InetProto, InetService],
                 &[addr, InetService],
-            ),
+            )
+            .with_timeout(),
         )
         .add_set(
             &t,
-            &Set::verdict_map(names::MAP_HOSTIP_GATED, &[addr, InetProto, InetService]),
+            &Set::verdict_map(names::MAP_HOSTIP_GATED, &[addr, InetProto, InetService])
+                .with_timeout(),
         )
         .add_set(
             &t,
-            &Set::verdict_map(names::MAP_GATED, &[InetProto, InetService]),
+            &Set::verdict_map(names::MAP_GATED, &[InetProto, InetService]).with_timeout(),
         )
-        .add_set(&t, &Set::new(names::SET_HAIRPIN, &[addr, addr]))
-        .add_set(&t, &Set::new(names::SET_MASQ_ALL, &[addr]));
+        .add_set(
+            &t,
+            &Set::new(names::SET_HAIRPIN, &[addr, addr]).with_timeout(),
+        )
+        .add_set(&t, &Set::new(names::SET_MASQ_ALL, &[addr]).with_timeout());
     if family == IpFamily::V4 {
-        batch.add_set(&t, &Set::new(names::SET_LOCALHOST, &[addr]));
+        batch.add_set(&t, &Set::new(names::SET_LOCALHOST, &[addr]).with_timeout());
     }
     batch
         .add_chain(&t, &Chain::regular(names::CHAIN_HOSTPORTS))
@@ -197,13 +203,23 @@ fn plans_of(record: &State) -> Result<Vec<(IpFamily, NftPlan)>, PortmapError> {
     plans(&record.config(), &record.attachment(), &record.ips)
 }
 
-/// The batch making `ops`.
+/// The batch making `ops`. Removals are expiries where [`plan::removal_expires`] allows
+/// (and the set has `flags timeout`: [`Batch::expire_elements`] deletes otherwise).
 fn batch(ops: &[NftOp]) -> Batch {
     let mut batch = Batch::new();
     for op in ops {
         match op {
-            NftOp::DelElement { family, set, key } => {
-                batch.delete_elements(&table(*family), set, std::slice::from_ref(key));
+            NftOp::DelElement {
+                family,
+                set,
+                element,
+            } => {
+                let t = table(*family);
+                if plan::removal_expires(ops, *family, set, element) {
+                    batch.expire_elements(&t, set, std::slice::from_ref(element));
+                } else {
+                    batch.delete_elements(&t, set, std::slice::from_ref(&element.key));
+                }
             }
             NftOp::DelChain { family, chain } => {
                 batch
@@ -265,7 +281,10 @@ pub fn holder<'m>(
                 Err(e) if e.is_not_found() => return Ok(None),
                 Err(e) => return Err(e),
             };
-            let Some(have) = have else { continue };
+            // An element expiring is one a DEL removed.
+            let Some(have) = have.filter(|e| !e.is_expiring()) else {
+                continue;
+            };
             let comment = have.comment.unwrap_or_default();
             if comment != owner {
                 return Ok(Some((*m, format!("{comment} ({t} {map})"))));
@@ -309,10 +328,17 @@ impl Nftables {
     }
 
     /// What the kernel holds at the keys and gate chains of `plans`; a table, map or chain
-    /// that does not exist holds nothing.
-    fn observe(&mut self, plans: &[(IpFamily, NftPlan)]) -> Result<Observed, PortmapError> {
+    /// that does not exist holds nothing, nor does a key whose element a DEL expired. Before
+    /// an ADD (`settle`), such an element is waited out (a kernel tick at most): adding the key
+    /// while it is still there would change nothing, and its timeout would then remove it.
+    fn observe(
+        &mut self,
+        plans: &[(IpFamily, NftPlan)],
+        settle: bool,
+    ) -> Result<Observed, PortmapError> {
         let nft = self.nft()?;
         let mut seen = Observed::default();
+        let mut expiring = Vec::new();
         for (family, p) in plans {
             let t = table(*family);
             for (set, key) in plan::lookups(p) {
@@ -320,6 +346,7 @@ impl Nftables {
                     continue;
                 }
                 match nft.element(&t, set, key) {
+                    Ok(Some(e)) if e.is_expiring() => expiring.push(e),
                     Ok(Some(e)) => seen.elements.push((*family, set, e)),
                     Ok(None) => {}
                     Err(e) if e.is_not_found() => {}
@@ -334,6 +361,9 @@ impl Nftables {
                     Err(e) => return Err(nft_err(e)),
                 }
             }
+        }
+        if settle {
+            common::nft::wait_expired(&expiring);
         }
         Ok(seen)
     }
@@ -424,7 +454,7 @@ impl Nftables {
             if probe.claims.is_empty() {
                 continue;
             }
-            let seen = self.observe(&[(family, probe.clone())])?;
+            let seen = self.observe(&[(family, probe.clone())], false)?;
             let ours = probe.claims.iter().find_map(|c| {
                 [c.map, c.twin].into_iter().find_map(|map| {
                     seen.element(family, map, &c.element.key)
@@ -444,7 +474,7 @@ impl Nftables {
             }
             plans.push((family, full));
         }
-        let seen = self.observe(&plans)?;
+        let seen = self.observe(&plans, false)?;
         self.commit(&plan::nft_del(&owner, &plans, &seen))?;
         Ok(true)
     }
@@ -469,21 +499,30 @@ impl Nftables {
                     Err(e) if e.is_not_found() => continue,
                     Err(e) => return Err(nft_err(e)),
                 };
-                let keys: Vec<Vec<Value>> = elements
-                    .iter()
-                    .filter(|e| e.comment.as_deref().is_some_and(doomed))
-                    .map(|e| {
-                        if let Some(ElementData::Verdict(Verdict::Goto(c))) = &e.data
-                            && !chains.contains(&(family, c.clone()))
-                        {
-                            chains.push((family, c.clone()));
-                        }
-                        e.key.clone()
-                    })
+                // Elements expiring are removed already.
+                let doomed: Vec<Element> = elements
+                    .into_iter()
+                    .filter(|e| !e.is_expiring() && e.comment.as_deref().is_some_and(doomed))
                     .collect();
-                if !keys.is_empty() {
-                    batch.delete_elements(&t, set, &keys);
+                let (to_chains, expired): (Vec<Element>, Vec<Element>) =
+                    doomed.into_iter().partition(|e| {
+                        matches!(
+                            &e.data,
+                            Some(ElementData::Verdict(Verdict::Goto(_) | Verdict::Jump(_)))
+                        )
+                    });
+                for e in &to_chains {
+                    if let Some(ElementData::Verdict(Verdict::Goto(c))) = &e.data
+                        && !chains.contains(&(family, c.clone()))
+                    {
+                        chains.push((family, c.clone()));
+                    }
                 }
+                // What jumps to a chain is deleted with the chain; the rest expires.
+                let keys: Vec<Vec<Value>> = to_chains.into_iter().map(|e| e.key).collect();
+                batch
+                    .delete_elements(&t, set, &keys)
+                    .expire_elements(&t, set, &expired);
             }
         }
         for (family, chain) in &chains {
@@ -555,7 +594,7 @@ impl PortmapBackend for Nftables {
         let families: Vec<IpFamily> = plans.iter().map(|(f, _)| *f).collect();
         self.ensure_skeletons(&families)?;
         let owner = att.owner();
-        let mut seen = self.observe(&plans)?;
+        let mut seen = self.observe(&plans, true)?;
         // Holders whose namespace is gone give their ports up: all their objects go.
         let mut taken: Vec<State> = Vec::new();
         let mut gone = Vec::new();
@@ -568,7 +607,7 @@ impl PortmapBackend for Nftables {
                 .filter(|r| r.backend == Backend::Nftables)
             {
                 let their = plans_of(&record)?;
-                let their_seen = self.observe(&their)?;
+                let their_seen = self.observe(&their, true)?;
                 seen.elements.extend(their_seen.elements);
                 seen.chains.extend(their_seen.chains);
                 gone.push((record.attachment().owner(), their));
@@ -613,7 +652,8 @@ impl PortmapBackend for Nftables {
             for claim in &p.claims {
                 let have = nft
                     .element(&t, claim.map, &claim.element.key)
-                    .map_err(nft_err)?;
+                    .map_err(nft_err)?
+                    .filter(|e| !e.is_expiring());
                 match have {
                     Some(e) if e == claim.element => {}
                     Some(e) => {
@@ -631,7 +671,10 @@ impl PortmapBackend for Nftables {
                 }
             }
             for (set, element) in &p.masq {
-                let have = nft.element(&t, set, &element.key).map_err(nft_err)?;
+                let have = nft
+                    .element(&t, set, &element.key)
+                    .map_err(nft_err)?
+                    .filter(|e| !e.is_expiring());
                 if have.as_ref().and_then(|e| e.comment.as_deref()) != Some(owner.as_str()) {
                     return Err(PortmapError::Check(format!(
                         "masquerade element for {} not found in {t} {set}",
@@ -657,7 +700,7 @@ impl PortmapBackend for Nftables {
 
     fn del(&mut self, record: &State) -> Result<(), PortmapError> {
         let plans = plans_of(record)?;
-        let removed = self.observe(&plans).and_then(|seen| {
+        let removed = self.observe(&plans, false).and_then(|seen| {
             let ops = plan::nft_del(&record.attachment().owner(), &plans, &seen);
             self.commit(&ops)
         });
