@@ -18,7 +18,8 @@ mod e2e {
     use tests::netns::CLIENT_V4;
     use tests::traffic::{TcpServer, tcp_request};
     use tests::{
-        NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
+        NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, eventually,
+        main_plugin,
     };
 
     /// How long a connection that must succeed may take.
@@ -561,6 +562,177 @@ mod e2e {
         ensure!(!table.contains("stale-"), "stale elements survived GC");
         ensure!(
             table.contains("fwdirect/gc-live/eth0") && table.contains("fwother/gc-other/eth0"),
+            "{table}"
+        );
+        Ok(())
+    }
+
+    /// Whether `nft get element` finds `addr` in our set of its family.
+    fn nft_has(ns: &TestNetns, addr: &str) -> Result<bool> {
+        let set = if addr.contains(':') {
+            "containers6"
+        } else {
+            "containers4"
+        };
+        let out = ns.exec(
+            "nft",
+            &[
+                "get",
+                "element",
+                "inet",
+                "cni_firewall",
+                set,
+                &format!("{{ {addr} }}"),
+            ],
+        )?;
+        Ok(out.status.success())
+    }
+
+    /// DEL of the nftables backend expires the attachment's elements (the sets have `flags
+    /// timeout`) instead of deleting them: they are gone from lookups and listings, CHECK
+    /// fails, and an ADD of the same attachment right after puts them back for good (no
+    /// timeout on what ADD adds). Our accepts end only our table's evaluation, so traffic
+    /// shows nothing here: the elements are what the test reads.
+    #[test]
+    fn nftables_del_expires_the_elements_and_a_readd_at_once_stays() -> Result<()> {
+        let (host, rt, netns) = host_runtime("fwexp")?;
+        let conf = direct_conf(
+            "nftables",
+            "open",
+            Some(prev_result("10.72.0.2", "fd72::2")),
+        );
+        ok(&exec(&rt, "firewall", "ADD", "exp", &netns, &conf), "ADD");
+        let table = listing(&host, "nftables")?;
+        ensure!(
+            table.matches("flags timeout").count() == 2,
+            "both sets have flags timeout:\n{table}"
+        );
+        for round in 0..3 {
+            ensure!(nft_has(&host, "10.72.0.2")? && nft_has(&host, "fd72::2")?);
+            ok(&exec(&rt, "firewall", "DEL", "exp", &netns, &conf), "DEL");
+            eventually("elements found after DEL", || {
+                Ok(!nft_has(&host, "10.72.0.2")? && !nft_has(&host, "fd72::2")?)
+            })?;
+            let table = listing(&host, "nftables")?;
+            ensure!(
+                !table.contains("fwdirect/exp/eth0") && !table.contains("elements"),
+                "round {round}: {table}"
+            );
+            ensure!(
+                !exec(&rt, "firewall", "CHECK", "exp", &netns, &conf)
+                    .status
+                    .success(),
+                "round {round}: CHECK passes after DEL"
+            );
+            ok(
+                &exec(&rt, "firewall", "ADD", "exp", &netns, &conf),
+                "ADD again",
+            );
+            ok(
+                &exec(&rt, "firewall", "CHECK", "exp", &netns, &conf),
+                "CHECK",
+            );
+            std::thread::sleep(Duration::from_millis(50));
+            ok(
+                &exec(&rt, "firewall", "CHECK", "exp", &netns, &conf),
+                "CHECK later",
+            );
+            let table = listing(&host, "nftables")?;
+            ensure!(!table.contains("expires"), "round {round}: {table}");
+        }
+        // DEL without prevResult finds the elements by listing, and expires them too.
+        let bare = direct_conf("nftables", "open", None);
+        ok(
+            &exec(&rt, "firewall", "DEL", "exp", &netns, &bare),
+            "DEL bare",
+        );
+        eventually("elements found after DEL without prevResult", || {
+            Ok(!nft_has(&host, "10.72.0.2")? && !nft_has(&host, "fd72::2")?)
+        })?;
+        Ok(())
+    }
+
+    /// A table an earlier version made, whose sets lack `flags timeout`: ADD keeps using it
+    /// (also when its skeleton must be rebuilt), DEL and GC delete the elements instead.
+    #[test]
+    fn nftables_del_deletes_in_a_table_made_without_timeouts() -> Result<()> {
+        let (host, rt, netns) = host_runtime("fwold")?;
+        let conf = |cid_v4: &str| {
+            direct_conf(
+                "nftables",
+                "open",
+                Some(prev_result(cid_v4, &cid_v4.replace("10.73.0.", "fd73::"))),
+            )
+        };
+        ok(
+            &exec(&rt, "firewall", "ADD", "a", &netns, &conf("10.73.0.2")),
+            "ADD",
+        );
+        ok(
+            &exec(&rt, "firewall", "DEL", "a", &netns, &conf("10.73.0.2")),
+            "DEL",
+        );
+        eventually("elements left", || {
+            Ok(!listing(&host, "nftables")?.contains("elements"))
+        })?;
+        let made = listing(&host, "nftables")?;
+        let old: String = made
+            .lines()
+            .filter(|l| l.trim() != "flags timeout")
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let file = tempfile::NamedTempFile::new()?;
+        std::fs::write(file.path(), &old)?;
+        host.exec_ok("nft", &["delete", "table", "inet", "cni_firewall"])?;
+        host.exec_ok("nft", &["-f", &file.path().to_string_lossy()])?;
+        ensure!(!listing(&host, "nftables")?.contains("flags timeout"));
+
+        ok(
+            &exec(&rt, "firewall", "ADD", "a", &netns, &conf("10.73.0.2")),
+            "ADD a",
+        );
+        // A skeleton to rebuild: ADD declares the sets again, as they are.
+        host.exec_ok(
+            "nft",
+            &["flush", "chain", "inet", "cni_firewall", "attachments"],
+        )?;
+        ok(
+            &exec(&rt, "firewall", "ADD", "b", &netns, &conf("10.73.0.3")),
+            "ADD b",
+        );
+        ok(
+            &exec(&rt, "firewall", "CHECK", "a", &netns, &conf("10.73.0.2")),
+            "CHECK a",
+        );
+        ok(
+            &exec(&rt, "firewall", "CHECK", "b", &netns, &conf("10.73.0.3")),
+            "CHECK b",
+        );
+        ok(
+            &exec(&rt, "firewall", "DEL", "a", &netns, &conf("10.73.0.2")),
+            "DEL a",
+        );
+        // Deleted: gone at once.
+        ensure!(!nft_has(&host, "10.73.0.2")? && !nft_has(&host, "fd73::2")?);
+        ensure!(nft_has(&host, "10.73.0.3")? && nft_has(&host, "fd73::3")?);
+        let mut gc = direct_conf("nftables", "open", None);
+        gc["cniVersion"] = json!("1.1.0");
+        gc["cni.dev/valid-attachments"] = json!([]);
+        let out = rt.exec_plugin(
+            "firewall",
+            Some("GC"),
+            &[("CNI_PATH", "/usr/lib/cni")],
+            gc.to_string().as_bytes(),
+        )?;
+        ensure!(
+            out.status.success(),
+            "GC: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        ensure!(!nft_has(&host, "10.73.0.3")? && !nft_has(&host, "fd73::3")?);
+        let table = listing(&host, "nftables")?;
+        ensure!(
+            !table.contains("flags timeout") && !table.contains("elements"),
             "{table}"
         );
         Ok(())

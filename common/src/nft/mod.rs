@@ -826,6 +826,22 @@ impl Nft {
         self.exists(table.family, msg, format!("chain {table} {chain}"))
     }
 
+    /// Whether the set or map exists (`nft list set …` succeeds). Declaring a set that exists
+    /// with other flags is refused (EEXIST): a caller that re-declares its sets can leave
+    /// alone those that exist, made with other flags by an earlier version.
+    ///
+    /// # Errors
+    /// The kernel's errno other than ENOENT.
+    pub fn set_exists(&mut self, table: &Table, set: &str) -> Result<bool, NftError> {
+        let msg = NfTablesMessage::GetSet(SetMessage {
+            attributes: vec![
+                SetAttribute::Table(table.name.clone()),
+                SetAttribute::Name(set.to_string()),
+            ],
+        });
+        self.exists(table.family, msg, format!("set {table} {set}"))
+    }
+
     /// The handle of a table (`nft -a list table …`), or `None` when it does not exist. The
     /// kernel numbers the tables of a namespace from one counter, so a table deleted and made
     /// again has another handle: rule handles recorded with one are void with the other.

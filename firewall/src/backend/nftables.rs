@@ -24,8 +24,11 @@
 //! ADD and DEL with prevResult look up their own addresses instead of listing the others, and
 //! no call's cost grows with the number of containers but GC's and DEL's without prevResult.
 //! Each call uses one nf_tables socket: whatever a transaction deletes is freed after an RCU
-//! grace period, and closing a socket of the namespace waits for that (the floor of a DEL
-//! that removed something, see README), so a DEL deletes last and closes once, at exit.
+//! grace period, and closing a socket of the namespace waits for that. So DEL and GC do not
+//! delete elements but expire them (the sets have `flags timeout`; a 1 ms timeout, after
+//! which lookups and listings skip them and the kernel's set garbage collection frees them,
+//! within a second), and fall back to deleting, last and closing once at exit, in a table an
+//! earlier version made without the flag (see README).
 
 use std::net::IpAddr;
 
@@ -58,11 +61,13 @@ pub fn set_of(ip: IpAddr) -> &'static str {
     if ip.is_ipv4() { NFT_SET_V4 } else { NFT_SET_V6 }
 }
 
-/// Both sets, with their key types.
+/// Both sets, with their key types. `flags timeout`: DEL and GC remove elements by expiring
+/// them ([`Batch::expire_elements`]), which spares the call the wait a deletion costs at the
+/// socket's close; none of the elements added has a timeout.
 fn sets() -> [Set; 2] {
     [
-        Set::new(NFT_SET_V4, &[DataType::Ipv4Addr]),
-        Set::new(NFT_SET_V6, &[DataType::Ipv6Addr]),
+        Set::new(NFT_SET_V4, &[DataType::Ipv4Addr]).with_timeout(),
+        Set::new(NFT_SET_V6, &[DataType::Ipv6Addr]).with_timeout(),
     ]
 }
 
@@ -201,7 +206,11 @@ impl Nftables {
         }
         batch.add_table(&t);
         for set in sets() {
-            batch.add_set(&t, &set);
+            // One that exists stays as it is: declared again with other flags (a table of an
+            // earlier version, without `flags timeout`), the kernel would refuse it.
+            if !self.nft.set_exists(&t, &set.name)? {
+                batch.add_set(&t, &set);
+            }
         }
         for chain in [
             NFT_ADMIN_CHAIN,
@@ -260,9 +269,18 @@ impl Nftables {
         Ok(())
     }
 
-    /// The element of `ip`, or none when it, its set or the table does not exist.
-    fn lookup(&mut self, ip: IpAddr) -> Result<Option<Element>, NftError> {
+    /// The element of `ip`, or none when it, its set or the table does not exist, or a DEL
+    /// expired it. Before an ADD (`settle`), such an element is waited out (a kernel tick at
+    /// most): adding the key while it is still there would change nothing, and its timeout
+    /// would then remove it.
+    fn lookup(&mut self, ip: IpAddr, settle: bool) -> Result<Option<Element>, NftError> {
         match self.nft.element(&table(), set_of(ip), &key(ip)) {
+            Ok(Some(e)) if e.is_expiring() => {
+                if settle {
+                    common::nft::wait_expired([&e]);
+                }
+                Ok(None)
+            }
             Ok(found) => Ok(found),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
@@ -274,7 +292,8 @@ impl Nftables {
         let mut all = Vec::new();
         for set in [NFT_SET_V4, NFT_SET_V6] {
             match self.nft.elements(&table(), set) {
-                Ok(elements) => all.extend(elements),
+                // Those expiring are removed already.
+                Ok(elements) => all.extend(elements.into_iter().filter(|e| !e.is_expiring())),
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e),
             }
@@ -282,34 +301,37 @@ impl Nftables {
         Ok(all)
     }
 
-    /// Deletes the elements `select` picks by comment, in one batch.
+    /// Removes the elements `select` picks by comment, in one batch: they expire (a 1 ms
+    /// timeout; no deletion, so the socket's close has no frees to wait for), or are deleted
+    /// where the table was made without `flags timeout` (by an earlier version) or the kernel
+    /// cannot update a timeout ([`Batch::expire_elements`]).
     fn remove_where(
         &mut self,
         elements: Vec<Element>,
         select: &dyn Fn(&str) -> bool,
     ) -> Result<(), FirewallError> {
         let t = table();
-        let mut keys: [Vec<Vec<Value>>; 2] = [Vec::new(), Vec::new()];
+        let mut doomed: [Vec<Element>; 2] = [Vec::new(), Vec::new()];
         for e in elements {
             if !e.comment.as_deref().is_some_and(select) {
                 continue;
             }
             match e.key.first() {
-                Some(Value::Ipv4(_)) => keys[0].push(e.key),
-                Some(Value::Ipv6(_)) => keys[1].push(e.key),
+                Some(Value::Ipv4(_)) => doomed[0].push(e),
+                Some(Value::Ipv6(_)) => doomed[1].push(e),
                 _ => {}
             }
         }
         let mut batch = Batch::new();
-        for (set, keys) in [NFT_SET_V4, NFT_SET_V6].into_iter().zip(&keys) {
-            batch.delete_elements(&t, set, keys);
+        for (set, elements) in [NFT_SET_V4, NFT_SET_V6].into_iter().zip(&doomed) {
+            batch.expire_elements(&t, set, elements);
         }
-        if keys.iter().all(Vec::is_empty) {
+        if batch.is_empty() {
             return Ok(());
         }
-        // The socket's close now waits for the kernel to free the deleted elements (an RCU
-        // grace period, ~10 ms here): this is the call's last use of its one socket, so what
-        // the call still does (its lock, its exit) overlaps that wait.
+        // Where the elements are deleted instead, the socket's close waits for the kernel to
+        // free them (an RCU grace period, ~10 ms here): this is the call's last use of its one
+        // socket, so what the call still does (its lock, its exit) overlaps that wait.
         self.nft.apply(&batch)?;
         Ok(())
     }
@@ -332,7 +354,7 @@ impl FirewallBackend for Nftables {
         }
         for ip in &target.ips {
             let set = set_of(*ip);
-            match self.lookup(*ip)? {
+            match self.lookup(*ip, true)? {
                 Some(e) if e.comment.as_deref() == Some(comment.as_str()) => continue,
                 // The address belongs to another attachment (an IP reused before its DEL):
                 // the newest owner wins, as in the iptables backend, so a late DEL of the older
@@ -379,7 +401,7 @@ impl FirewallBackend for Nftables {
         }
         let comment = owner.comment();
         for ip in &target.ips {
-            let found = self.lookup(*ip)?;
+            let found = self.lookup(*ip, false)?;
             if found.and_then(|e| e.comment).as_deref() != Some(comment.as_str()) {
                 return Err(missing(format!(
                     "element {t} {} {{ {ip} comment {comment:?} }}",
@@ -406,7 +428,7 @@ impl FirewallBackend for Nftables {
             Some(target) if !target.ips.is_empty() => {
                 let mut found = Vec::new();
                 for ip in &target.ips {
-                    found.extend(self.lookup(*ip)?);
+                    found.extend(self.lookup(*ip, false)?);
                 }
                 found
             }
