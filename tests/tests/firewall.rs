@@ -417,6 +417,24 @@ mod e2e {
         conf
     }
 
+    /// A GC config (CNI 1.1.0) of the direct runs, keeping the attachments `valid`.
+    fn gc_conf(backend: &str, valid: Value) -> Value {
+        let mut gc = direct_conf(backend, "open", None);
+        gc["cniVersion"] = json!("1.1.0");
+        gc["cni.dev/valid-attachments"] = valid;
+        gc
+    }
+
+    /// Our firewall's GC with `gc`.
+    fn run_gc(rt: &Runtime, gc: &Value) -> Result<PluginOutput> {
+        rt.exec_plugin(
+            "firewall",
+            Some("GC"),
+            &[("CNI_PATH", "/usr/lib/cni")],
+            gc.to_string().as_bytes(),
+        )
+    }
+
     #[test]
     fn gc_removes_the_objects_of_attachments_that_are_not_valid_in_both_backends() -> Result<()> {
         for backend in ["iptables", "nftables"] {
@@ -444,16 +462,11 @@ mod e2e {
                 &exec(&rt, "firewall", "ADD", "gc-other", &netns, &other),
                 "ADD other",
             );
-            let mut gc = direct_conf(backend, "open", None);
-            gc["cniVersion"] = json!("1.1.0");
-            gc["cni.dev/valid-attachments"] =
-                json!([{ "containerID": "gc-live", "ifname": "eth0" }]);
-            let out = rt.exec_plugin(
-                "firewall",
-                Some("GC"),
-                &[("CNI_PATH", "/usr/lib/cni")],
-                gc.to_string().as_bytes(),
-            )?;
+            let gc = gc_conf(
+                backend,
+                json!([{ "containerID": "gc-live", "ifname": "eth0" }]),
+            );
+            let out = run_gc(&rt, &gc)?;
             ensure!(
                 out.status.success(),
                 "GC: {}",
@@ -540,15 +553,11 @@ mod e2e {
             ),
         )?;
         host.exec_ok("nft", &["-f", &script.path().to_string_lossy()])?;
-        let mut gc = direct_conf("nftables", "open", None);
-        gc["cniVersion"] = json!("1.1.0");
-        gc["cni.dev/valid-attachments"] = json!([{ "containerID": "gc-live", "ifname": "eth0" }]);
-        let out = rt.exec_plugin(
-            "firewall",
-            Some("GC"),
-            &[("CNI_PATH", "/usr/lib/cni")],
-            gc.to_string().as_bytes(),
-        )?;
+        let gc = gc_conf(
+            "nftables",
+            json!([{ "containerID": "gc-live", "ifname": "eth0" }]),
+        );
+        let out = run_gc(&rt, &gc)?;
         ensure!(
             out.status.success(),
             "GC of {STALE} stale attachments: {:?} {}",
@@ -715,15 +724,8 @@ mod e2e {
         // Deleted: gone at once.
         ensure!(!nft_has(&host, "10.73.0.2")? && !nft_has(&host, "fd73::2")?);
         ensure!(nft_has(&host, "10.73.0.3")? && nft_has(&host, "fd73::3")?);
-        let mut gc = direct_conf("nftables", "open", None);
-        gc["cniVersion"] = json!("1.1.0");
-        gc["cni.dev/valid-attachments"] = json!([]);
-        let out = rt.exec_plugin(
-            "firewall",
-            Some("GC"),
-            &[("CNI_PATH", "/usr/lib/cni")],
-            gc.to_string().as_bytes(),
-        )?;
+        let gc = gc_conf("nftables", json!([]));
+        let out = run_gc(&rt, &gc)?;
         ensure!(
             out.status.success(),
             "GC: {}",
@@ -1384,15 +1386,8 @@ mod e2e {
         let c = conf("10.70.2.4", "fd70:2::4");
         ok(&exec(&rt, "firewall", "ADD", "bad-c", &netns, &c), "ADD c");
         std::fs::write(record_path(&host, "bad-c")?, "[1, 2")?;
-        let mut gc = direct_conf("iptables", "open", None);
-        gc["cniVersion"] = json!("1.1.0");
-        gc["cni.dev/valid-attachments"] = json!([]);
-        let out = rt.exec_plugin(
-            "firewall",
-            Some("GC"),
-            &[("CNI_PATH", "/usr/lib/cni")],
-            gc.to_string().as_bytes(),
-        )?;
+        let gc = gc_conf("iptables", json!([]));
+        let out = run_gc(&rt, &gc)?;
         ensure!(
             out.status.success(),
             "GC over a garbage record: {}",

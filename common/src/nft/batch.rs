@@ -601,21 +601,26 @@ impl Batch {
                     })),
                     0,
                 ),
-                Op::AddElements(t, s, elements) => {
+                Op::AddElements(t, s, elements) | Op::ExpireElements(t, s, elements) => {
+                    let expire = matches!(op, Op::ExpireElements(..));
                     let mut list = Vec::with_capacity(elements.len());
                     for e in elements {
-                        list.push(element_attributes(e).map_err(fail)?);
+                        list.push(
+                            if expire {
+                                expiry_attributes(e)
+                            } else {
+                                element_attributes(e)
+                            }
+                            .map_err(fail)?,
+                        );
                     }
                     (
                         t,
-                        split_elements(list)
-                            .map_err(fail)?
-                            .into_iter()
-                            .map(|part| {
-                                elements_message(NfTablesMessage::NewSetElement, t, s, part)
-                            })
-                            .collect(),
-                        NLM_F_CREATE,
+                        element_messages(NfTablesMessage::NewSetElement, t, s, list)
+                            .map_err(fail)?,
+                        // An expiry is an update: neither NLM_F_EXCL (which refuses an element
+                        // that exists) nor NLM_F_CREATE.
+                        if expire { 0 } else { NLM_F_CREATE },
                     )
                 }
                 Op::DeleteElements(t, s, keys) => {
@@ -629,32 +634,8 @@ impl Batch {
                         .collect();
                     (
                         t,
-                        split_elements(list)
-                            .map_err(fail)?
-                            .into_iter()
-                            .map(|part| {
-                                elements_message(NfTablesMessage::DeleteSetElement, t, s, part)
-                            })
-                            .collect(),
-                        0,
-                    )
-                }
-                Op::ExpireElements(t, s, elements) => {
-                    let mut list = Vec::with_capacity(elements.len());
-                    for e in elements {
-                        list.push(expiry_attributes(e).map_err(fail)?);
-                    }
-                    (
-                        t,
-                        split_elements(list)
-                            .map_err(fail)?
-                            .into_iter()
-                            .map(|part| {
-                                elements_message(NfTablesMessage::NewSetElement, t, s, part)
-                            })
-                            .collect(),
-                        // An update: neither NLM_F_EXCL (which refuses an element that exists)
-                        // nor NLM_F_CREATE.
+                        element_messages(NfTablesMessage::DeleteSetElement, t, s, list)
+                            .map_err(fail)?,
                         0,
                     )
                 }
@@ -902,6 +883,20 @@ fn element_nlas(e: &Element) -> Result<Vec<SetElementAttribute>, String> {
         attrs.push(SetElementAttribute::UserData(userdata::comment(c)));
     }
     Ok(attrs)
+}
+
+/// The messages of an element list of `set`, as many as its attributes need
+/// ([`split_elements`]).
+fn element_messages(
+    kind: fn(SetElementMessage) -> NfTablesMessage,
+    t: &Table,
+    set: &str,
+    list: Vec<ListAttribute<SetElementAttribute>>,
+) -> Result<Vec<NfTablesMessage>, String> {
+    Ok(split_elements(list)?
+        .into_iter()
+        .map(|part| elements_message(kind, t, set, part))
+        .collect())
 }
 
 fn elements_message(
