@@ -379,6 +379,8 @@ pub struct Nft {
     rcvbuf: Option<usize>,
     /// What lookups learnt of sets (a set's types and flags never change while it exists):
     /// every element lookup needs them, and a call looks up several keys of the same sets.
+    /// Forgotten when a batch of this handle deletes a table or set; a set another process
+    /// deletes and declares otherwise meanwhile is not noticed (a handle serves one call).
     sets: Vec<(Family, String, String, SetInfo)>,
 }
 
