@@ -685,9 +685,9 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn add_on_empty_maps_adds_every_claim_and_masquerade_element() {
-        let c = config(vec![
+    /// A TCP mapping on every address and a UDP one on 10.1.1.1.
+    fn plain_and_host_ip() -> Config {
+        config(vec![
             mapping(8080, 80, Proto::Tcp, HostIp::All),
             mapping(
                 53,
@@ -695,7 +695,12 @@ mod tests {
                 Proto::Udp,
                 HostIp::Addr("10.1.1.1".parse().unwrap()),
             ),
-        ]);
+        ])
+    }
+
+    #[test]
+    fn add_on_empty_maps_adds_every_claim_and_masquerade_element() {
+        let c = plain_and_host_ip();
         let ops = nft_add(
             &att().owner(),
             &v4_plan(&c, &att()),
@@ -899,15 +904,7 @@ mod tests {
     #[test]
     fn removals_expire_unless_the_key_is_added_again_or_the_element_jumps_to_a_chain() {
         // DEL of plain mappings: every element expires, with the data it was found with.
-        let c = config(vec![
-            mapping(8080, 80, Proto::Tcp, HostIp::All),
-            mapping(
-                53,
-                53,
-                Proto::Udp,
-                HostIp::Addr("10.1.1.1".parse().unwrap()),
-            ),
-        ]);
+        let c = plain_and_host_ip();
         let plans = v4_plan(&c, &att());
         let after = made(&plans, &Observed::default());
         let ops = nft_del(&att().owner(), &plans, &after);

@@ -63,3 +63,27 @@ pub fn eventually(
     }
     Ok(())
 }
+
+/// Whether `nft get element FAMILY TABLE SET { KEY }` finds the element in `ns` (a lookup by
+/// key; an expired element is not found).
+///
+/// # Errors
+/// When `nft` cannot be run.
+pub fn nft_has_element(
+    ns: &TestNetns,
+    (family, table, set): (&str, &str, &str),
+    key: &str,
+) -> anyhow::Result<bool> {
+    let out = ns.exec(
+        "nft",
+        &[
+            "get",
+            "element",
+            family,
+            table,
+            set,
+            &format!("{{ {key} }}"),
+        ],
+    )?;
+    Ok(out.status.success())
+}

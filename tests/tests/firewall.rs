@@ -19,7 +19,7 @@ mod e2e {
     use tests::traffic::{TcpServer, tcp_request};
     use tests::{
         NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, eventually,
-        main_plugin,
+        main_plugin, nft_has_element,
     };
 
     /// How long a connection that must succeed may take.
@@ -583,18 +583,7 @@ mod e2e {
         } else {
             "containers4"
         };
-        let out = ns.exec(
-            "nft",
-            &[
-                "get",
-                "element",
-                "inet",
-                "cni_firewall",
-                set,
-                &format!("{{ {addr} }}"),
-            ],
-        )?;
-        Ok(out.status.success())
+        nft_has_element(ns, ("inet", "cni_firewall", set), addr)
     }
 
     /// DEL of the nftables backend expires the attachment's elements (the sets have `flags

@@ -14,7 +14,7 @@ use tests::netns::{CLIENT_V4, HOST_UPLINK_V4, HOST_UPLINK_V6};
 use tests::traffic::{TcpServer, UdpServer, tcp_request, udp_request, udp_request_from};
 use tests::{
     NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, eventually,
-    main_plugin,
+    main_plugin, nft_has_element,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -1346,20 +1346,9 @@ fn gc_removes_4500_stale_elements_whose_records_are_gone() -> Result<()> {
     Ok(())
 }
 
-/// `nft get element` of `key` in our map `map` of the ip table: whether the kernel finds it.
+/// Whether `nft get element` finds `key` in our map `map` of the ip table.
 fn nft_has(f: &Fixture, map: &str, key: &str) -> Result<bool> {
-    let out = f.topo.host.exec(
-        "nft",
-        &[
-            "get",
-            "element",
-            "ip",
-            "cni_portmap",
-            map,
-            &format!("{{ {key} }}"),
-        ],
-    )?;
-    Ok(out.status.success())
+    nft_has_element(&f.topo.host, ("ip", "cni_portmap", map), key)
 }
 
 /// DEL of the nftables backend expires the attachment's elements instead of deleting them
