@@ -49,10 +49,12 @@ fn table(markdown: &str, heading: &str) -> Result<Vec<Vec<String>>> {
         .collect())
 }
 
-/// A figure of the tables: `1.234`, `0.250×`, or a peak RSS at the spawner's floor, `≤ 2.5`.
+/// A figure of the tables: `1.234`, `0.250×`, `92.5 ms`, or a peak RSS at the spawner's floor,
+/// `≤ 2.5`.
 fn number(cell: &str) -> Result<f64> {
     cell.trim_start_matches("≤ ")
         .trim_end_matches('×')
+        .trim_end_matches(" ms")
         .parse()
         .with_context(|| format!("{cell:?} is not a number"))
 }

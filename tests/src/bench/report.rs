@@ -180,13 +180,14 @@ pub fn targets_table(verdicts: &[Verdict]) -> String {
     let mut out =
         String::from("| target | measured | limit | verdict |\n| --- | ---: | ---: | --- |\n");
     for v in verdicts {
+        let unit = v.target.unit();
         let measured = v
             .value
             .as_ref()
-            .map_or_else(|_| "–".to_owned(), |x| format!("{x:.3}×"));
+            .map_or_else(|_| "–".to_owned(), |x| format!("{x:.3}{unit}"));
         let _ = writeln!(
             out,
-            "| {} | {measured} | ≤ {}× | {} |",
+            "| {} | {measured} | ≤ {}{unit} | {} |",
             v.target.describe(),
             v.target.limit,
             v.status()

@@ -180,6 +180,15 @@ impl Target {
         }
     }
 
+    /// The unit of the measure and its limit: `×` for a ratio, ` ms` for a time.
+    #[must_use]
+    pub fn unit(&self) -> &'static str {
+        match self.measure {
+            Measure::Time { .. } => " ms",
+            _ => "×",
+        }
+    }
+
     /// What is measured, in words (`tuning ADD ours/Go (mac+mtu+…)`).
     #[must_use]
     pub fn describe(&self) -> String {
