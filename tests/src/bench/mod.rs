@@ -350,6 +350,41 @@ pub fn wait_for_nf_tables_frees() -> Result<()> {
     Ok(())
 }
 
+/// Waits (at most 10 s) until the machine's CPUs are at most 15% busy over a quarter second:
+/// the kernel tears down an earlier suite's namespaces (thousands of rules and elements) in
+/// its own workers after they are deleted, and a suite timed meanwhile shares the CPUs with
+/// that work. Returns how long it waited.
+///
+/// # Errors
+/// `/proc/stat` cannot be read.
+pub fn wait_for_quiet() -> Result<std::time::Duration> {
+    /// Busy and total jiffies of all CPUs.
+    fn jiffies() -> Result<(u64, u64)> {
+        let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+        let line = stat.lines().next().context("/proc/stat is empty")?;
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().unwrap_or(0))
+            .collect();
+        let total: u64 = fields.iter().sum();
+        // idle and iowait
+        let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+        Ok((total - idle, total))
+    }
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_secs(10) {
+        let (busy0, total0) = jiffies()?;
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let (busy1, total1) = jiffies()?;
+        let total = total1.saturating_sub(total0).max(1);
+        if busy1.saturating_sub(busy0) * 100 / total <= 15 {
+            break;
+        }
+    }
+    Ok(started.elapsed())
+}
+
 /// One exec of a plugin binary: its path, `CNI_*` environment and stdin.
 #[derive(Debug, Clone)]
 pub struct Exec {

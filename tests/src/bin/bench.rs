@@ -149,7 +149,12 @@ fn run() -> Result<()> {
         if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == name)) {
             continue;
         }
-        eprintln!("running {name} ({} iterations)", options.iterations);
+        let waited = tests::bench::wait_for_quiet()?;
+        eprintln!(
+            "running {name} ({} iterations; waited {:.1} s for the CPUs to be quiet)",
+            options.iterations,
+            waited.as_secs_f64()
+        );
         results.extend(suite(&options).with_context(|| format!("suite {name}"))?);
         suites.push(*name);
     }
