@@ -39,6 +39,49 @@ const MAX_PREFIX: usize = 16;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// Makes `/run/netns` a shared mount point of its own, as `ip netns add` does, once per
+/// process. Otherwise the first tool that does (podman's netns code binds the directory onto
+/// itself when it is not a mount point yet) hides the namespaces made before it under its bind
+/// mount, where their drop can neither unmount nor remove them.
+fn netns_dir_mounted() -> Result<()> {
+    static DONE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut done = DONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *done {
+        return Ok(());
+    }
+    std::fs::create_dir_all(NETNS_RUN_DIR)
+        .with_context(|| format!("failed to create {NETNS_RUN_DIR}"))?;
+    let shared = || {
+        mount(
+            None::<&str>,
+            NETNS_RUN_DIR,
+            None::<&str>,
+            MsFlags::MS_SHARED | MsFlags::MS_REC,
+            None::<&str>,
+        )
+    };
+    match shared() {
+        Ok(()) => {}
+        // Not a mount point yet.
+        Err(nix::errno::Errno::EINVAL) => {
+            mount(
+                Some(NETNS_RUN_DIR),
+                NETNS_RUN_DIR,
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None::<&str>,
+            )
+            .with_context(|| format!("failed to bind-mount {NETNS_RUN_DIR} onto itself"))?;
+            shared().with_context(|| format!("failed to make {NETNS_RUN_DIR} shared"))?;
+        }
+        Err(e) => return Err(e).with_context(|| format!("failed to make {NETNS_RUN_DIR} shared")),
+    }
+    *done = true;
+    Ok(())
+}
+
 /// A named network namespace at `/run/netns/<name>`, deleted on drop.
 #[derive(Debug)]
 pub struct TestNetns {
@@ -62,8 +105,7 @@ impl TestNetns {
         let name = format!("{prefix}-{}-{n}", std::process::id());
         let path = Path::new(NETNS_RUN_DIR).join(&name);
 
-        std::fs::create_dir_all(NETNS_RUN_DIR)
-            .with_context(|| format!("failed to create {NETNS_RUN_DIR}"))?;
+        netns_dir_mounted()?;
         OpenOptions::new()
             .write(true)
             .create_new(true)
