@@ -39,18 +39,17 @@ const MAX_PREFIX: usize = 16;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
-/// Makes `/run/netns` a shared mount point of its own, as `ip netns add` does, once per
-/// process. Otherwise the first tool that does (podman's netns code binds the directory onto
-/// itself when it is not a mount point yet) hides the namespaces made before it under its bind
-/// mount, where their drop can neither unmount nor remove them.
+/// Makes `/run/netns` (created if missing: a test may have covered `/run` in a mount namespace
+/// of its own) a shared mount point of its own, as `ip netns add` does. Otherwise the first
+/// tool that does (podman's netns code binds the directory onto itself when it is not a mount
+/// point yet) hides the namespaces made before it under its bind mount, where their drop can
+/// neither unmount nor remove them. Serialised: two binds at once would stack, the second
+/// hiding what is made under the first.
 fn netns_dir_mounted() -> Result<()> {
-    static DONE: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
-    let mut done = DONE
+    static BINDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _binding = BINDING
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if *done {
-        return Ok(());
-    }
     std::fs::create_dir_all(NETNS_RUN_DIR)
         .with_context(|| format!("failed to create {NETNS_RUN_DIR}"))?;
     let shared = || {
@@ -78,7 +77,6 @@ fn netns_dir_mounted() -> Result<()> {
         }
         Err(e) => return Err(e).with_context(|| format!("failed to make {NETNS_RUN_DIR} shared")),
     }
-    *done = true;
     Ok(())
 }
 
