@@ -46,24 +46,6 @@ pub use runtime::{
     RuntimeConf, RuntimeError,
 };
 
-/// Waits until `holds` (asked every 2 ms) for at most a second, else fails with `what`: for
-/// what a plugin leaves to the kernel to finish. An nftables element that a DEL expired (a
-/// 1 ms timeout, counted by the kernel in ticks) still matches and lists until the tick ends.
-///
-/// # Errors
-/// `what`, or the first error of `holds`.
-pub fn eventually(
-    what: &str,
-    mut holds: impl FnMut() -> anyhow::Result<bool>,
-) -> anyhow::Result<()> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    while !holds()? {
-        anyhow::ensure!(std::time::Instant::now() < deadline, "{what}");
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-    Ok(())
-}
-
 /// Whether `nft get element FAMILY TABLE SET { KEY }` finds the element in `ns` (a lookup by
 /// key; an expired element is not found).
 ///

@@ -18,8 +18,8 @@ mod e2e {
     use tests::netns::CLIENT_V4;
     use tests::traffic::{TcpServer, tcp_request};
     use tests::{
-        NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, eventually,
-        main_plugin, nft_has_element,
+        NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
+        nft_has_element,
     };
 
     /// How long a connection that must succeed may take.
@@ -587,7 +587,8 @@ mod e2e {
     }
 
     /// DEL of the nftables backend expires the attachment's elements (the sets have `flags
-    /// timeout`) instead of deleting them: they are gone from lookups and listings, CHECK
+    /// timeout`) instead of deleting them: when DEL returns they are gone from lookups and
+    /// listings (DEL waits out the kernel's tick), CHECK
     /// fails, and an ADD of the same attachment right after puts them back for good (no
     /// timeout on what ADD adds). Our accepts end only our table's evaluation, so traffic
     /// shows nothing here: the elements are what the test reads.
@@ -608,9 +609,10 @@ mod e2e {
         for round in 0..3 {
             ensure!(nft_has(&host, "10.72.0.2")? && nft_has(&host, "fd72::2")?);
             ok(&exec(&rt, "firewall", "DEL", "exp", &netns, &conf), "DEL");
-            eventually("elements found after DEL", || {
-                Ok(!nft_has(&host, "10.72.0.2")? && !nft_has(&host, "fd72::2")?)
-            })?;
+            ensure!(
+                !nft_has(&host, "10.72.0.2")? && !nft_has(&host, "fd72::2")?,
+                "elements found after DEL"
+            );
             let table = listing(&host, "nftables")?;
             ensure!(
                 !table.contains("fwdirect/exp/eth0") && !table.contains("elements"),
@@ -644,9 +646,10 @@ mod e2e {
             &exec(&rt, "firewall", "DEL", "exp", &netns, &bare),
             "DEL bare",
         );
-        eventually("elements found after DEL without prevResult", || {
-            Ok(!nft_has(&host, "10.72.0.2")? && !nft_has(&host, "fd72::2")?)
-        })?;
+        ensure!(
+            !nft_has(&host, "10.72.0.2")? && !nft_has(&host, "fd72::2")?,
+            "elements found after DEL without prevResult"
+        );
         Ok(())
     }
 
@@ -670,9 +673,10 @@ mod e2e {
             &exec(&rt, "firewall", "DEL", "a", &netns, &conf("10.73.0.2")),
             "DEL",
         );
-        eventually("elements left", || {
-            Ok(!listing(&host, "nftables")?.contains("elements"))
-        })?;
+        ensure!(
+            !listing(&host, "nftables")?.contains("elements"),
+            "elements left"
+        );
         let made = listing(&host, "nftables")?;
         let old: String = made
             .lines()

@@ -13,8 +13,8 @@ use tests::mounts::{bind, with_private_mounts};
 use tests::netns::{CLIENT_V4, HOST_UPLINK_V4, HOST_UPLINK_V6};
 use tests::traffic::{TcpServer, UdpServer, tcp_request, udp_request, udp_request_from};
 use tests::{
-    NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, eventually,
-    main_plugin, nft_has_element,
+    NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
+    nft_has_element,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -1352,8 +1352,8 @@ fn nft_has(f: &Fixture, map: &str, key: &str) -> Result<bool> {
 }
 
 /// DEL of the nftables backend expires the attachment's elements instead of deleting them
-/// (the maps have `flags timeout`): they are gone from listings and lookups and no longer
-/// map, and a re-ADD of the same attachment right after maps again, for good (the new
+/// (the maps have `flags timeout`): when DEL returns they are gone from listings and lookups
+/// and no longer map (DEL waits out the kernel's tick), and a re-ADD of the same attachment right after maps again, for good (the new
 /// elements carry no timeout).
 #[test]
 fn nftables_del_expires_the_elements_and_a_readd_at_once_maps_again() -> Result<()> {
@@ -1378,12 +1378,14 @@ fn nftables_del_expires_the_elements_and_a_readd_at_once_maps_again() -> Result<
     assert_eq!(get(&f.topo.client, host(8080))?, "tcp-hello");
     for round in 0..3 {
         f.runtime.del(&list, &rt)?;
-        eventually("still mapped after DEL", || {
-            Ok(get(&f.topo.client, host(8080)).is_err())
-        })?;
-        eventually("element found after DEL", || {
-            Ok(!nft_has(&f, "ports", "tcp . 8080")? && !nft_has(&f, "ports", "udp . 5353")?)
-        })?;
+        ensure!(
+            get(&f.topo.client, host(8080)).is_err(),
+            "still mapped after DEL"
+        );
+        ensure!(
+            !nft_has(&f, "ports", "tcp . 8080")? && !nft_has(&f, "ports", "udp . 5353")?,
+            "element found after DEL"
+        );
         let left = f.leftovers()?;
         ensure!(left.is_empty(), "round {round}: left after DEL: {left:?}");
         // Right after DEL, no wait: the same attachment again (bridge's host-local may give the
@@ -1415,9 +1417,9 @@ fn nftables_del_expires_the_elements_and_a_readd_at_once_maps_again() -> Result<
         f.runtime.check(&list, &rt)?;
     }
     // Our portmap alone, DEL then ADD of the same host port at once, to another address and
-    // back (an ADD that comes within the tick the expired element lasts waits it out: the
-    // kernel refuses an element with other data at a key still there; common's tests cover
-    // that wait, as a plugin's start takes about as long as the tick here).
+    // back (an ADD that finds an expired element still there, after a DEL killed in its
+    // wait, waits it out: the kernel refuses an element with other data at a key still
+    // there; common's tests cover that wait).
     let netns = f.topo.container.path().to_string_lossy().into_owned();
     let conf = |addr: &str| {
         json!({"cniVersion": "1.0.0",
@@ -1461,9 +1463,10 @@ fn nftables_del_expires_the_elements_and_a_readd_at_once_maps_again() -> Result<
     assert_eq!(get(&f.topo.client, host(8080))?, "tcp-hello");
     drop(server);
     f.runtime.del(&list, &rt)?;
-    eventually("still mapped after the last DEL", || {
-        Ok(get(&f.topo.client, host(8080)).is_err())
-    })?;
+    ensure!(
+        get(&f.topo.client, host(8080)).is_err(),
+        "still mapped after the last DEL"
+    );
     Ok(())
 }
 
@@ -1477,7 +1480,7 @@ fn nftables_del_deletes_in_a_table_made_without_timeouts() -> Result<()> {
     // Our table as this version makes it, then made again without the flags.
     f.runtime.add(&list, &rt)?;
     f.runtime.del(&list, &rt)?;
-    eventually("elements left", || Ok(f.leftovers()?.is_empty()))?;
+    ensure!(f.leftovers()?.is_empty(), "elements left");
     let made = f
         .topo
         .host

@@ -442,6 +442,15 @@ impl Batch {
         })
     }
 
+    /// The element the batch expires last, with its set: the commit gives it the latest
+    /// expiry of the batch's (a commit that spans a tick gives its later elements one more).
+    pub(crate) fn last_expiring(&self) -> Option<(&Table, &str, &Element)> {
+        self.ops.iter().rev().find_map(|op| match op {
+            Op::ExpireElements(t, s, e) => e.last().map(|last| (t, s.as_str(), last)),
+            _ => None,
+        })
+    }
+
     /// The batch with the expiries of sets that `keep` refuses made deletions of the same
     /// keys; `None` when it changes nothing.
     pub(crate) fn deleting_expiries(&self, keep: &dyn Fn(&Table, &str) -> bool) -> Option<Batch> {

@@ -542,22 +542,30 @@ impl Nft {
     }
 
     /// Sends `batch` and returns the rules the kernel echoed back, in batch order. Expiries
-    /// ([`Batch::expire_elements`]) of sets without `flags timeout` are sent as deletions;
-    /// after a commit, one expired element is looked up, and when the kernel ignored the
-    /// update (it is still there without a timeout) they are all deleted in a second
-    /// transaction.
+    /// ([`Batch::expire_elements`]) of sets without `flags timeout` are sent as deletions.
+    /// After a commit that expires elements it returns only once the kernel no longer matches
+    /// them ([`Nft::settle_expiries`]): a caller that flushes conntrack next, or tells its
+    /// runtime the port is free, must not race the kernel's tick.
     fn transact(&mut self, batch: &Batch, commit: bool) -> Result<Vec<ListedRule>, NftError> {
         let resolved = self.resolve_expiries(batch)?;
         let batch = resolved.as_ref().unwrap_or(batch);
-        if batch.drops_sets() {
-            self.sets.clear();
-        }
         let echoed = self.transact_resolved(batch, commit)?;
-        if commit && self.expiry_ignored(batch)? {
+        if commit && self.settle_expiries(batch)? == Expiry::Ignored {
             log::debug!("the kernel does not update element timeouts: deleting instead");
             self.transact_resolved(&batch.expiries_as_deletions(), true)?;
         }
         Ok(echoed)
+    }
+
+    /// [`Nft::transact`] without the wait for the expired elements to be gone.
+    #[cfg(test)]
+    pub(crate) fn transact_unsettled(
+        &mut self,
+        batch: &Batch,
+        commit: bool,
+    ) -> Result<Vec<ListedRule>, NftError> {
+        let resolved = self.resolve_expiries(batch)?;
+        self.transact_resolved(resolved.as_ref().unwrap_or(batch), commit)
     }
 
     /// `batch` with the expiries of sets that lack `flags timeout` (made by an earlier version
@@ -583,22 +591,31 @@ impl Nft {
         Ok(batch.deleting_expiries(&|t, s| !lacking.iter().any(|(lt, ls)| lt == t && ls == s)))
     }
 
-    /// Whether the kernel accepted the committed `batch`'s first expiry without giving the
-    /// element a timeout (kernels before 6.5): it is still there, as it was, without one. An
-    /// element that has expired is gone, one still expiring has a timeout left, and one with
-    /// other data or owner was added anew by someone else.
-    fn expiry_ignored(&mut self, batch: &Batch) -> Result<bool, NftError> {
-        let Some((table, set, first)) = batch.expiring().next() else {
-            return Ok(false);
+    /// Waits until the kernel no longer matches the element the committed `batch` expired
+    /// last (the one with the latest expiry), by looking it up every [`EXPIRY_POLL`]: the
+    /// kernel keeps it until its next tick (at most 4 ms at `HZ=250`, 10 ms at `HZ=100`), and
+    /// the lookup says when. Gives up after [`EXPIRY_WAIT_MAX`] (an element with a longer
+    /// timeout, or other data, was added anew by someone else). An element still there as it
+    /// was, without a timeout, was not updated: the kernel (before 6.5) ignores timeout
+    /// updates.
+    fn settle_expiries(&mut self, batch: &Batch) -> Result<Expiry, NftError> {
+        let Some((table, set, last)) = batch.last_expiring() else {
+            return Ok(Expiry::Gone);
         };
-        let (table, set, first) = (table.clone(), set.to_string(), first.clone());
-        match self.element(&table, &set, &first.key) {
-            Ok(Some(e)) => {
-                Ok(!e.is_expiring() && e.data == first.data && e.comment == first.comment)
+        let (table, set, last) = (table.clone(), set.to_string(), last.clone());
+        let deadline = std::time::Instant::now() + EXPIRY_WAIT_MAX;
+        loop {
+            match self.element(&table, &set, &last.key) {
+                Ok(None) => return Ok(Expiry::Gone),
+                Err(e) if e.is_not_found() => return Ok(Expiry::Gone),
+                Err(e) => return Err(e),
+                Ok(Some(e)) if e.data != last.data || e.comment != last.comment => {
+                    return Ok(Expiry::Gone);
+                }
+                Ok(Some(e)) if !e.is_expiring() => return Ok(Expiry::Ignored),
+                Ok(Some(_)) if std::time::Instant::now() >= deadline => return Ok(Expiry::Gone),
+                Ok(Some(_)) => std::thread::sleep(EXPIRY_POLL),
             }
-            Ok(None) => Ok(false),
-            Err(e) if e.is_not_found() => Ok(false),
-            Err(e) => Err(e),
         }
     }
 
@@ -608,6 +625,9 @@ impl Nft {
         batch: &Batch,
         commit: bool,
     ) -> Result<Vec<ListedRule>, NftError> {
+        if batch.drops_sets() {
+            self.sets.clear();
+        }
         let (encoded, replies) = self.send(batch, commit)?;
         match replies.failures.into_iter().next() {
             None => {
@@ -1114,6 +1134,19 @@ impl Nft {
             Err(e) => Err(e),
         }
     }
+}
+
+/// How often [`Nft::settle_expiries`] looks an expired element up: a lookup costs well under
+/// a tenth of a millisecond, and the element goes at a tick.
+const EXPIRY_POLL: std::time::Duration = std::time::Duration::from_micros(250);
+
+/// What became of a committed expiry ([`Nft::settle_expiries`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expiry {
+    /// The kernel no longer matches it (or someone else's element holds the key now).
+    Gone,
+    /// The kernel kept it as it was, without a timeout.
+    Ignored,
 }
 
 /// The error of a refusal of `batch` (encoded as `encoded`; `commit` when it had its end).
