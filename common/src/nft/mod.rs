@@ -79,7 +79,13 @@
 //! deleting commit as early as it can, and closes that socket once, at exit: its other work
 //! overlaps the grace period. Every extra socket closed after a deletion of the namespace (the
 //! call's own, or any other process's) waits again. A call that deletes nothing, and re-adds no
-//! existing chain, never waits.
+//! existing chain, never waits for a grace period.
+//!
+//! An element given a timeout instead ([`Batch::expire_elements`]) queues nothing: the kernel
+//! stops matching it at its next tick (4 ms at `HZ=250`), and the set's garbage collection
+//! frees it later. [`Nft::apply`] returns once that tick has passed (the element looked up
+//! every quarter of a millisecond: half a tick on average), so that a removal is in effect
+//! when the call returns, as a deletion would be.
 
 mod batch;
 pub mod expr;
