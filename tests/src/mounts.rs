@@ -56,3 +56,18 @@ pub fn bind(from: &Path, to: &Path, read_only: bool) -> Result<()> {
     }
     Ok(())
 }
+
+/// Bind-mounts `from` on `to` with every mount below it (`mount --rbind`).
+///
+/// # Errors
+/// The mount's.
+pub fn rbind(from: &Path, to: &Path) -> Result<()> {
+    mount(
+        Some(from),
+        to,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .with_context(|| format!("bind {} on {}", from.display(), to.display()))
+}

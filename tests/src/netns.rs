@@ -65,14 +65,8 @@ fn netns_dir_mounted() -> Result<()> {
         Ok(()) => {}
         // Not a mount point yet.
         Err(nix::errno::Errno::EINVAL) => {
-            mount(
-                Some(NETNS_RUN_DIR),
-                NETNS_RUN_DIR,
-                None::<&str>,
-                MsFlags::MS_BIND | MsFlags::MS_REC,
-                None::<&str>,
-            )
-            .with_context(|| format!("failed to bind-mount {NETNS_RUN_DIR} onto itself"))?;
+            let dir = Path::new(NETNS_RUN_DIR);
+            crate::mounts::rbind(dir, dir)?;
             shared().with_context(|| format!("failed to make {NETNS_RUN_DIR} shared"))?;
         }
         Err(e) => return Err(e).with_context(|| format!("failed to make {NETNS_RUN_DIR} shared")),

@@ -47,7 +47,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestCaseError, TestRunner};
 use serde_json::{Value, json};
-use tests::mounts::with_private_mounts;
+use tests::mounts::{rbind, with_private_mounts};
 use tests::netns::NETNS_RUN_DIR;
 use tests::{TestNetns, veth_pair};
 
@@ -292,17 +292,7 @@ fn with_private_run<T: Send>(
     let keep_path = keep.path().to_path_buf();
     let names: Vec<String> = namespaces.iter().map(|n| n.name().to_owned()).collect();
     let setup = || -> Result<()> {
-        let bind = |from: &Path, to: &Path| {
-            mount(
-                Some(from),
-                to,
-                None::<&str>,
-                MsFlags::MS_BIND | MsFlags::MS_REC,
-                None::<&str>,
-            )
-            .with_context(|| format!("bind {} on {}", from.display(), to.display()))
-        };
-        bind(Path::new(NETNS_RUN_DIR), &keep_path)?;
+        rbind(Path::new(NETNS_RUN_DIR), &keep_path)?;
         mount(
             Some("tmpfs"),
             "/run",
@@ -315,7 +305,7 @@ fn with_private_run<T: Send>(
         for name in &names {
             let target = Path::new(NETNS_RUN_DIR).join(name);
             std::fs::write(&target, "").context("mount point in /run/netns")?;
-            bind(&keep_path.join(name), &target)?;
+            rbind(&keep_path.join(name), &target)?;
         }
         umount2(&keep_path, MntFlags::MNT_DETACH).context("unmount the aside copy")?;
         Ok(())
