@@ -446,11 +446,16 @@ pub fn removal_expires(ops: &[NftOp], family: IpFamily, set: &str, element: &Ele
         matches!(op, NftOp::AddElement { family: f, set: s, element: e }
             if *f == family && *s == set && e.key == element.key)
     });
-    let to_chain = matches!(
+    !re_added && !jumps_to_chain(element)
+}
+
+/// Whether `element` is a verdict that jumps to a chain (a gate element): its removal is a
+/// deletion, in the transaction that deletes the chain.
+pub fn jumps_to_chain(element: &Element) -> bool {
+    matches!(
         &element.data,
         Some(ElementData::Verdict(Verdict::Goto(_) | Verdict::Jump(_)))
-    );
-    !re_added && !to_chain
+    )
 }
 
 /// A host port as the reference's iptables layout claims it: a family's table, a protocol, a

@@ -196,6 +196,18 @@ enum Op {
 }
 
 impl Op {
+    /// An expiry made the deletion of the same keys; `None` for any other op.
+    fn expiry_as_deletion(&self) -> Option<Op> {
+        match self {
+            Op::ExpireElements(t, s, e) => Some(Op::DeleteElements(
+                t.clone(),
+                s.clone(),
+                e.iter().map(|e| e.key.clone()).collect(),
+            )),
+            _ => None,
+        }
+    }
+
     /// The operation as `nft` syntax, naming the object for error messages.
     fn describe(&self) -> String {
         match self {
@@ -407,9 +419,10 @@ impl Batch {
     /// remove it — delete a key that the transaction adds again).
     ///
     /// [`Nft::apply`](super::Nft::apply) deletes the elements instead where the set lacks
-    /// `flags timeout` (sets made by `Set` without [`Set::with_timeout`]), and deletes them in
-    /// a second transaction when the kernel ignored the update (kernels before 6.5 accept it
-    /// and change nothing): it looks one of them up after the commit.
+    /// `flags timeout` (sets made by `Set` without [`Set::with_timeout`]). After the commit it
+    /// returns once the kernel no longer has them (it looks the last one up until its tick has
+    /// passed), and deletes them in a second transaction when the kernel ignored the update
+    /// (kernels before 6.5 accept it and change nothing).
     pub fn expire_elements(
         &mut self,
         table: &Table,
@@ -433,11 +446,11 @@ impl Batch {
             .any(|op| matches!(op, Op::DeleteTable(_) | Op::DeleteSet(..)))
     }
 
-    /// The sets whose elements the batch expires, with their first element: for the checks
-    /// of [`Nft::apply`](super::Nft::apply).
-    pub(crate) fn expiring(&self) -> impl Iterator<Item = (&Table, &str, &Element)> {
+    /// The sets whose elements the batch expires: [`Nft::apply`](super::Nft::apply) deletes
+    /// instead in those without `flags timeout`.
+    pub(crate) fn expiring_sets(&self) -> impl Iterator<Item = (&Table, &str)> {
         self.ops.iter().filter_map(|op| match op {
-            Op::ExpireElements(t, s, e) => e.first().map(|first| (t, s.as_str(), first)),
+            Op::ExpireElements(t, s, e) if !e.is_empty() => Some((t, s.as_str())),
             _ => None,
         })
     }
@@ -459,13 +472,9 @@ impl Batch {
             .ops
             .iter()
             .map(|op| match op {
-                Op::ExpireElements(t, s, e) if !keep(t, s) => {
+                Op::ExpireElements(t, s, _) if !keep(t, s) => {
                     changed = true;
-                    Op::DeleteElements(
-                        t.clone(),
-                        s.clone(),
-                        e.iter().map(|e| e.key.clone()).collect(),
-                    )
+                    op.expiry_as_deletion().unwrap_or_else(|| op.clone())
                 }
                 other => other.clone(),
             })
@@ -476,18 +485,7 @@ impl Batch {
     /// A batch deleting every element this one expires.
     pub(crate) fn expiries_as_deletions(&self) -> Batch {
         Batch {
-            ops: self
-                .ops
-                .iter()
-                .filter_map(|op| match op {
-                    Op::ExpireElements(t, s, e) => Some(Op::DeleteElements(
-                        t.clone(),
-                        s.clone(),
-                        e.iter().map(|e| e.key.clone()).collect(),
-                    )),
-                    _ => None,
-                })
-                .collect(),
+            ops: self.ops.iter().filter_map(Op::expiry_as_deletion).collect(),
         }
     }
 

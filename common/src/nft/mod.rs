@@ -111,9 +111,7 @@ pub use probe::Feature;
 pub use rule::{
     COMMENT_MAX, CtStateFlags, CtStatusFlags, IntoNet, NfProto, Rule, RuleError, Selector,
 };
-pub use set::{
-    DataType, EXPIRY_WAIT_MAX, Element, ElementData, L4Proto, Set, SetData, Value, wait_expired,
-};
+pub use set::{DataType, Element, ElementData, L4Proto, Set, SetData, Value};
 
 use crate::netlink::NetlinkSocket;
 use crate::netns::{NetNs, NetnsError};
@@ -580,8 +578,8 @@ impl Nft {
     fn resolve_expiries(&mut self, batch: &Batch) -> Result<Option<Batch>, NftError> {
         let mut lacking: Vec<(Table, String)> = Vec::new();
         let sets: Vec<(Table, String)> = batch
-            .expiring()
-            .map(|(t, s, _)| (t.clone(), s.to_string()))
+            .expiring_sets()
+            .map(|(t, s)| (t.clone(), s.to_string()))
             .collect();
         for (table, set) in sets {
             match self.set_info(&table, &set) {
@@ -597,32 +595,21 @@ impl Nft {
         Ok(batch.deleting_expiries(&|t, s| !lacking.iter().any(|(lt, ls)| lt == t && ls == s)))
     }
 
-    /// Waits until the kernel no longer matches the element the committed `batch` expired
-    /// last (the one with the latest expiry), by looking it up every [`EXPIRY_POLL`]: the
-    /// kernel keeps it until its next tick (at most 4 ms at `HZ=250`, 10 ms at `HZ=100`), and
-    /// the lookup says when. Gives up after [`EXPIRY_WAIT_MAX`] (an element with a longer
-    /// timeout, or other data, was added anew by someone else). An element still there as it
-    /// was, without a timeout, was not updated: the kernel (before 6.5) ignores timeout
-    /// updates.
+    /// Waits until the kernel no longer has the element the committed `batch` expired last
+    /// (the one with the latest expiry: [`Nft::element_settled`]). An element still there as
+    /// it was, without a timeout, was not updated: the kernel (before 6.5) ignores timeout
+    /// updates. One with other data was added anew by someone else.
     fn settle_expiries(&mut self, batch: &Batch) -> Result<Expiry, NftError> {
         let Some((table, set, last)) = batch.last_expiring() else {
             return Ok(Expiry::Gone);
         };
         let (table, set, last) = (table.clone(), set.to_string(), last.clone());
-        let deadline = std::time::Instant::now() + EXPIRY_WAIT_MAX;
-        loop {
-            match self.element(&table, &set, &last.key) {
-                Ok(None) => return Ok(Expiry::Gone),
-                Err(e) if e.is_not_found() => return Ok(Expiry::Gone),
-                Err(e) => return Err(e),
-                Ok(Some(e)) if e.data != last.data || e.comment != last.comment => {
-                    return Ok(Expiry::Gone);
-                }
-                Ok(Some(e)) if !e.is_expiring() => return Ok(Expiry::Ignored),
-                Ok(Some(_)) if std::time::Instant::now() >= deadline => return Ok(Expiry::Gone),
-                Ok(Some(_)) => std::thread::sleep(EXPIRY_POLL),
+        Ok(match self.element_settled(&table, &set, &last.key)? {
+            Some(e) if !e.is_expiring() && e.data == last.data && e.comment == last.comment => {
+                Expiry::Ignored
             }
-        }
+            _ => Expiry::Gone,
+        })
     }
 
     /// [`Nft::transact`] of a batch whose expiries are resolved.
@@ -1140,11 +1127,44 @@ impl Nft {
             Err(e) => Err(e),
         }
     }
+
+    /// [`Nft::element`] once the kernel no longer has it expiring: while the element at `key`
+    /// has a timeout running (one that [`Batch::expire_elements`] gave ends at the kernel's
+    /// next tick: at most 4 ms at `HZ=250`, 10 ms at `HZ=100`), it is looked up again every
+    /// [`EXPIRY_POLL`], for at most [`EXPIRY_WAIT_MAX`] (a longer timeout is not one of ours:
+    /// the element is returned as it is). A key whose element a removal expired can be added
+    /// again after this: adding an element that is still there changes nothing, and its
+    /// timeout would then remove it. `None` also when the table or set does not exist.
+    ///
+    /// # Errors
+    /// As [`Nft::element`], but for a missing table or set.
+    pub fn element_settled(
+        &mut self,
+        table: &Table,
+        set: &str,
+        key: &[Value],
+    ) -> Result<Option<Element>, NftError> {
+        let deadline = std::time::Instant::now() + EXPIRY_WAIT_MAX;
+        loop {
+            match self.element(table, set, key) {
+                Ok(Some(e)) if e.is_expiring() && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(EXPIRY_POLL);
+                }
+                Ok(found) => return Ok(found),
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
 
-/// How often [`Nft::settle_expiries`] looks an expired element up: a lookup costs well under
-/// a tenth of a millisecond, and the element goes at a tick.
+/// How often [`Nft::element_settled`] looks an expiring element up: a lookup costs well
+/// under a tenth of a millisecond, and the element goes at a tick.
 const EXPIRY_POLL: std::time::Duration = std::time::Duration::from_micros(250);
+
+/// The longest [`Nft::element_settled`] waits: ours expire within one kernel tick (4 ms at
+/// `HZ=250`, 10 ms at `HZ=100`); a longer timeout is not one of ours.
+pub(crate) const EXPIRY_WAIT_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What became of a committed expiry ([`Nft::settle_expiries`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

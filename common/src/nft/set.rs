@@ -389,8 +389,9 @@ impl Element {
 
     /// Whether a timeout will remove the element: for our sets, whose elements have none, one
     /// that a removal expired, still in effect for at most [`Element::expires`]. A caller that
-    /// adds the same key again waits that out first ([`wait_expired`]): adding an
-    /// element that exists changes nothing, so the timeout would still remove it.
+    /// adds the same key again waits that out first
+    /// ([`Nft::element_settled`](super::Nft::element_settled)): adding an element that exists
+    /// changes nothing, so the timeout would still remove it.
     pub fn is_expiring(&self) -> bool {
         self.expires.is_some()
     }
@@ -414,28 +415,5 @@ impl Element {
     pub fn comment(mut self, comment: &str) -> Element {
         self.comment = Some(comment.to_string());
         self
-    }
-}
-
-/// The longest an expiring element is waited for by [`wait_expired`]: ours expire within one
-/// kernel tick (4 ms at `HZ=250`, 10 ms at `HZ=100`); a longer timeout is not one of ours.
-pub const EXPIRY_WAIT_MAX: Duration = Duration::from_millis(100);
-
-/// Sleeps until the kernel treats every expiring element of `elements` as gone (those whose
-/// timeout ends within [`EXPIRY_WAIT_MAX`]); after that their keys can be added again. Returns
-/// whether it slept.
-pub fn wait_expired<'a>(elements: impl IntoIterator<Item = &'a Element>) -> bool {
-    let longest = elements
-        .into_iter()
-        .filter_map(|e| e.expires)
-        .filter(|left| *left <= EXPIRY_WAIT_MAX)
-        .max();
-    match longest {
-        Some(left) => {
-            // The kernel reports whole milliseconds of a count of ticks: one more.
-            std::thread::sleep(left + Duration::from_millis(1));
-            true
-        }
-        None => false,
     }
 }

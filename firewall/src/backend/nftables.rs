@@ -270,17 +270,17 @@ impl Nftables {
     }
 
     /// The element of `ip`, or none when it, its set or the table does not exist, or a DEL
-    /// expired it. Before an ADD (`settle`), such an element is waited out (a kernel tick at
-    /// most): adding the key while it is still there would change nothing, and its timeout
-    /// would then remove it.
+    /// expired it. Before an ADD (`settle`), such an element is waited out
+    /// ([`Nft::element_settled`]: a kernel tick at most, after a DEL killed before its own
+    /// wait ended).
     fn lookup(&mut self, ip: IpAddr, settle: bool) -> Result<Option<Element>, NftError> {
-        match self.nft.element(&table(), set_of(ip), &key(ip)) {
-            Ok(Some(e)) if e.is_expiring() => {
-                if settle {
-                    common::nft::wait_expired([&e]);
-                }
-                Ok(None)
-            }
+        let found = if settle {
+            self.nft.element_settled(&table(), set_of(ip), &key(ip))
+        } else {
+            self.nft.element(&table(), set_of(ip), &key(ip))
+        };
+        match found {
+            Ok(Some(e)) if e.is_expiring() => Ok(None),
             Ok(found) => Ok(found),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),

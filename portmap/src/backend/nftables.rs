@@ -329,8 +329,8 @@ impl Nftables {
 
     /// What the kernel holds at the keys and gate chains of `plans`; a table, map or chain
     /// that does not exist holds nothing, nor does a key whose element a DEL expired. Before
-    /// an ADD (`settle`), such an element is waited out (a kernel tick at most): adding the key
-    /// while it is still there would change nothing, and its timeout would then remove it.
+    /// an ADD (`settle`), such an element is waited out ([`Nft::element_settled`]: a kernel
+    /// tick at most, after a DEL killed before its own wait ended).
     fn observe(
         &mut self,
         plans: &[(IpFamily, NftPlan)],
@@ -338,15 +338,19 @@ impl Nftables {
     ) -> Result<Observed, PortmapError> {
         let nft = self.nft()?;
         let mut seen = Observed::default();
-        let mut expiring = Vec::new();
         for (family, p) in plans {
             let t = table(*family);
             for (set, key) in plan::lookups(p) {
                 if seen.element(*family, set, key).is_some() {
                     continue;
                 }
-                match nft.element(&t, set, key) {
-                    Ok(Some(e)) if e.is_expiring() => expiring.push(e),
+                let found = if settle {
+                    nft.element_settled(&t, set, key)
+                } else {
+                    nft.element(&t, set, key)
+                };
+                match found {
+                    Ok(Some(e)) if e.is_expiring() => {}
                     Ok(Some(e)) => seen.elements.push((*family, set, e)),
                     Ok(None) => {}
                     Err(e) if e.is_not_found() => {}
@@ -361,9 +365,6 @@ impl Nftables {
                     Err(e) => return Err(nft_err(e)),
                 }
             }
-        }
-        if settle {
-            common::nft::wait_expired(&expiring);
         }
         Ok(seen)
     }
@@ -505,12 +506,7 @@ impl Nftables {
                     .filter(|e| !e.is_expiring() && e.comment.as_deref().is_some_and(doomed))
                     .collect();
                 let (to_chains, expired): (Vec<Element>, Vec<Element>) =
-                    doomed.into_iter().partition(|e| {
-                        matches!(
-                            &e.data,
-                            Some(ElementData::Verdict(Verdict::Goto(_) | Verdict::Jump(_)))
-                        )
-                    });
+                    doomed.into_iter().partition(plan::jumps_to_chain);
                 for e in &to_chains {
                     if let Some(ElementData::Verdict(Verdict::Goto(c))) = &e.data
                         && !chains.contains(&(family, c.clone()))
