@@ -1351,6 +1351,13 @@ fn nft_has(f: &Fixture, map: &str, key: &str) -> Result<bool> {
     nft_has_element(&f.topo.host, ("ip", "cni_portmap", map), key)
 }
 
+/// `nft list table ip cni_portmap` in the host namespace.
+fn ipv4_table(f: &Fixture) -> Result<String> {
+    f.topo
+        .host
+        .exec_ok("nft", &["list", "table", "ip", "cni_portmap"])
+}
+
 /// DEL of the nftables backend expires the attachment's elements instead of deleting them
 /// (the maps have `flags timeout`): when DEL returns they are gone from listings and lookups
 /// and no longer map (DEL waits out the kernel's tick), and a re-ADD of the same attachment right after maps again, for good (the new
@@ -1366,10 +1373,7 @@ fn nftables_del_expires_the_elements_and_a_readd_at_once_maps_again() -> Result<
     );
     let mut ctr = Fixture::ip(&f.runtime.add(&list, &rt)?, false);
     let mut server = TcpServer::banner(&f.topo.container, SocketAddr::new(ctr, 80), "tcp-hello")?;
-    let table = f
-        .topo
-        .host
-        .exec_ok("nft", &["list", "table", "ip", "cni_portmap"])?;
+    let table = ipv4_table(&f)?;
     ensure!(
         table.matches("flags timeout").count() == 7,
         "every map and set of the table has flags timeout:\n{table}"
@@ -1393,10 +1397,7 @@ fn nftables_del_expires_the_elements_and_a_readd_at_once_maps_again() -> Result<
         ctr = Fixture::ip(&f.runtime.add(&list, &rt)?, false);
         drop(server);
         server = TcpServer::banner(&f.topo.container, SocketAddr::new(ctr, 80), "tcp-hello")?;
-        let table = f
-            .topo
-            .host
-            .exec_ok("nft", &["list", "table", "ip", "cni_portmap"])?;
+        let table = ipv4_table(&f)?;
         f.runtime.check(&list, &rt)?;
         assert_eq!(
             get(&f.topo.client, host(8080))
@@ -1406,10 +1407,7 @@ fn nftables_del_expires_the_elements_and_a_readd_at_once_maps_again() -> Result<
         // Long after any timeout of the expired elements, the new ones still map.
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(get(&f.topo.client, host(8080))?, "tcp-hello");
-        let table = f
-            .topo
-            .host
-            .exec_ok("nft", &["list", "table", "ip", "cni_portmap"])?;
+        let table = ipv4_table(&f)?;
         ensure!(
             !table.contains("expires"),
             "a timeout on an added element:\n{table}"
@@ -1481,10 +1479,7 @@ fn nftables_del_deletes_in_a_table_made_without_timeouts() -> Result<()> {
     f.runtime.add(&list, &rt)?;
     f.runtime.del(&list, &rt)?;
     ensure!(f.leftovers()?.is_empty(), "elements left");
-    let made = f
-        .topo
-        .host
-        .exec_ok("nft", &["list", "table", "ip", "cni_portmap"])?;
+    let made = ipv4_table(&f)?;
     ensure!(made.contains("flags timeout"), "{made}");
     let old: String = made
         .lines()
@@ -1499,10 +1494,7 @@ fn nftables_del_deletes_in_a_table_made_without_timeouts() -> Result<()> {
     f.topo
         .host
         .exec_ok("nft", &["-f", &file.to_string_lossy()])?;
-    let remade = f
-        .topo
-        .host
-        .exec_ok("nft", &["list", "table", "ip", "cni_portmap"])?;
+    let remade = ipv4_table(&f)?;
     ensure!(!remade.contains("flags timeout"), "{remade}");
 
     let second = TestNetns::new("pm-ctr2")?;
@@ -1540,10 +1532,7 @@ fn nftables_del_deletes_in_a_table_made_without_timeouts() -> Result<()> {
         "{:?}",
         f.leftovers()?
     );
-    let table = f
-        .topo
-        .host
-        .exec_ok("nft", &["list", "table", "ip", "cni_portmap"])?;
+    let table = ipv4_table(&f)?;
     ensure!(
         !table.contains("flags timeout"),
         "the old table was replaced:\n{table}"
