@@ -3,8 +3,9 @@
 //!
 //! Where the tools are the nf_tables variant ([`variant`]: the `*-restore` on `PATH` resolves
 //! to `xtables-nft-multi`), an iptables table is an nf_tables table (`ip nat`, `ip6 filter`)
-//! and each rule an nf_tables rule. [`codec`] turns a rule in the tools' words into the
-//! expressions `iptables-nft` 1.8.9 makes of it, and a listed rule back into
+//! and each rule an nf_tables rule. [`codec`] turns a rule in the tools' words into
+//! expressions that every `iptables-nft` release from 1.8.7 to 1.8.11 reads back as that
+//! rule, and a listed rule in the encoding of any of those releases back into
 //! `iptables-save`'s words, for the forms the plugins write: the whole of portmap's layout
 //! and firewall's accepts, with the conditions a user may add (see the module for the list;
 //! anything else is [`Unsupported`] and goes through `iptables-restore`). [`NativeTables`]
@@ -12,7 +13,8 @@
 //! existence) and commits a [`Transaction`] for both families at once; [`snapshot`] reads
 //! chains into a [`TableDump`] for callers written against `iptables-save`'s output.
 //! Kernel tests write every form once with `iptables-restore` and once natively and require
-//! the same expressions and the same `iptables-save` lines.
+//! the same `iptables-save` lines and `iptables -C` to find ours, here and with the tools of
+//! Debian 11, 12 and 13 (`tests/tests/userlands.rs`).
 //!
 //! `iptables-save` formats the whole table, so its cost grows with every rule in it (20–30 ms
 //! at 2000 rules here), and `iptables-restore` reloads it; a call of ours reads and writes its

@@ -1,23 +1,38 @@
-//! Rules in `iptables-save`'s words ⇄ the nf_tables expressions `iptables-nft` 1.8.9 makes of
-//! them.
+//! Rules in `iptables-save`'s words ⇄ the nf_tables expressions `iptables-nft` makes of them,
+//! in the one encoding every release from 1.8.7 to 1.8.11 reads back, and reading every
+//! encoding those releases write.
 //!
 //! [`encode`] parses a rule's arguments as the tool does (options in any order, long and
 //! short names, addresses with or without a prefix, numbers in any base the tool reads) and
-//! expands them exactly as `iptables-nft` would: interfaces, protocol, source, destination
-//! (native payload and meta matches, prefixes loaded to their last whole byte as the tool
-//! does), then the matches in their order (`-m mark` and `-m tcp`/`-m udp --dport` native,
-//! the others xtables matches), a counter, and the target (a verdict, or an xtables target).
-//! [`decode`] reads a listed rule back into `iptables-save`'s canonical arguments, and refuses
-//! anything outside these forms, so that a caller never mistakes another rule for one of its
-//! own. [`canonical`] is the one through the other: the line `iptables-save` prints for a rule.
+//! expands them as `iptables-nft` would: interfaces, protocol (`meta l4proto`), source,
+//! destination (payload matches, prefixes loaded to their last whole byte as the tool does),
+//! then the matches in their order as xtables matches, a counter, and the target (a verdict,
+//! or an xtables target). Releases differ in three of these: 1.8.8 and later write `-m tcp`/
+//! `-m udp --dport` as a transport-header payload and `-m mark` as `meta mark`, which 1.8.7
+//! does not read (its `iptables-save` prints such a rule without them, silently, and its
+//! `save | restore` writes the rule without them); 1.8.10 and later write IPv4's `-p` as the
+//! header's protocol byte and put the addresses first. So the encoder writes ports and marks
+//! as the xtables matches 1.8.7 writes (`tcp`, `udp` revision 0, `mark` revision 1), which
+//! every later release reads as the same line and compares equal to its own form (`iptables
+//! -C` compares rules after parsing), and `-p` as `meta l4proto`, which all of them read.
+//!
+//! [`decode`] reads a listed rule back into `iptables-save`'s canonical arguments, from any of
+//! those encodings, in any expression order: xtables or payload ports, xtables or `meta mark`
+//! marks, `meta l4proto` or the IPv4 protocol byte. It refuses anything outside the forms, so
+//! that a caller never mistakes another rule for one of its own. [`canonical`] is the one
+//! through the other: the line `iptables-save` prints for a rule. Two encodings of one rule
+//! decode to the same words, which is how a caller compares meaning rather than bytes.
 //!
 //! The forms: `[!] -s|-d ADDR[/PREFIX]`, `[!] -i|-o NAME[+]`, `[!] -p PROTO`, and the matches
 //! `-m comment --comment TEXT`, `-m conntrack [!] --ctstate STATES`, `-m multiport --dports
 //! P,…` (up to 15 single ports), `-m addrtype [!] --src-type T [!] --dst-type T`,
 //! `-m mark [!] --mark V[/M]`, `-m tcp|udp [!] --dport N`, `-m sctp --dport N`; the targets
 //! `ACCEPT`, `DROP`, `RETURN`, a jump (`-j CHAIN`) or goto (`-g CHAIN`) to a user chain,
-//! `DNAT --to-destination ADDR[:PORT]`, `MASQUERADE`, `MARK --set-xmark V[/M]`. Anything else
-//! is [`Unsupported`], for the caller to write with `iptables-restore` instead.
+//! `DNAT --to-destination ADDR[:PORT]`, `MASQUERADE`, `MARK --set-xmark V[/M]`. Options are
+//! taken by their full names only: an abbreviation, or an option the tool would read as an
+//! abbreviation of a loaded match's option (`--dport` after `-m multiport`, which is
+//! `--dports` to the tool), is [`Unsupported`], like anything else outside these forms, for
+//! the caller to write with `iptables-restore`, which accepts or refuses it as the tool does.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -102,6 +117,8 @@ const PROTOCOLS: [(u8, &str); 8] = [
     (132, "sctp"),
     (136, "udplite"),
 ];
+/// The offset of the protocol field in the IPv4 header.
+const IPV4_PROTOCOL: u32 = 9;
 const TCP: u8 = 6;
 const UDP: u8 = 17;
 const SCTP: u8 = 132;
@@ -168,6 +185,57 @@ fn match_options(name: &str) -> Option<&'static [&'static str]> {
         "tcp" | "udp" | "sctp" => &["--dport", "--destination-port"],
         _ => return None,
     })
+}
+
+/// Every long option (without `--`) of the matches [`match_options`] knows, as the tools'
+/// extensions (`libxt_*.c`, the same in 1.8.7 to 1.8.11) define them: what an abbreviation
+/// may stand for.
+fn all_options(name: &str) -> &'static [&'static str] {
+    match name {
+        "comment" => &["comment"],
+        "conntrack" => &[
+            "ctstate",
+            "ctproto",
+            "ctorigsrc",
+            "ctorigdst",
+            "ctreplsrc",
+            "ctrepldst",
+            "ctstatus",
+            "ctexpire",
+            "ctorigsrcport",
+            "ctorigdstport",
+            "ctreplsrcport",
+            "ctrepldstport",
+            "ctdir",
+        ],
+        "multiport" => &[
+            "source-ports",
+            "sports",
+            "destination-ports",
+            "dports",
+            "ports",
+        ],
+        "addrtype" => &["src-type", "dst-type", "limit-iface-in", "limit-iface-out"],
+        "mark" => &["mark"],
+        "tcp" => &[
+            "source-port",
+            "sport",
+            "destination-port",
+            "dport",
+            "syn",
+            "tcp-flags",
+            "tcp-option",
+        ],
+        "udp" => &["source-port", "sport", "destination-port", "dport"],
+        "sctp" => &[
+            "source-port",
+            "sport",
+            "destination-port",
+            "dport",
+            "chunk-types",
+        ],
+        _ => &[],
+    }
 }
 
 fn cmp(op: CmpOp, data: Vec<u8>) -> Expr {
@@ -287,6 +355,20 @@ fn encode_exprs(family: Family, args: &[String]) -> Result<(Vec<Expr>, Proto), U
                 let value = tokens.value(other)?;
                 let knows = |name: &str| match_options(name).is_some_and(|o| o.contains(&other));
                 if !rule.matches.iter().any(|m| knows(m.name)) {
+                    // The tool takes an option no loaded match has by that name as the
+                    // abbreviation of one a loaded match has (getopt_long), before it loads
+                    // the protocol's match: `--dport` after `-m multiport` is `--dports`.
+                    let long = other.trim_start_matches('-');
+                    if let Some(loaded) = rule
+                        .matches
+                        .iter()
+                        .find(|m| all_options(m.name).iter().any(|o| o.starts_with(long)))
+                    {
+                        return Err(tokens.fail(format!(
+                            "the tool reads {other} as an abbreviation of an option of -m {}",
+                            loaded.name
+                        )));
+                    }
                     let implicit = rule
                         .proto
                         .and_then(|(_, number)| proto_name(number))
@@ -511,18 +593,11 @@ fn build_match(
         "mark" => {
             let (negated, value) = one()?;
             let (mark, mask) = value_mask(value).ok_or_else(|| bad(value))?;
-            let mut exprs = vec![meta(MetaKey::Mark)];
-            if mask != u32::MAX {
-                exprs.push(Expr::Bitwise {
-                    sreg: REG_1,
-                    dreg: REG_1,
-                    mask: mask.to_ne_bytes().to_vec(),
-                    xor: vec![0; 4],
-                    explicit_op: false,
-                });
-            }
-            exprs.push(cmp(op(negated), mark.to_ne_bytes().to_vec()));
-            exprs
+            vec![xt_match(
+                "mark",
+                1,
+                xt::mark_match_info(mark, mask, negated),
+            )]
         }
         _ => {
             // tcp, udp, sctp: the protocol's own -p, not negated.
@@ -538,15 +613,11 @@ fn build_match(
                 }
                 vec![xt_match("sctp", 0, xt::sctp_dport_info(port))]
             } else {
-                vec![
-                    Expr::Payload {
-                        base: PayloadBase::Transport,
-                        offset: 2,
-                        len: 2,
-                        dreg: REG_1,
-                    },
-                    cmp(op(negated), port.to_be_bytes().to_vec()),
-                ]
+                vec![xt_match(
+                    name,
+                    0,
+                    xt::dport_info(number == TCP, port, negated),
+                )]
             }
         }
     })
@@ -646,6 +717,27 @@ pub fn decode(family: Family, exprs: &[Expr]) -> Option<Vec<String>> {
         }
         match rest {
             [] => break,
+            // `-p` of IPv4 as iptables-nft 1.8.10 and later write it: the header's protocol
+            // field, where earlier releases (and IPv6) load `meta l4proto`.
+            [
+                Expr::Payload {
+                    base: PayloadBase::Network,
+                    offset: IPV4_PROTOCOL,
+                    len: 1,
+                    dreg,
+                },
+                Expr::Cmp { sreg, op, data },
+                tail @ ..,
+            ] if family == Family::V4 && *dreg == REG_1 && *sreg == REG_1 => {
+                let [number] = data.as_slice() else {
+                    return None;
+                };
+                proto_name(*number)?;
+                if proto.replace((*op == CmpOp::Neq, *number)).is_some() {
+                    return None;
+                }
+                rest = tail;
+            }
             [
                 Expr::Payload {
                     base: PayloadBase::Network,
@@ -737,11 +829,7 @@ pub fn decode(family: Family, exprs: &[Expr]) -> Option<Vec<String>> {
                     matches.push("!".to_owned());
                 }
                 matches.push("--mark".to_owned());
-                matches.push(if mask == u32::MAX {
-                    format!("{mark:#x}")
-                } else {
-                    format!("{mark:#x}/{mask:#x}")
-                });
+                matches.push(mark_words(mark, mask));
                 rest = tail;
             }
             [
@@ -785,6 +873,18 @@ pub fn decode(family: Family, exprs: &[Expr]) -> Option<Vec<String>> {
                     ("addrtype", 1) => xt::addrtype(info)?,
                     ("sctp", 0) if proto == Some((false, SCTP)) => {
                         vec!["--dport".to_owned(), xt::sctp_dport(info)?.to_string()]
+                    }
+                    ("tcp" | "udp", 0) => {
+                        let tcp = name == "tcp";
+                        if proto != Some((false, if tcp { TCP } else { UDP })) {
+                            return None;
+                        }
+                        let (negated, port) = xt::dport(tcp, info)?;
+                        negatable(negated, "--dport", port.to_string())
+                    }
+                    ("mark", 1) => {
+                        let (mark, mask, negated) = xt::mark_match(info)?;
+                        negatable(negated, "--mark", mark_words(mark, mask))
                     }
                     _ => return None,
                 };
@@ -851,6 +951,26 @@ pub fn decode(family: Family, exprs: &[Expr]) -> Option<Vec<String>> {
     args.extend(matches);
     args.extend(target.unwrap_or_default());
     Some(args)
+}
+
+/// `[!] OPTION VALUE`, as a match prints a negatable option.
+fn negatable(negated: bool, option: &str, value: String) -> Vec<String> {
+    let mut words = Vec::with_capacity(3);
+    if negated {
+        words.push("!".to_owned());
+    }
+    words.push(option.to_owned());
+    words.push(value);
+    words
+}
+
+/// `--mark`'s value as `iptables-save` prints it: `0x2000/0x2000`, or `0x1` without a mask.
+fn mark_words(mark: u32, mask: u32) -> String {
+    if mask == u32::MAX {
+        format!("{mark:#x}")
+    } else {
+        format!("{mark:#x}/{mask:#x}")
+    }
 }
 
 /// The prefix a network-header load of `len` bytes and what follows it compare with: the
@@ -1195,6 +1315,157 @@ mod tests {
     /// Splits like the tools' own command line (double quotes group).
     fn strings_quoted(line: &str) -> Vec<String> {
         crate::iptables::split_args(line).unwrap()
+    }
+
+    fn proto_meta(number: u8) -> [Expr; 2] {
+        iface(MetaKey::L4Proto, CmpOp::Eq, &[number])
+    }
+
+    /// `-p` as iptables-nft 1.8.10 and later write it for IPv4.
+    fn proto_payload(number: u8) -> [Expr; 2] {
+        addr(IPV4_PROTOCOL, CmpOp::Eq, &[number])
+    }
+
+    /// `--dport` as 1.8.8 and later write it.
+    fn dport_payload(op: CmpOp, port: u16) -> [Expr; 2] {
+        [
+            Expr::Payload {
+                base: PayloadBase::Transport,
+                offset: 2,
+                len: 2,
+                dreg: REG_1,
+            },
+            Expr::Cmp {
+                sreg: REG_1,
+                op,
+                data: port.to_be_bytes().to_vec(),
+            },
+        ]
+    }
+
+    fn jump(chain: &str) -> [Expr; 2] {
+        [
+            counter(),
+            Expr::ImmediateVerdict(Verdict::Jump(chain.into())),
+        ]
+    }
+
+    fn masquerade() -> [Expr; 2] {
+        [
+            counter(),
+            xt_target("MASQUERADE", 0, xt::masquerade_info(Family::V4)),
+        ]
+    }
+
+    #[test]
+    fn every_release_s_encoding_of_a_rule_decodes_to_the_same_words() {
+        let src = addr(12, CmpOp::Eq, &[10, 88, 0]);
+        let xt_port = xt_match("tcp", 0, xt::dport_info(true, 8080, false));
+        // 1.8.7: meta l4proto, the address, an xtables tcp match.
+        let v187: Vec<Expr> = [proto_meta(TCP).as_slice(), &src, &[xt_port], &jump("X")].concat();
+        // 1.8.8 and 1.8.9: the port as a transport-header payload.
+        let v189: Vec<Expr> = [
+            proto_meta(TCP).as_slice(),
+            &src,
+            &dport_payload(CmpOp::Eq, 8080),
+            &jump("X"),
+        ]
+        .concat();
+        // 1.8.10 and 1.8.11: the address first, the protocol byte of the header.
+        let v1811: Vec<Expr> = [
+            src.as_slice(),
+            &proto_payload(TCP),
+            &dport_payload(CmpOp::Eq, 8080),
+            &jump("X"),
+        ]
+        .concat();
+        let line = "-s 10.88.0.0/24 -p tcp -m tcp --dport 8080 -j X";
+        for exprs in [&v187, &v189, &v1811] {
+            assert_eq!(args(exprs.clone(), Family::V4).as_deref(), Some(line));
+        }
+        // What we write is 1.8.7's, which every later release reads.
+        let rule = encode(Family::V4, &strings(line)).unwrap();
+        assert_eq!(rule.encode(NftFamily::Ip).unwrap(), v187);
+
+        // A negated port, either way.
+        let udp = [proto_meta(UDP).as_slice(), &dport_payload(CmpOp::Neq, 1)].concat();
+        let xt_udp = [
+            proto_meta(UDP).as_slice(),
+            &[xt_match("udp", 0, xt::dport_info(false, 1, true))],
+        ]
+        .concat();
+        for exprs in [udp, xt_udp.clone()] {
+            assert_eq!(
+                args(exprs, Family::V4).as_deref(),
+                Some("-p udp -m udp ! --dport 1")
+            );
+        }
+        let rule = encode(Family::V4, &strings("-p udp -m udp ! --dport 1")).unwrap();
+        assert_eq!(rule.encode(NftFamily::Ip).unwrap()[..3], xt_udp[..]);
+
+        // The mark: 1.8.7's xtables match, 1.8.8's meta mark through a mask.
+        let xt_mark = [
+            &[xt_match(
+                "mark",
+                1,
+                xt::mark_match_info(0x2000, 0x2000, false),
+            )][..],
+            &masquerade(),
+        ]
+        .concat();
+        let meta_mark = [
+            &[
+                meta(MetaKey::Mark),
+                Expr::Bitwise {
+                    sreg: REG_1,
+                    dreg: REG_1,
+                    mask: 0x2000u32.to_ne_bytes().to_vec(),
+                    xor: vec![0; 4],
+                    explicit_op: false,
+                },
+                cmp(CmpOp::Eq, 0x2000u32.to_ne_bytes().to_vec()),
+            ][..],
+            &masquerade(),
+        ]
+        .concat();
+        let line = "-m mark --mark 0x2000/0x2000 -j MASQUERADE";
+        for exprs in [&xt_mark, &meta_mark] {
+            assert_eq!(args(exprs.clone(), Family::V4).as_deref(), Some(line));
+        }
+        let rule = encode(Family::V4, &strings(line)).unwrap();
+        assert_eq!(rule.encode(NftFamily::Ip).unwrap(), xt_mark);
+
+        // IPv6 keeps meta l4proto in every release; a protocol byte is IPv4's only.
+        assert_eq!(args(proto_payload(TCP).to_vec(), Family::V6), None);
+        // A port of another protocol than the rule's is not one of ours.
+        let wrong = [
+            proto_meta(UDP).as_slice(),
+            &[xt_match("tcp", 0, xt::dport_info(true, 8080, false))],
+        ]
+        .concat();
+        assert_eq!(args(wrong, Family::V4), None);
+    }
+
+    #[test]
+    fn an_option_the_tool_reads_as_an_abbreviation_is_left_to_it() {
+        // After -m multiport, the tool reads --dport as --dports (given twice: refused).
+        for line in [
+            "-m multiport -p tcp --destination-ports 8080 --dport 8080 -j X",
+            "-p tcp -m multiport --dports 80 --destination-port 8080 -j X",
+            "-p tcp --dp 8080 -j X",
+        ] {
+            assert!(encode(Family::V4, &strings(line)).is_err(), "{line}");
+        }
+        // Before it, --dport loads the protocol's match.
+        assert_eq!(
+            canonical(
+                Family::V4,
+                &strings("-p tcp --dport 8080 -m multiport --dports 80 -j X")
+            )
+            .unwrap()
+            .join(" "),
+            "-p tcp -m tcp --dport 8080 -m multiport --dports 80 -j X"
+        );
     }
 
     #[test]

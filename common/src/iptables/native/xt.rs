@@ -1,5 +1,6 @@
-//! The xtables structures `iptables-nft` 1.8.9 sends for the extensions it has no native
-//! nf_tables form for: the `info` of an [`Expr::XtMatch`](crate::nft::Expr::XtMatch) or
+//! The xtables structures `iptables-nft` sends for the extensions it has no native nf_tables
+//! form for (and, for `tcp`, `udp` and `mark`, those 1.8.7 sends where later releases write
+//! native expressions, which 1.8.7 cannot read): the `info` of an [`Expr::XtMatch`](crate::nft::Expr::XtMatch) or
 //! [`Expr::XtTarget`](crate::nft::Expr::XtTarget), byte for byte as the kernel keeps it (host
 //! byte order, padded to `XT_ALIGN`, the x86-64 layout of `linux/netfilter/xt_*.h`), and the
 //! decoding back to the values `iptables-save` prints. Each decoder accepts only what its
@@ -265,6 +266,66 @@ pub(super) fn addrtype(info: &[u8]) -> Option<Vec<String>> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// -m tcp (revision 0): `struct xt_tcp { u16 spts[2]; u16 dpts[2]; u8 option, flg_mask, flg_cmp,
+// invflags; }`; -m udp (revision 0): `struct xt_udp { u16 spts[2]; u16 dpts[2]; u8 invflags; }`.
+// Ports in host byte order; both padded to 16 bytes.
+
+/// `XT_ALIGN(sizeof(struct xt_tcp))`, which is also `struct xt_udp`'s.
+const TCPUDP_LEN: usize = 16;
+/// `XT_TCP_INV_DSTPT`, `XT_UDP_INV_DSTPT`.
+const INV_DSTPT: u8 = 2;
+
+/// Where `invflags` sits in `struct xt_tcp` (`tcp`) or `struct xt_udp`.
+fn tcpudp_invflags(tcp: bool) -> usize {
+    if tcp { 11 } else { 8 }
+}
+
+/// The info of `-m tcp|udp [!] --dport N`: every source port, destination ports N–N.
+pub(super) fn dport_info(tcp: bool, port: u16, negated: bool) -> Vec<u8> {
+    let mut info = vec![0; TCPUDP_LEN];
+    put_u16(&mut info, 2, u16::MAX);
+    put_u16(&mut info, 4, port);
+    put_u16(&mut info, 6, port);
+    if negated {
+        info[tcpudp_invflags(tcp)] = INV_DSTPT;
+    }
+    info
+}
+
+/// Whether the destination port is negated, and the port, of a tcp or udp match that tests
+/// one destination port and nothing else.
+pub(super) fn dport(tcp: bool, info: &[u8]) -> Option<(bool, u16)> {
+    if info.len() != TCPUDP_LEN {
+        return None;
+    }
+    let port = u16_at(info, 4)?;
+    let negated = info[tcpudp_invflags(tcp)] == INV_DSTPT;
+    (info == dport_info(tcp, port, negated).as_slice()).then_some((negated, port))
+}
+
+// ---------------------------------------------------------------------------------------------
+// -m mark (revision 1): `struct xt_mark_mtinfo1 { u32 mark, mask; u8 invert; }`, 16 bytes.
+
+const MARK_MATCH_LEN: usize = 16;
+
+/// The info of `-m mark [!] --mark MARK/MASK`.
+pub(super) fn mark_match_info(mark: u32, mask: u32, negated: bool) -> Vec<u8> {
+    let mut info = vec![0; MARK_MATCH_LEN];
+    put_u32(&mut info, 0, mark);
+    put_u32(&mut info, 4, mask);
+    info[8] = u8::from(negated);
+    info
+}
+
+/// The mark, mask and negation of a mark match.
+pub(super) fn mark_match(info: &[u8]) -> Option<(u32, u32, bool)> {
+    if info.len() != MARK_MATCH_LEN || info[8] > 1 || !zero_after(info, 9) {
+        return None;
+    }
+    Some((u32_at(info, 0)?, u32_at(info, 4)?, info[8] == 1))
+}
+
+// ---------------------------------------------------------------------------------------------
 // -m sctp (revision 0): `struct xt_sctp_info { u16 dpts[2]; u16 spts[2]; u32 chunkmap[64];
 // u32 chunk_match_type; struct { u8 chunktype, flag, flag_mask; } flag_info[4];
 // int flag_count; u32 flags; u32 invflags; }`.
@@ -416,6 +477,21 @@ mod tests {
             ["!", "--src-type", "UNICAST,LOCAL"]
         );
         assert_eq!(sctp_dport(&sctp_dport_info(9)), Some(9));
+        for tcp in [true, false] {
+            assert_eq!(
+                dport(tcp, &dport_info(tcp, 8080, false)),
+                Some((false, 8080))
+            );
+            assert_eq!(dport(tcp, &dport_info(tcp, 1, true)), Some((true, 1)));
+        }
+        assert_eq!(
+            mark_match(&mark_match_info(0x2000, 0x2000, false)),
+            Some((0x2000, 0x2000, false))
+        );
+        assert_eq!(
+            mark_match(&mark_match_info(1, u32::MAX, true)),
+            Some((1, u32::MAX, true))
+        );
         let v6: IpAddr = "fd00::2".parse().unwrap();
         assert_eq!(
             dnat(Family::V6, &dnat_info(v6, Some(80))),
@@ -437,6 +513,18 @@ mod tests {
         let mut sctp = sctp_dport_info(9);
         sctp[8] = 1; // a chunk in the chunk map
         assert_eq!(sctp_dport(&sctp), None);
+        let mut tcp = dport_info(true, 80, false);
+        tcp[0] = 1; // a source port range
+        assert_eq!(dport(true, &tcp), None);
+        let mut tcp = dport_info(true, 80, false);
+        tcp[9] = 2; // --tcp-flags
+        assert_eq!(dport(true, &tcp), None);
+        let mut range = dport_info(false, 80, false);
+        range[6] = 90; // destination ports 80-90
+        assert_eq!(dport(false, &range), None);
+        let mut mark = mark_match_info(1, 1, false);
+        mark[8] = 2;
+        assert_eq!(mark_match(&mark), None);
         let v4: IpAddr = "10.0.0.2".parse().unwrap();
         let mut nat = dnat_info(v4, Some(80));
         nat[23] = 9; // a range of addresses
