@@ -27,6 +27,9 @@ declare -A want=(
   [busybox-static]=/bin/busybox
   # The bench's plot of the scale series (BENCHMARKS.md).
   [gnuplot-nox]=/usr/bin/gnuplot-nox
+  # The userland matrix (tests/tests/userlands.rs): Debian 11, 12 and 13 root filesystems,
+  # made once into /var/cache/cni-rs/userlands.
+  [debootstrap]=/usr/sbin/debootstrap
 )
 missing=()
 for pkg in "${!want[@]}"; do

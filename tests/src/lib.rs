@@ -19,6 +19,8 @@
 //!   tests and bench of `common::iptables::native`.
 //! - [`snapshot`]: normalised snapshots of the kernel objects and files plugins leave behind.
 //! - [`differential`]: the same calls to a Go reference plugin and to ours, compared.
+//! - [`userland`]: Debian 11, 12 and 13 root filesystems (their own iptables, nft and Go
+//!   plugins), cached outside the checkout, and nodes made of them that run our plugins.
 //!
 //! Everything needs root and fails (never skips) without it. Nothing here touches the machine's
 //! own network namespace: namespaces are created on throwaway threads, commands and plugins are
@@ -39,6 +41,7 @@ pub mod runtime;
 pub mod seccomp;
 pub mod snapshot;
 pub mod traffic;
+pub mod userland;
 
 pub use netns::{TestNetns, Topology, veth_pair};
 pub use runtime::{

@@ -410,6 +410,7 @@ pub struct Runtime {
     cache: tempfile::TempDir,
     timeout: Duration,
     env: Vec<(String, String)>,
+    root: Option<PathBuf>,
 }
 
 impl Runtime {
@@ -449,6 +450,7 @@ impl Runtime {
                 .context("failed to create the runtime's cache dir")?,
             timeout: PLUGIN_TIMEOUT,
             env: Vec::new(),
+            root: None,
         })
     }
 
@@ -496,6 +498,22 @@ impl Runtime {
         self
     }
 
+    /// Runs every plugin `chroot`ed into `root` (another userland, [`crate::userland`]): the
+    /// search directories, `CNI_PATH` and overrides are paths inside it.
+    #[must_use]
+    pub fn in_root(mut self, root: impl Into<PathBuf>) -> Runtime {
+        self.root = Some(root.into());
+        self
+    }
+
+    /// Where `path` (a plugin's, as the plugins see it) is for this process.
+    fn seen(&self, path: &Path) -> PathBuf {
+        match &self.root {
+            Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
+            None => path.to_path_buf(),
+        }
+    }
+
     /// Sets the deadline of one plugin execution.
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Runtime {
@@ -525,7 +543,7 @@ impl Runtime {
     /// When no binary is found, naming where it was looked for.
     pub fn find_plugin(&self, plugin_type: &str) -> anyhow::Result<PathBuf> {
         if let Some(path) = self.overrides.get(plugin_type) {
-            bins::require_executable(path, "set by use_binary/use_reference")?;
+            bins::require_executable(&self.seen(path), "set by use_binary/use_reference")?;
             return Ok(path.clone());
         }
         if plugin_type.contains('/') {
@@ -534,14 +552,14 @@ impl Runtime {
         if bins::META_PLUGINS.contains(&plugin_type) && self.plugin_dirs.contains(&self.our_dir) {
             let path = self.our_dir.join(plugin_type);
             bins::require_executable(
-                &path,
+                &self.seen(&path),
                 "run `cargo build --workspace --bins` first (or use_reference for the Go one)",
             )?;
             return Ok(path);
         }
         for dir in &self.plugin_dirs {
             let path = dir.join(plugin_type);
-            if bins::require_executable(&path, "").is_ok() {
+            if bins::require_executable(&self.seen(&path), "").is_ok() {
                 return Ok(path);
             }
         }
@@ -734,7 +752,14 @@ impl Runtime {
         } else {
             self.find_plugin(plugin)?
         };
-        let mut cmd = Command::new(&path);
+        let mut cmd = match &self.root {
+            Some(root) => {
+                let mut cmd = Command::new("/usr/sbin/chroot");
+                cmd.arg(root).arg(&path);
+                cmd
+            }
+            None => Command::new(&path),
+        };
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("CNI_") {
                 cmd.env_remove(key);
