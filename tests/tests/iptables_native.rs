@@ -300,3 +300,15 @@ fn what_the_go_add_made_is_found_read_back_and_deleted_natively() -> Result<()> 
     assert_eq!(host.nat()?, Host::skeleton_only()?);
     Ok(())
 }
+
+#[test]
+fn every_form_written_natively_reads_as_this_machine_s_tools_write_it() -> Result<()> {
+    ensure!(
+        native::writes_nf_tables(Family::V4),
+        "this test needs iptables-nft"
+    );
+    let ns = TestNetns::new("forms")?;
+    // This machine's 1.8.9 writes ports and marks natively, where we write 1.8.7's xtables
+    // matches: not expression for expression (tests/tests/userlands.rs compares with 1.8.7).
+    tests::iptables_layout::forms_read_alike(&ns, &tests::iptables_layout::host_tools, false)
+}

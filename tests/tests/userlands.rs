@@ -106,6 +106,8 @@ struct Hosts {
     go_first: Host,
     /// Ours added A, then Go B.
     ours_first: Host,
+    /// Every form of the codec, by the node's tools and by ours.
+    forms: TestNetns,
 }
 
 impl Hosts {
@@ -116,6 +118,7 @@ impl Hosts {
             reference: Host::new("ulr")?,
             go_first: Host::new("ulm")?,
             ours_first: Host::new("uln")?,
+            forms: TestNetns::new("ulf")?,
         })
     }
 }
@@ -514,7 +517,19 @@ fn scenarios(node: &Node, hosts: &Hosts) -> Vec<(&'static str, Result<()>)> {
             node.flavour()
         );
     }
-    vec![
+    let mut outcomes = Vec::new();
+    if node.flavour() == Flavour::Nft {
+        // What we write natively, as the node's tools read it; 1.8.7's encoding is ours.
+        let same = node.release().iptables == "1.8.7";
+        let tools = |ns: &TestNetns, program: &str, args: &[&str], stdin: &[u8]| {
+            node.run(Some(ns), program, args, stdin)
+        };
+        outcomes.push((
+            "every form written natively, read and found by the node's tools as their own",
+            tests::iptables_layout::forms_read_alike(&hosts.forms, &tools, same),
+        ));
+    }
+    outcomes.extend([
         (
             "one container: layout, traffic, CHECK and DEL across, save|restore",
             across(node, quirks, &hosts.go, &hosts.ours),
@@ -523,7 +538,8 @@ fn scenarios(node: &Node, hosts: &Hosts) -> Vec<(&'static str, Result<()>)> {
             "a mixed node: Go first, then ours; ours first, then Go",
             mixed(node, quirks, hosts),
         ),
-    ]
+    ]);
+    outcomes
 }
 
 /// The per-family tool directories Go's CHECK runs with.
