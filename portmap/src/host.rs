@@ -117,19 +117,74 @@ pub fn iptables_on_path() -> bool {
         .all(|tool| common::iptables::native::on_path(tool).is_some())
 }
 
-/// Whether the iptables tools are usable here, decided without exec (the reference runs
+/// Whether the iptables tools are usable here, as the reference decides it (it runs
 /// `iptables -t filter -S INPUT 1` on every call): `iptables-restore` and `iptables-save` are on
-/// `PATH`, and their kernel side answers: nf_tables (`nf_tables_answers`) where they are
-/// `iptables-nft`, the `ip_tables` module (its `/proc/net/ip_tables_names`) where they are the
-/// legacy tools.
-pub fn iptables_usable(nf_tables_answers: impl FnOnce() -> bool) -> bool {
+/// `PATH`, and their kernel side answers. Without exec where the answer can be read: nf_tables
+/// (`nf_tables_answers`, on the call's socket) where they are `iptables-nft`; the `ip_tables`
+/// module's `/proc/net/ip_tables_names` where they are the legacy tools. Where that file is
+/// missing the module may just not be loaded yet (a fresh boot), and the reference's probe
+/// would load it: then the tools themselves are asked (`legacy_probe`: `iptables-save -t
+/// filter`, which loads it as the reference's `iptables` does), once per boot where the
+/// module loads, on every call (as the reference) where it cannot.
+pub fn iptables_usable(
+    nf_tables_answers: impl FnOnce() -> bool,
+    legacy_probe: impl FnOnce() -> bool,
+) -> bool {
     use common::iptables::native;
-    if !iptables_on_path() {
-        return false;
-    }
-    if native::writes_nf_tables(common::iptables::Family::V4) {
+    tools_usable(
+        iptables_on_path(),
+        native::writes_nf_tables(common::iptables::Family::V4),
+        || std::path::Path::new(names::LEGACY_IPV4_TABLES).exists(),
+        nf_tables_answers,
+        legacy_probe,
+    )
+}
+
+/// [`iptables_usable`]'s decision from what the host offers, each asked only when needed.
+fn tools_usable(
+    on_path: bool,
+    nft_variant: bool,
+    legacy_loaded: impl FnOnce() -> bool,
+    nf_tables_answers: impl FnOnce() -> bool,
+    legacy_probe: impl FnOnce() -> bool,
+) -> bool {
+    if !on_path {
+        false
+    } else if nft_variant {
         nf_tables_answers()
     } else {
-        std::path::Path::new(names::LEGACY_IPV4_TABLES).exists()
+        legacy_loaded() || legacy_probe()
+    }
+}
+
+/// The reference's probe of the legacy tools, which loads the `ip_tables` module where the
+/// kernel has it: `iptables-save -t filter` succeeds.
+pub fn legacy_probe() -> bool {
+    match common::iptables::Iptables::new(common::iptables::Family::V4).probe() {
+        Ok(()) => true,
+        Err(e) => {
+            log::info!("the iptables tools do not work here: {e}");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn legacy_tools_whose_module_is_not_loaded_yet_are_probed_as_the_reference_does() {
+        let never = || -> bool { panic!("asked") };
+        // Legacy tools, module loaded: no exec.
+        assert!(tools_usable(true, false, || true, never, never));
+        // Not loaded yet: the probe decides (its run loads the module, as the reference's).
+        assert!(tools_usable(true, false, || false, never, || true));
+        assert!(!tools_usable(true, false, || false, never, || false));
+        // iptables-nft: nf_tables answers, nothing is run.
+        assert!(tools_usable(true, true, never, || true, never));
+        assert!(!tools_usable(true, true, never, || false, never));
+        // No tools: nothing else is asked.
+        assert!(!tools_usable(false, false, never, never, never));
     }
 }

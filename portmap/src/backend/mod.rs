@@ -206,7 +206,7 @@ pub fn select(config: &Config, nft: &mut LazyNft) -> Backend {
         return backend;
     }
     let tools = IptablesTools {
-        usable: host::iptables_usable(|| nft_answers(nft)),
+        usable: host::iptables_usable(|| nft_answers(nft), host::legacy_probe),
         on_path: host::iptables_on_path(),
     };
     choose_auto(tools, || nft_support(nft))
