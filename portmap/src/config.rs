@@ -185,6 +185,15 @@ impl From<IpFamily> for common::iptables::Family {
     }
 }
 
+impl From<common::iptables::Family> for IpFamily {
+    fn from(family: common::iptables::Family) -> Self {
+        match family {
+            common::iptables::Family::V4 => IpFamily::V4,
+            common::iptables::Family::V6 => IpFamily::V6,
+        }
+    }
+}
+
 impl HostIp {
     /// Whether the mapping applies to a container address of `family`.
     pub fn applies_to(self, family: IpFamily) -> bool {

@@ -36,6 +36,15 @@ pub enum PortmapError {
     /// The iptables layout could not be read or written over nf_tables.
     #[error("unable to set up iptables port mappings: {0}")]
     Native(#[source] common::iptables::native::NativeError),
+    /// An attachment's iptables chain could not be removed from one family (`ipv4`,
+    /// `ipv6`), as the reference words it.
+    #[error("could not teardown {family} dnat: {cause}")]
+    Teardown {
+        /// `ipv4` or `ipv6`.
+        family: &'static str,
+        /// What failed.
+        cause: String,
+    },
     /// Our iptables lock could not be taken.
     #[error(transparent)]
     Lock(#[from] common::lock::LockError),
@@ -83,6 +92,7 @@ impl From<PortmapError> for CniError {
             | PortmapError::NftUnusable(_)
             | PortmapError::Iptables(_)
             | PortmapError::Native(_)
+            | PortmapError::Teardown { .. }
             | PortmapError::Check(_)
             | PortmapError::RouteLocalnet(_) => ErrorCode::Internal,
         };

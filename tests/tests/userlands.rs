@@ -108,6 +108,9 @@ struct Hosts {
     ours_first: Host,
     /// Every form of the codec, by the node's tools and by ours.
     forms: TestNetns,
+    /// A DEL refused: Go's and ours.
+    busy_go: Host,
+    busy_ours: Host,
 }
 
 impl Hosts {
@@ -119,6 +122,8 @@ impl Hosts {
             go_first: Host::new("ulm")?,
             ours_first: Host::new("uln")?,
             forms: TestNetns::new("ulf")?,
+            busy_go: Host::new("ulbg")?,
+            busy_ours: Host::new("ulbo")?,
         })
     }
 }
@@ -538,6 +543,10 @@ fn scenarios(node: &Node, hosts: &Hosts) -> Vec<(&'static str, Result<()>)> {
             "a mixed node: Go first, then ours; ours first, then Go",
             mixed(node, quirks, hosts),
         ),
+        (
+            "a DEL refused while an operator's rule jumps to the chain",
+            refused_del(node, quirks, &hosts.busy_go, &hosts.busy_ours),
+        ),
     ]);
     outcomes
 }
@@ -630,22 +639,22 @@ fn mixed(node: &Node, quirks: Quirks, hosts: &Hosts) -> Result<()> {
         quirks.same(
             &both,
             &calls.tables()?,
-            &format!("Go's two ADDs (-) and {first}'s then {second}'s (+)"),
+            &format!("Go's two ADDs (-) and the ADDs by {first}, then by {second} (+)"),
         )?;
         let full = |by: By| by == By::Ours || quirks.go_maps_second_v6();
         calls
             .traffic(&a, full(first))
-            .with_context(|| format!("through {first}'s rules"))?;
+            .with_context(|| format!("through the rules by {first}"))?;
         calls
             .traffic(&b, full(second))
-            .with_context(|| format!("through {second}'s rules"))?;
+            .with_context(|| format!("through the rules by {second}"))?;
         calls.meta(first, "DEL", &a)?;
         calls.meta(second, "DEL", &b)?;
         calls.detach(&a)?;
         calls.detach(&b)?;
         host_after_dels(&reference, &ra, &rb)?.ensure_same(
             &calls.tables()?,
-            &format!("after Go's two DELs (-) and {first}'s and {second}'s (+)"),
+            &format!("after Go's two DELs (-) and the DELs by {first} and by {second} (+)"),
         )?;
     }
     Ok(())
@@ -665,4 +674,93 @@ fn host_after_dels(reference: &Calls<'_>, a: &Attached, b: &Attached) -> Result<
         reference.detach(b)?;
     }
     reference.tables()
+}
+
+/// An operator's rule in IPv4's `PREROUTING` jumps to the attachment's chain: the kernel
+/// refuses to delete it, and Go's DEL fails after emptying it and removing its entry rules;
+/// so does ours, with the same IPv4 table left and no traffic through the mapping (Go stops
+/// there, ours removes the IPv6 mapping too). Once the operator's rule is gone, a second DEL
+/// finishes.
+fn refused_del(node: &Node, quirks: Quirks, go_host: &Host, our_host: &Host) -> Result<()> {
+    let go = Calls::new(node, go_host)?;
+    let ours = Calls::new(node, our_host)?;
+    let a_go = go.attach(A)?;
+    let a_ours = ours.attach(A)?;
+    go.meta(By::Go, "ADD", &a_go)?;
+    ours.meta(By::Ours, "ADD", &a_ours)?;
+    let chain = ours
+        .tables()?
+        .section("iptables nat")
+        .iter()
+        .find_map(|l| l.strip_prefix(":CNI-DN-"))
+        .and_then(|l| l.split(' ').next())
+        .map(|hash| format!("CNI-DN-{hash}"))
+        .context("no CNI-DN- chain")?;
+    let operator = |calls: &Calls<'_>, op: &str| {
+        node.run_ok(
+            calls.host.ns(),
+            "iptables",
+            &[
+                "-t",
+                "nat",
+                op,
+                "PREROUTING",
+                "-s",
+                "192.0.2.1/32",
+                "-j",
+                &chain,
+            ],
+        )
+    };
+    for (calls, by, att) in [(&go, By::Go, &a_go), (&ours, By::Ours, &a_ours)] {
+        operator(calls, "-I")?;
+        let out = calls.call(by, "DEL", "portmap", att, None, NODE_PATH)?;
+        let error = tests::CniErrorObject::parse(&out.stdout);
+        ensure!(
+            !out.status.success()
+                && error
+                    .as_ref()
+                    .is_some_and(|e| e.msg.starts_with("could not teardown ipv4 dnat: ")),
+            "the DEL by {by} with the chain still jumped to: {:?} {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Go stops at the family that failed, IPv4, and leaves the IPv6 mapping in place; ours
+    // goes on and removes it (README: "a DEL refused by the kernel").
+    let mut go_tables = Snapshot::new();
+    for name in go.tables()?.section_names() {
+        let lines = go.tables()?.section(name).to_vec();
+        let kept = if name == "ip6tables nat" {
+            lines.into_iter().filter(|l| !l.contains(&chain)).collect()
+        } else {
+            lines
+        };
+        go_tables.insert(name, kept);
+    }
+    quirks.same(
+        &go_tables,
+        &ours.tables()?,
+        "after the refused DEL, Go's without its IPv6 chain (-) and ours (+)",
+    )?;
+    let (host_port, _) = a_ours.ports[0];
+    for host in [HOST_UPLINK_V4, HOST_UPLINK_V6] {
+        let to = SocketAddr::new(host.parse()?, host_port);
+        ensure!(
+            reply(&ours.host.topo.client, to).is_err(),
+            "after the refused DEL, {to} still forwards"
+        );
+    }
+    for (calls, by, att) in [(&go, By::Go, &a_go), (&ours, By::Ours, &a_ours)] {
+        operator(calls, "-D")?;
+        calls
+            .meta(by, "DEL", att)
+            .with_context(|| format!("the DEL by {by} once the operator's rule is gone"))?;
+        calls.detach(att)?;
+    }
+    go.tables()?.ensure_same(
+        &ours.tables()?,
+        "after the second DEL, Go's (-) and ours (+)",
+    )
 }

@@ -538,6 +538,17 @@ pub fn indexed_holders(
     Ok(found)
 }
 
+/// The reference's failure to remove the layout of an attachment in `family`.
+fn teardown_error(family: IpFamily, cause: &dyn std::fmt::Display) -> PortmapError {
+    PortmapError::Teardown {
+        family: match family {
+            IpFamily::V4 => "ipv4",
+            IpFamily::V6 => "ipv6",
+        },
+        cause: cause.to_string(),
+    }
+}
+
 /// Whether `family`'s layout is in nf_tables, read and written natively.
 fn is_native(family: IpFamily) -> bool {
     variant(family.into()) == Variant::Nft

@@ -31,6 +31,20 @@ pub enum NativeError {
     /// A rule is outside the forms written natively: write it with `iptables-restore`.
     #[error(transparent)]
     Unsupported(#[from] Unsupported),
+    /// A chain to remove is still jumped to by a rule the removal does not delete (an
+    /// operator's): the removal's jumps and the chain's rules were removed, the chain is left
+    /// empty.
+    #[error(
+        "{family} chain {chain} in table {table} is still jumped to by another rule (Device or resource busy): its rules and the entry rules jumping to it are removed, the chain is left empty"
+    )]
+    Referenced {
+        /// The family.
+        family: Family,
+        /// The iptables table.
+        table: String,
+        /// The chain.
+        chain: String,
+    },
     /// A rule was to go into a chain that neither exists nor is created.
     #[error("{family} table {table} has no chain {chain}")]
     NoChain {
@@ -319,6 +333,13 @@ impl Transaction {
     pub fn delete_rule(&mut self, family: Family, chain: &str, handle: u64) -> &mut Transaction {
         let table = self.nft(family);
         self.batch.delete_rule(&table, chain, handle);
+        self
+    }
+
+    /// `-F CHAIN`.
+    pub fn flush_chain(&mut self, family: Family, chain: &str) -> &mut Transaction {
+        let table = self.nft(family);
+        self.batch.flush_chain(&table, chain);
         self
     }
 
@@ -637,30 +658,68 @@ impl<N: BorrowMut<Nft>> NativeTables<N> {
     /// it), the jumps are found by their recorded handles ([`NativeTables::jumps_to`]), and when
     /// the kernel refuses the transaction because a chain is still jumped to (a jump that was
     /// not recorded: another implementation's, another call's) or a rule is gone, it is made
-    /// again from lookups and committed once more.
+    /// again from lookups and committed once more. When a chain is jumped to from elsewhere
+    /// too (an operator's rule, which the kernel does not let it outlive), what can go still
+    /// goes, as the tools' `-F` before `-X` would have it: the jumps found and every chain's
+    /// rules, so that nothing is forwarded through them any more; the chains are then deleted
+    /// one by one, and those still jumped to are left empty.
     ///
     /// # Errors
-    /// nf_tables failures.
+    /// [`NativeError::Referenced`] for the first chain left empty; nf_tables failures.
     pub fn remove_chains(&mut self, removals: &[Removal<'_>]) -> Result<(), NativeError> {
-        let tx = self.removal(removals, true)?;
-        match self.commit(&tx) {
-            Ok(_) => Ok(()),
+        let busy =
+            |e: &NativeError| matches!(e, NativeError::Nft(e) if e.errno() == Some(libc::EBUSY));
+        let tx = self.removal(removals, true, true)?;
+        let refused = match self.commit(&tx) {
+            Ok(_) => return Ok(()),
             Err(NativeError::Nft(e))
                 if matches!(e.errno(), Some(libc::EBUSY | libc::ENOENT))
                     && removals.iter().any(|r| r.recorded.is_some()) =>
             {
                 log::debug!("removal by recorded handles refused ({e}); looking the jumps up");
-                let tx = self.removal(removals, false)?;
-                self.commit(&tx).map(drop)
+                let tx = self.removal(removals, false, true)?;
+                match self.commit(&tx) {
+                    Ok(_) => return Ok(()),
+                    Err(e) => e,
+                }
             }
-            Err(e) => Err(e),
+            Err(e) => e,
+        };
+        if !busy(&refused) {
+            return Err(refused);
         }
+        log::debug!("removal refused ({refused}): a chain is jumped to from elsewhere");
+        let tx = self.removal(removals, false, false)?;
+        self.commit(&tx)?;
+        let mut left = None;
+        for r in removals {
+            if !self.chain_exists(r.family, r.chain)? {
+                continue;
+            }
+            let mut tx = self.transaction();
+            tx.delete_chain(r.family, r.chain);
+            match self.commit(&tx) {
+                Ok(_) => {}
+                Err(e) if busy(&e) => {
+                    left.get_or_insert_with(|| NativeError::Referenced {
+                        family: r.family,
+                        table: self.name.clone(),
+                        chain: r.chain.to_owned(),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        left.map_or(Ok(()), Err)
     }
 
+    /// The transaction removing `removals`' jumps (by their recorded handles with
+    /// `use_records`) and emptying their chains, and deleting the chains with `delete`.
     fn removal(
         &mut self,
         removals: &[Removal<'_>],
         use_records: bool,
+        delete: bool,
     ) -> Result<Transaction, NativeError> {
         let mut tx = self.transaction();
         for r in removals {
@@ -671,7 +730,11 @@ impl<N: BorrowMut<Nft>> NativeTables<N> {
             for rule in self.jumps_to(r.family, r.from, r.chain, recorded)? {
                 tx.delete_rule(r.family, r.from, rule.handle);
             }
-            tx.delete_chain(r.family, r.chain);
+            if delete {
+                tx.delete_chain(r.family, r.chain);
+            } else {
+                tx.flush_chain(r.family, r.chain);
+            }
         }
         Ok(tx)
     }

@@ -385,6 +385,71 @@ fn an_attachment_is_removed_by_its_recorded_handles_or_found_by_lookup() {
     });
 }
 
+#[test]
+fn a_chain_an_operator_s_rule_still_jumps_to_is_emptied_and_its_entry_rules_removed() {
+    in_new_netns(|| {
+        let mut tables = NativeTables::open("nat").unwrap();
+        let mut tx = tables.transaction();
+        ensure_attachment(&mut tables, &mut tx, "c1");
+        let recorded = tables.commit(&tx).unwrap();
+        let skeleton_only = in_new_netns(|| {
+            let mut tables = NativeTables::open("nat").unwrap();
+            let mut tx = tables.transaction();
+            for family in Family::BOTH {
+                tables
+                    .ensure(&mut tx, family, &[SETMARK, MASQ, DNAT], &skeleton())
+                    .unwrap();
+            }
+            tables.commit(&tx).unwrap();
+            seen()
+        });
+        // The operator's jump, in IPv4 only.
+        let operator = words("-s 192.0.2.1/32 -j CNI-DN-c1");
+        Iptables::new(Family::V4)
+            .restore(
+                "nat",
+                &[restore_line("-I", "PREROUTING", &operator).unwrap()],
+            )
+            .unwrap();
+        let removals: Vec<Removal> = Family::BOTH
+            .iter()
+            .map(|f| Removal {
+                family: *f,
+                from: DNAT,
+                chain: "CNI-DN-c1",
+                recorded: recorded.iter().find(|r| r.family == *f),
+            })
+            .collect();
+        let err = tables.remove_chains(&removals).unwrap_err();
+        assert!(
+            matches!(&err, NativeError::Referenced { family: Family::V4, chain, .. } if chain == "CNI-DN-c1"),
+            "{err}"
+        );
+        // What forwarded through it is gone: its rules, its entry rules, and all of IPv6's;
+        // the chain stays, empty, for the operator's rule.
+        let (left, rest): (Vec<String>, Vec<String>) =
+            seen().into_iter().partition(|l| l.contains("CNI-DN-c1"));
+        assert_eq!(rest, skeleton_only);
+        assert_eq!(
+            left,
+            [
+                ":CNI-DN-c1 -",
+                "-A PREROUTING -s 192.0.2.1/32 -j CNI-DN-c1",
+                r#"{"chain":{"family":"ip","table":"nat","name":"CNI-DN-c1"}}"#
+            ]
+        );
+        // Once the operator's rule is gone, the next removal deletes the chain.
+        Iptables::new(Family::V4)
+            .restore(
+                "nat",
+                &[restore_line("-D", "PREROUTING", &operator).unwrap()],
+            )
+            .unwrap();
+        tables.remove_chains(&removals).unwrap();
+        assert_eq!(seen(), skeleton_only);
+    });
+}
+
 fn rec_table(all: &[Recorded], family: Family) -> u64 {
     all.iter().find(|r| r.family == family).unwrap().table
 }

@@ -276,7 +276,14 @@ pub(super) fn remove(
             log::debug!("no nf_tables here, so no iptables-nft chain either: {e}");
             Ok(())
         }
-        Err(e) => Err(fail(e)),
+        // One transaction for the families: a refusal of it names the first.
+        Err(e) => {
+            let family = match &e {
+                NativeError::Referenced { family, .. } => (*family).into(),
+                _ => families.first().copied().unwrap_or(IpFamily::V4),
+            };
+            Err(super::teardown_error(family, &e))
+        }
     }
 }
 

@@ -293,15 +293,32 @@ fn tools(family: IpFamily) -> common::iptables::Iptables {
     common::iptables::Iptables::new(family.into())
 }
 
-/// Removes the attachment's chains in one family.
+/// Removes the attachment's chains in one family. When the restore is refused (a chain
+/// another rule still jumps to, an operator's: `-X` fails and takes the transaction with it),
+/// what can go still goes, as the reference's flush before its delete has it: the entry rules
+/// and the chains' rules, so that nothing is forwarded through them; the failure is reported.
 fn teardown(
     ipt: &common::iptables::Iptables,
     network: &str,
     container_id: &str,
 ) -> Result<(), PortmapError> {
+    let family = IpFamily::from(ipt.family());
     let dump = ipt.save(NAT).map_err(ipt_err)?;
     let lines = del_lines(&dump, network, container_id)?;
-    ipt.restore(NAT, &lines).map_err(ipt_err)
+    let Err(refused) = ipt.restore(NAT, &lines) else {
+        return Ok(());
+    };
+    if refused.is_missing() {
+        return Err(ipt_err(refused));
+    }
+    let emptying: Vec<String> = lines
+        .into_iter()
+        .filter(|l| !l.starts_with("-X "))
+        .collect();
+    if let Err(e) = ipt.restore(NAT, &emptying) {
+        log::warn!("emptying the chains of {container_id} failed too: {e}");
+    }
+    Err(super::teardown_error(family, &refused))
 }
 
 /// Removes the attachment's chains (the Go plugin's have the same names) in `families`:
