@@ -41,6 +41,8 @@ const DEL_LENIENT: &str = "DEL validates the whole config like ADD";
 const READD: &str = "re-ADD with other mappings (iptables): the chain keeps the old rules";
 /// README row: DEL without mappings.
 const DEL_WITHOUT_MAPPINGS: &str = "DEL with no `runtimeConfig.portMappings` does nothing";
+/// README row: the messages of the work itself (the tools' errors).
+const WORK_MESSAGES: &str = "messages of the work itself";
 /// README row: the nftables layout.
 const NFT_LAYOUT: &str = "table `cni_portmap` with maps";
 
@@ -248,6 +250,11 @@ fn cases() -> Result<Vec<Case<PortmapStage>>> {
                     msg: "failed to parse config: iptables backend was requested but configuration contains nftables-specific options [conditionsV4]".into(),
                 },
             ),
+        ),
+        // iptables reads `--dport` after `-m multiport` as `--dports`, given twice: Go's ADD
+        // fails, and so must ours (written by iptables-restore, which refuses it likewise).
+        Case::new("a condition the tools refuse: --dport after -m multiport").step(
+            Step::add(conf(json!({"conditionsV4": ["--dport", "8080"]}))).msg_per_readme(WORK_MESSAGES),
         ),
         Case::new("config: nftables backend with iptables options").step(
             Step::add(conf(json!({"backend": "nftables", "externalSetMarkChain": "KUBE-MARK-MASQ", "conditionsV6": ["-s", "2001:db8::/64"]}))).head(
