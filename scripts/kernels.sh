@@ -239,7 +239,10 @@ run_boot() { # boot
   kimg="$(ls "$root"/boot/vmlinuz-*)"
   mkdir -p "$out/$boot"
   cp "$root/.package" "$out/$boot/package"
-  local guest_args=(--out "$out/$boot" --manifest "$manifest" --release "$repo/$release_dir")
+  # The guest sees the boot's directory only (virtme-ng hides /var/cache under a tmpfs).
+  cp "$manifest" "$out/$boot/tests.manifest"
+  local guest_args=(--out "$out/$boot" --manifest "$out/$boot/tests.manifest"
+    --release "$repo/$release_dir")
   case "$boot" in
     *-nonft) guest_args+=(--lacking nf_tables) ;;
     *-nofib) guest_args+=(--lacking nft_fib) ;;
