@@ -25,9 +25,9 @@ EOF
 
 # The suites a boot runs by default: the ones whose outcome depends on the kernel's nf_tables
 # (the encodings and the probe in common's unit tests, the nft suite, portmap and firewall end
-# to end with both backends). Under TCG a suite runs 20-40 times slower than natively (the
-# portmap suite: 25 s here, about 13 min in a guest), so the other kernel-touching suites are
-# in `--suites all` only:
+# to end with both backends). Under TCG a suite runs 10-250 times slower than natively, the
+# exec-heavy ones most (the portmap suite: 25 s natively, 5-13 min in a guest), so the other
+# kernel-touching suites are in `--suites all` only:
 all_suites=(
   common:lib tests:nft tests:portmap tests:firewall
   portmap:lib firewall:lib tuning:lib tuning:kernel bandwidth:lib sbr:lib
@@ -397,8 +397,18 @@ run_demo 1
 dmesg >"$out/dmesg-after-demo-1.txt"
 run_demo 2
 scenario_expiry
+# The suites expect what the machines they run on have: bridged traffic through the ip family's
+# netfilter hooks (br_netfilter, which Kubernetes nodes load; firewall's isolation of two
+# containers on the same bridge depends on it). Debian's kernels build it as a module, not
+# loaded at boot.
+modprobe br_netfilter && say "br_netfilter loaded: bridge-nf-call-iptables=$(cat /proc/sys/net/bridge/bridge-nf-call-iptables)"
 for suite in "${suites[@]}"; do
-  run_suite "$suite"
+  case "$suite" in
+    # Scale tests (10 000 mappings, 4500 stale elements): a plugin call or an nft listing of
+    # that size outlasts the harness's 30 s deadline under TCG; the bench measures scale.
+    tests:portmap) run_suite "$suite" --skip ten_thousand_mappings --skip gc_removes_4500 ;;
+    *) run_suite "$suite" ;;
+  esac
 done
 lsmod >"$out/lsmod-end.txt"
 dmesg >"$out/dmesg-end.txt"

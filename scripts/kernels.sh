@@ -28,7 +28,7 @@ venv) and caches the kernels and the venv under the cache directory, outside the
   --cpus N         vCPUs of each guest (default 2)
   --memory SIZE    memory of each guest (default 3G)
   --timeout MIN    a guest still running after MIN minutes is killed (default 60)
-  --kvm            use KVM where /dev/kvm works (the default is TCG, as on these machines)
+  --kvm            use KVM (the default is TCG: inside these VMs a KVM guest hangs at boot)
   --cache DIR      the cache (default /var/cache/cni-rs/kernels)
   --out DIR        where the logs and the table go (default DIR/results/<date>)
   --readme         write the table into README.md, between its kernel-matrix markers
