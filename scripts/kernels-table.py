@@ -41,6 +41,9 @@ def read_boot(out, boot):
 def cell(r):
     if r is None:
         return "–"
+    if r["suite"] == "first-add" and r["result"] == "passed":
+        # The note says it all: both ADDs' times and the module loading of the first.
+        return "✓ " + r["note"].replace("exit 0; ", "").replace(" (exit 0)", "")
     mark = "✓" if r["result"] == "passed" else "✗"
     counts = r["passed"]
     if r["failed"] != "0":
