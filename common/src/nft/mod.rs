@@ -50,9 +50,18 @@
 //! ## Kernels without nf_tables, or without some of it
 //!
 //! [`NftError::is_unsupported`] tells a kernel that has no nf_tables, or refuses an expression
-//! or chain type it does not know, from other failures; [`Nft::is_available`] asks whether
-//! nf_tables is there (one small request); [`Nft::missing_features`] and [`Nft::validate`] have
-//! the kernel check a batch without applying it.
+//! or chain type it does not know, from other failures ([`NftError::is_absent`]: no nf_tables
+//! at all); [`Nft::is_available`] asks whether nf_tables is there (one small request);
+//! [`Nft::missing_features`] and [`Nft::validate`] have the kernel check a batch without
+//! applying it.
+//!
+//! A kernel without nfnetlink refuses the socket. One with nfnetlink but without nf_tables (its
+//! module removed or not built: Debian's kernels have it as a module) opens it, then tries to
+//! load the module for each message and answers a request EINVAL and a batch EOPNOTSUPP
+//! (`nfnetlink_rcv_msg` and `nfnetlink_rcv_batch`, 5.10 to 6.12). A present nf_tables answers
+//! EINVAL to a message it finds malformed too; after such an answer the handle asks for the
+//! ruleset's generation, which every nf_tables gives, once: refused with EINVAL too, the error
+//! is [`NftError::Absent`].
 //!
 //! ## One socket per call: why its close can wait
 //!
@@ -219,6 +228,20 @@ pub enum NftError {
         #[source]
         source: io::Error,
     },
+    /// The kernel has nfnetlink but no nf_tables (not built, or its module cannot be
+    /// loaded): nfnetlink answers a request of a subsystem it does not have with EINVAL, and a
+    /// batch for one with EOPNOTSUPP, once its attempt to load the module has failed. A
+    /// present nf_tables also answers EINVAL to a message it finds malformed: the kernel
+    /// refusing to give the ruleset's generation too, which every nf_tables gives, tells the
+    /// two apart ([`Nft`] asks once per handle, and only after such an answer).
+    #[error("nftables: failed to {op}: {source}")]
+    Absent {
+        /// What was attempted (a request, or the batch's `commit the transaction`).
+        op: String,
+        /// The kernel's errno (EINVAL or EOPNOTSUPP).
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl NftError {
@@ -226,9 +249,9 @@ impl NftError {
     pub fn errno(&self) -> Option<i32> {
         match self {
             NftError::Open(e) => e.raw_os_error(),
-            NftError::Rejected { source, .. } | NftError::Request { source, .. } => {
-                source.raw_os_error()
-            }
+            NftError::Rejected { source, .. }
+            | NftError::Request { source, .. }
+            | NftError::Absent { source, .. } => source.raw_os_error(),
             NftError::Netns(_) | NftError::Invalid { .. } => None,
         }
     }
@@ -240,32 +263,58 @@ impl NftError {
         self.errno() == Some(libc::ENOENT) && self.missing_feature().is_none()
     }
 
-    /// True when the kernel has no nf_tables, or lacks what was asked of it:
+    /// True when the kernel has no nf_tables at all:
     /// - the netfilter netlink socket cannot be opened: EPROTONOSUPPORT (a kernel without
     ///   nfnetlink, or a process not allowed it, as the tests' seccomp filter does) or
     ///   EAFNOSUPPORT (no netlink at all);
-    /// - a lookup or listing is answered EINVAL or EOPNOTSUPP: nfnetlink answers EINVAL to a
-    ///   message for a subsystem it does not have (`nf_tables` not built or not loadable), and
-    ///   our requests are otherwise well-formed;
-    /// - a batch is refused as a whole with EOPNOTSUPP: what nfnetlink answers to a batch for
-    ///   a subsystem it does not have;
-    /// - a batch is refused at an expression or a chain type the kernel does not know
-    ///   (ENOENT or EOPNOTSUPP pointing there: [`NftError::missing_feature`]), e.g. `fib`
-    ///   without `nft_fib`.
+    /// - nfnetlink has no nf_tables subsystem ([`NftError::Absent`]: a request answered
+    ///   EINVAL, or a batch refused as a whole with EOPNOTSUPP, where the ruleset's
+    ///   generation cannot be read either).
+    pub fn is_absent(&self) -> bool {
+        match self {
+            NftError::Open(_) => matches!(
+                self.errno(),
+                Some(libc::EPROTONOSUPPORT | libc::EAFNOSUPPORT)
+            ),
+            NftError::Absent { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// True when the kernel has no nf_tables ([`NftError::is_absent`]), or lacks what was
+    /// asked of it: a batch is refused at an expression or a chain type the kernel does not
+    /// know (ENOENT or EOPNOTSUPP pointing there: [`NftError::missing_feature`]), e.g. `fib`
+    /// without `nft_fib`.
     ///
     /// For a DEL this means "nothing of ours can be there"; for an ADD, a backend that cannot
     /// work here.
     pub fn is_unsupported(&self) -> bool {
-        let errno = self.errno();
+        self.is_absent() || self.missing_feature().is_some()
+    }
+
+    /// `self` as [`NftError::Absent`] when it is what nfnetlink answers for a subsystem it
+    /// does not have (EINVAL to a request, EOPNOTSUPP to a batch as a whole: the message at
+    /// its begin) and `generation` (asked only then: the errno of a request of the ruleset's
+    /// generation, `None` when the kernel gave it) is EINVAL as well. Otherwise `self`.
+    fn absent_when(self, generation: impl FnOnce() -> Option<i32>) -> NftError {
+        let shape = match &self {
+            NftError::Request { source, .. } => source.raw_os_error() == Some(libc::EINVAL),
+            NftError::Rejected {
+                index: None,
+                source,
+                ..
+            } => source.raw_os_error() == Some(libc::EOPNOTSUPP),
+            _ => false,
+        };
+        if !shape || generation() != Some(libc::EINVAL) {
+            return self;
+        }
         match self {
-            NftError::Open(_) => matches!(errno, Some(libc::EPROTONOSUPPORT | libc::EAFNOSUPPORT)),
-            NftError::Request { .. } => matches!(
-                errno,
-                Some(libc::EINVAL | libc::EOPNOTSUPP | libc::EPROTONOSUPPORT | libc::EAFNOSUPPORT)
-            ),
-            NftError::Rejected { index: None, .. } => errno == Some(libc::EOPNOTSUPP),
-            NftError::Rejected { .. } => self.missing_feature().is_some(),
-            NftError::Netns(_) | NftError::Invalid { .. } => false,
+            NftError::Request { op, source }
+            | NftError::Rejected {
+                object: op, source, ..
+            } => NftError::Absent { op, source },
+            other => other,
         }
     }
 
@@ -386,6 +435,9 @@ pub struct Nft {
     /// Forgotten when a batch of this handle deletes a table or set; a set another process
     /// deletes and declares otherwise meanwhile is not noticed (a handle serves one call).
     sets: Vec<(Family, String, String, SetInfo)>,
+    /// Whether the kernel lacks nf_tables (its ruleset's generation refused with EINVAL),
+    /// once a refusal made it worth asking ([`Nft::classify`]).
+    absent: Option<bool>,
 }
 
 /// The declared types and flags of a set or map.
@@ -497,6 +549,7 @@ impl Nft {
             sndbuf: None,
             rcvbuf: None,
             sets: Vec::new(),
+            absent: None,
         })
     }
 
@@ -632,7 +685,7 @@ impl Nft {
                     .map(|(_, rule)| rule.decode())
                     .collect())
             }
-            Some(first) => Err(rejected(batch, &encoded, first, commit)),
+            Some(first) => Err(self.classify(rejected(batch, &encoded, first, commit))),
         }
     }
 
@@ -773,12 +826,24 @@ impl Nft {
         dump: bool,
     ) -> Result<Vec<raw::RawMsg>, NftError> {
         let msg = raw::RawMsg::encode(&batch::nft_message(family, msg));
-        if dump {
+        let replies = if dump {
             self.socket.dump(msg)
         } else {
             self.socket.request(msg, 0)
-        }
-        .map_err(|source| NftError::Request { op: op(), source })
+        };
+        replies.map_err(|source| self.classify(NftError::Request { op: op(), source }))
+    }
+
+    /// `err` as [`NftError::Absent`] where the kernel has no nf_tables
+    /// ([`NftError::absent_when`]); the kernel is asked for the ruleset's generation only
+    /// after a refusal that nfnetlink gives for a subsystem it lacks, once per handle.
+    fn classify(&mut self, err: NftError) -> NftError {
+        err.absent_when(|| {
+            let absent = *self
+                .absent
+                .get_or_insert_with(|| generation_errno(&mut self.socket) == Some(libc::EINVAL));
+            absent.then_some(libc::EINVAL)
+        })
     }
 
     fn exists(
@@ -799,20 +864,21 @@ impl Nft {
     /// opened. One small request, nothing changed: the cheap probe for "is nf_tables there".
     ///
     /// # Errors
-    /// Other errnos than those meaning "absent" ([`NftError::is_unsupported`]).
+    /// Other errnos than EINVAL.
     pub fn is_available(&mut self) -> Result<bool, NftError> {
-        let msg = NfTablesMessage::GetGen(netlink_packet_netfilter::nftables::GenMessage {
-            attributes: Vec::new(),
-        });
-        match self.request(
-            &|| "read the ruleset generation".to_string(),
-            Family::Ip,
-            msg,
-            false,
-        ) {
-            Ok(_) => Ok(true),
-            Err(e) if e.is_unsupported() => Ok(false),
-            Err(e) => Err(e),
+        match generation(&mut self.socket) {
+            Ok(()) => {
+                self.absent = Some(false);
+                Ok(true)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                self.absent = Some(true);
+                Ok(false)
+            }
+            Err(source) => Err(NftError::Request {
+                op: "read the ruleset generation".to_string(),
+                source,
+            }),
         }
     }
 
@@ -914,10 +980,10 @@ impl Nft {
                 .find(|r| r.is_in(&table.name, chain))
                 .map(raw::DumpedRule::decode)),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
-            Err(source) => Err(NftError::Request {
+            Err(source) => Err(self.classify(NftError::Request {
                 op: format!("get rule {table} {chain} handle {handle}"),
                 source,
-            }),
+            })),
         }
     }
 
@@ -976,10 +1042,11 @@ impl Nft {
         let wanted =
             |rule: &raw::DumpedRule| rule.is_in(&table.name, chain) && rule.contains_any(&finders);
         let msg = raw::RawMsg::encode(&batch::nft_message(table.family, get_rules(table, chain)));
-        let replies: Vec<raw::DumpedRule> = Nft::new()?
-            .socket
-            .dump_until(msg, wanted)
-            .map_err(|source| list_chain_error(table, chain, source))?;
+        let replies: Vec<raw::DumpedRule> = match Nft::new()?.socket.dump_until(msg, wanted) {
+            Ok(replies) => replies,
+            // That socket is spent: another asks, should the kernel lack nf_tables.
+            Err(source) => return Err(Nft::new()?.classify(list_chain_error(table, chain, source))),
+        };
         if let Some(found) = replies.last().filter(|rule| wanted(rule)) {
             return Ok(Some(found.decode()));
         }
@@ -997,10 +1064,10 @@ impl Nft {
             return Err(list_chain_error(table, chain, missing()));
         }
         let msg = raw::RawMsg::encode(&batch::nft_message(table.family, get_rules(table, chain)));
-        let mut replies: Vec<raw::DumpedRule> = self
-            .socket
-            .dump_as(msg)
-            .map_err(|source| list_chain_error(table, chain, source))?;
+        let mut replies: Vec<raw::DumpedRule> = match self.socket.dump_as(msg) {
+            Ok(replies) => replies,
+            Err(source) => return Err(self.classify(list_chain_error(table, chain, source))),
+        };
         // Old kernels ignore the dump filter: keep only this chain's rules.
         replies.retain(|reply| reply.is_in(&table.name, chain));
         Ok(replies)
@@ -1268,6 +1335,26 @@ fn list_chain_error(table: &Table, chain: &str, source: io::Error) -> NftError {
     NftError::Request {
         op: format!("list chain {table} {chain}"),
         source,
+    }
+}
+
+/// Asks the kernel for the ruleset's generation (`NFT_MSG_GETGEN`): a request without
+/// attributes, which every nf_tables answers; nfnetlink without nf_tables answers EINVAL.
+fn generation(socket: &mut NetlinkSocket) -> io::Result<()> {
+    let msg = NfTablesMessage::GetGen(netlink_packet_netfilter::nftables::GenMessage {
+        attributes: Vec::new(),
+    });
+    socket
+        .request(raw::RawMsg::encode(&batch::nft_message(Family::Ip, msg)), 0)
+        .map(drop)
+}
+
+/// The errno of [`generation`], `None` when the kernel gave it.
+fn generation_errno(socket: &mut NetlinkSocket) -> Option<i32> {
+    match generation(socket) {
+        Ok(()) => None,
+        // Not an errno (a reply that did not decode): nf_tables answered.
+        Err(e) => e.raw_os_error(),
     }
 }
 

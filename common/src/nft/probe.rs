@@ -69,7 +69,7 @@ impl Nft {
     /// period (module docs of [`probe`](self)).
     ///
     /// # Errors
-    /// When the kernel has no nf_tables at all ([`NftError::is_unsupported`]: every feature is
+    /// When the kernel has no nf_tables at all ([`NftError::is_absent`]: every feature is
     /// missing), or refuses the probe for another reason.
     pub fn missing_features(
         &mut self,
@@ -117,7 +117,7 @@ impl Nft {
                 Some((_, feature)) if absent => missing.push(*feature),
                 // A bare expression the kernel knows is refused for its missing attributes.
                 Some((_, Feature::Expression(_))) => {}
-                _ => return Err(super::rejected(&batch, &encoded, failure, false)),
+                _ => return Err(self.classify(super::rejected(&batch, &encoded, failure, false))),
             }
         }
         missing.sort_by_key(|m| features.iter().position(|f| f == m));

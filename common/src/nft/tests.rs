@@ -1107,16 +1107,29 @@ fn errors_meaning_no_nf_tables_are_unsupported_and_others_are_not() {
         feature: None,
         source: os(errno),
     };
+    assert!(NftError::Open(os(libc::EPROTONOSUPPORT)).is_absent());
     assert!(NftError::Open(os(libc::EPROTONOSUPPORT)).is_unsupported());
     assert!(NftError::Open(os(libc::EAFNOSUPPORT)).is_unsupported());
     assert!(!NftError::Open(os(libc::EMFILE)).is_unsupported());
-    assert!(request(libc::EINVAL).is_unsupported());
-    assert!(request(libc::EOPNOTSUPP).is_unsupported());
-    assert!(!request(libc::ENOENT).is_unsupported());
+    // By their errno alone, refusals say nothing of nf_tables being there: a present one
+    // answers EINVAL to what it finds malformed ([`NftError::absent_when`] tells them apart).
+    for errno in [libc::EINVAL, libc::EOPNOTSUPP, libc::ENOENT, libc::EPERM] {
+        assert!(!request(errno).is_unsupported(), "{errno}");
+        assert!(!request(errno).is_absent(), "{errno}");
+    }
     assert!(request(libc::ENOENT).is_not_found());
-    assert!(!request(libc::EPERM).is_unsupported());
-    assert!(whole(libc::EOPNOTSUPP).is_unsupported());
+    assert!(!whole(libc::EOPNOTSUPP).is_unsupported());
     assert!(!whole(libc::ENOMEM).is_unsupported());
+    let absent = NftError::Absent {
+        op: "look up table ip t".into(),
+        source: os(libc::EINVAL),
+    };
+    assert!(absent.is_absent() && absent.is_unsupported() && !absent.is_not_found());
+    assert_eq!(absent.errno(), Some(libc::EINVAL));
+    assert_eq!(
+        absent.to_string(),
+        "nftables: failed to look up table ip t: Invalid argument (os error 22)"
+    );
     let at_rule = |feature: Option<&str>| NftError::Rejected {
         object: "add rule ip t c fib daddr type local".into(),
         index: Some(2),
@@ -1132,6 +1145,82 @@ fn errors_meaning_no_nf_tables_are_unsupported_and_others_are_not() {
             .to_string()
             .ends_with("(the kernel has no nf_tables expression \"fib\")")
     );
+}
+
+/// The shapes of nfnetlink's answers where the kernel lacks nf_tables (`nfnetlink_rcv_msg`:
+/// EINVAL to a request; `nfnetlink_rcv_batch`: EOPNOTSUPP at the batch's begin, which
+/// `rejected` reports for the transaction as a whole), told from a present nf_tables refusing
+/// a malformed message by the ruleset's generation: refused with EINVAL too, or given.
+#[test]
+fn a_refusal_is_absence_only_where_the_generation_is_refused_too() {
+    let os = io::Error::from_raw_os_error;
+    let request = |errno| NftError::Request {
+        op: "look up set inet t s".into(),
+        source: os(errno),
+    };
+    let batch = |index, errno| NftError::Rejected {
+        object: "commit the transaction".into(),
+        index,
+        feature: None,
+        source: os(errno),
+    };
+    let refused = || Some(libc::EINVAL);
+    let given = || None;
+    let never = || -> Option<i32> { panic!("the generation was asked for") };
+
+    let err = request(libc::EINVAL).absent_when(refused);
+    assert!(matches!(&err, NftError::Absent { op, .. } if op == "look up set inet t s"));
+    assert!(err.is_absent() && err.is_unsupported(), "{err}");
+    assert_eq!(err.errno(), Some(libc::EINVAL));
+    let err = batch(None, libc::EOPNOTSUPP).absent_when(refused);
+    assert!(matches!(&err, NftError::Absent { op, .. } if op == "commit the transaction"));
+    assert!(err.is_unsupported(), "{err}");
+
+    // nf_tables is there: a malformed request, a commit it refuses.
+    let err = request(libc::EINVAL).absent_when(given);
+    assert!(matches!(err, NftError::Request { .. }) && !err.is_unsupported());
+    let err = batch(None, libc::EOPNOTSUPP).absent_when(given);
+    assert!(matches!(err, NftError::Rejected { .. }) && !err.is_unsupported());
+    // The generation refused otherwise (EPERM: not allowed to ask) says nothing either.
+    let err = request(libc::EINVAL).absent_when(|| Some(libc::EPERM));
+    assert!(!err.is_absent(), "{err}");
+
+    // Other shapes are never absence, and cost no question.
+    for err in [
+        request(libc::ENOENT),
+        request(libc::EOPNOTSUPP),
+        request(libc::EPERM),
+        batch(None, libc::EINVAL),
+        batch(None, libc::ENOMEM),
+        batch(Some(3), libc::EOPNOTSUPP),
+        NftError::Open(os(libc::EMFILE)),
+    ] {
+        let shown = err.to_string();
+        assert!(!err.absent_when(never).is_absent(), "{shown}");
+    }
+}
+
+/// On this kernel, which has nf_tables, a request nf_tables refuses with EINVAL (a table
+/// lookup without a name) stays the refusal it is: the generation is given.
+#[test]
+fn a_malformed_request_of_a_present_nf_tables_is_not_absence() {
+    in_fresh_netns(|| {
+        let mut nl = Nft::new().unwrap();
+        let msg = NfTablesMessage::GetTable(TableMessage { attributes: vec![] });
+        let err = nl
+            .request(
+                &|| "look up a table without a name".into(),
+                Family::Ip,
+                msg,
+                false,
+            )
+            .unwrap_err();
+        assert!(matches!(err, NftError::Request { .. }), "{err:?}");
+        assert_eq!(err.errno(), Some(libc::EINVAL), "{err}");
+        assert!(!err.is_unsupported(), "{err}");
+        assert_eq!(nl.absent, Some(false));
+        assert!(nl.is_available().unwrap());
+    });
 }
 
 #[test]
