@@ -33,6 +33,11 @@ pub enum FirewallError {
     /// A netlink nftables operation failed.
     #[error(transparent)]
     Nft(#[from] NftError),
+    /// The nftables backend on a kernel without nf_tables (no nfnetlink, or nfnetlink without
+    /// nf_tables: [`NftError::is_absent`]), for ADD and CHECK; DEL and GC take it for nothing
+    /// of ours being there.
+    #[error("nftables backend is not usable: the kernel has no nf_tables ({0})")]
+    NoNfTables(#[source] NftError),
     /// Another call holds our lock.
     #[error(transparent)]
     Lock(#[from] LockError),
@@ -139,6 +144,7 @@ impl From<FirewallError> for CniError {
             FirewallError::Store(_) | FirewallError::Lock(_) => ErrorCode::Io,
             FirewallError::Iptables(_)
             | FirewallError::Nft(_)
+            | FirewallError::NoNfTables(_)
             | FirewallError::Missing { .. }
             | FirewallError::FirewalldAdd { .. }
             | FirewallError::FirewalldQuery { .. }

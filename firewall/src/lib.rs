@@ -102,7 +102,7 @@ pub fn backend_for(config: &Config) -> Result<Box<dyn FirewallBackend>, Firewall
     };
     Ok(match choice {
         BackendChoice::Nftables => {
-            Box::new(Nftables::new(config.ingress, State::for_current_netns()?)?)
+            Box::new(Nftables::new(config.ingress, State::for_current_netns()?))
         }
         BackendChoice::Firewalld => {
             Box::new(Firewalld::new(config.clone(), State::for_current_netns()?))

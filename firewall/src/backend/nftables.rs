@@ -34,8 +34,8 @@ use std::net::IpAddr;
 
 use common::conf::Attachment;
 use common::nft::{
-    Batch, Chain, ChainHook, ChainType, CtStateFlags, DataType, Element, Family, ListedRule,
-    NfProto, Nft, NftError, Rule, Selector, Set, Table, Value,
+    Batch, Chain, ChainHook, ChainType, CtStateFlags, DataType, Element, Family, LazyNft,
+    ListedRule, NfProto, Nft, NftError, Rule, Selector, Set, Table, Value,
 };
 
 use super::state::State;
@@ -163,25 +163,50 @@ fn exactly(have: Option<&Vec<ListedRule>>, want: &[Rule]) -> bool {
     })
 }
 
+/// The error of the backend's ADD and CHECK: one naming nf_tables where the kernel has none.
+fn named(err: FirewallError) -> FirewallError {
+    match err {
+        FirewallError::Nft(e) if e.is_absent() => FirewallError::NoNfTables(e),
+        other => other,
+    }
+}
+
+/// The outcome of a DEL or GC: where the kernel has no nf_tables (no nfnetlink, or nfnetlink
+/// without nf_tables), nothing of ours can be there, so there is nothing to remove.
+fn nothing_where_absent(result: Result<(), FirewallError>) -> Result<(), FirewallError> {
+    match result {
+        Err(FirewallError::Nft(e)) if e.is_absent() => {
+            log::debug!("the kernel has no nf_tables, so it holds nothing of ours: {e}");
+            Ok(())
+        }
+        other => other,
+    }
+}
+
 /// The nftables backend.
 #[derive(Debug)]
 pub struct Nftables {
-    nft: Nft,
+    /// The call's one nf_tables socket, opened in the calling thread's namespace on first use:
+    /// where it cannot be opened (a kernel without nfnetlink), DEL and GC still succeed.
+    nft: LazyNft,
     policy: IngressPolicy,
     state: State,
 }
 
 impl Nftables {
-    /// Opens netlink in the calling thread's namespace; `state` provides the namespace's lock.
-    ///
-    /// # Errors
-    /// When the socket cannot be opened.
-    pub fn new(policy: IngressPolicy, state: State) -> Result<Nftables, FirewallError> {
-        Ok(Nftables {
-            nft: Nft::new()?,
+    /// The backend in the calling thread's namespace; `state` provides the namespace's lock.
+    #[must_use]
+    pub fn new(policy: IngressPolicy, state: State) -> Nftables {
+        Nftables {
+            nft: LazyNft::new(),
             policy,
             state,
-        })
+        }
+    }
+
+    /// The call's socket, opened now if it is not yet.
+    fn nft(&mut self) -> Result<&mut Nft, NftError> {
+        self.nft.get()
     }
 
     /// Adds to `batch` what makes the table's skeleton complete.
@@ -193,8 +218,8 @@ impl Nftables {
             ChainHook::Forward,
             NFT_FORWARD_PRIORITY,
         );
-        let forward = rules_or_none(&mut self.nft, &t, NFT_FORWARD_CHAIN)?;
-        let accepts = rules_or_none(&mut self.nft, &t, NFT_ATTACHMENTS_CHAIN)?;
+        let forward = rules_or_none(self.nft()?, &t, NFT_FORWARD_CHAIN)?;
+        let accepts = rules_or_none(self.nft()?, &t, NFT_ATTACHMENTS_CHAIN)?;
         let jumps = skeleton();
         let shared = shared_accepts();
         if exactly(forward.as_ref(), &jumps) && exactly(accepts.as_ref(), &shared) {
@@ -208,7 +233,7 @@ impl Nftables {
         for set in sets() {
             // One that exists stays as it is: declared again with other flags (a table of an
             // earlier version, without `flags timeout`), the kernel would refuse it.
-            if !self.nft.set_exists(&t, &set.name)? {
+            if !self.nft()?.set_exists(&t, &set.name)? {
                 batch.add_set(&t, &set);
             }
         }
@@ -241,10 +266,10 @@ impl Nftables {
     /// Adds to `batch` the bridge's isolation rules that are missing.
     fn ensure_isolation(&mut self, batch: &mut Batch, bridge: &str) -> Result<(), FirewallError> {
         let t = table();
-        let stage1 = rules_or_none(&mut self.nft, &t, NFT_ISOLATION_CHAIN)?.unwrap_or_default();
+        let stage1 = rules_or_none(self.nft()?, &t, NFT_ISOLATION_CHAIN)?.unwrap_or_default();
         // Declared only when missing: re-adding a chain that exists is an update the kernel
         // frees after an RCU grace period, which the socket's close would then wait for.
-        let stage2 = match rules_or_none(&mut self.nft, &t, NFT_ISOLATION_OUT_CHAIN)? {
+        let stage2 = match rules_or_none(self.nft()?, &t, NFT_ISOLATION_OUT_CHAIN)? {
             Some(rules) => rules,
             None => {
                 batch.add_chain(&t, &Chain::regular(NFT_ISOLATION_OUT_CHAIN));
@@ -274,10 +299,11 @@ impl Nftables {
     /// ([`Nft::element_settled`]: a kernel tick at most, after a DEL killed before its own
     /// wait ended).
     fn lookup(&mut self, ip: IpAddr, settle: bool) -> Result<Option<Element>, NftError> {
+        let nft = self.nft()?;
         let found = if settle {
-            self.nft.element_settled(&table(), set_of(ip), &key(ip))
+            nft.element_settled(&table(), set_of(ip), &key(ip))
         } else {
-            self.nft.element(&table(), set_of(ip), &key(ip))
+            nft.element(&table(), set_of(ip), &key(ip))
         };
         match found {
             Ok(Some(e)) if e.is_expiring() => Ok(None),
@@ -291,7 +317,7 @@ impl Nftables {
     fn list(&mut self) -> Result<Vec<Element>, NftError> {
         let mut all = Vec::new();
         for set in [NFT_SET_V4, NFT_SET_V6] {
-            match self.nft.elements(&table(), set) {
+            match self.nft()?.elements(&table(), set) {
                 // Those expiring are removed already.
                 Ok(elements) => all.extend(elements.into_iter().filter(|e| !e.is_expiring())),
                 Err(e) if e.is_not_found() => {}
@@ -332,17 +358,12 @@ impl Nftables {
         // Where the elements are deleted instead, the socket's close waits for the kernel to
         // free them (an RCU grace period, ~10 ms here): this is the call's last use of its one
         // socket, so what the call still does (its lock, its exit) overlaps that wait.
-        self.nft.apply(&batch)?;
+        self.nft()?.apply(&batch)?;
         Ok(())
     }
-}
 
-impl FirewallBackend for Nftables {
-    fn name(&self) -> &'static str {
-        "nftables"
-    }
-
-    fn add(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+    /// ADD: the skeleton and isolation rules the table lacks, and the attachment's elements.
+    fn add_elements(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
         // Look-up and change of an address's owner must not interleave with another call's.
         let _lock = self.state.lock()?;
         let t = table();
@@ -366,17 +387,18 @@ impl FirewallBackend for Nftables {
             }
             batch.add_elements(&t, set, &[element(*ip, &comment)]);
         }
-        self.nft.apply(&batch)?;
+        self.nft()?.apply(&batch)?;
         Ok(())
     }
 
-    fn check(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+    /// CHECK: the skeleton, the attachment's elements and its bridge's isolation rules.
+    fn check_elements(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
         let t = table();
         let missing = |what: String| FirewallError::Missing {
             msg: format!("expected {what} not found"),
             details: format!("nft list table {t}"),
         };
-        let base = rules_or_none(&mut self.nft, &t, NFT_FORWARD_CHAIN)?
+        let base = rules_or_none(self.nft()?, &t, NFT_FORWARD_CHAIN)?
             .ok_or_else(|| missing(format!("chain {t} {NFT_FORWARD_CHAIN}")))?;
         for rule in skeleton() {
             if !base.iter().any(|r| r.is(&rule, Family::Inet)) {
@@ -386,10 +408,10 @@ impl FirewallBackend for Nftables {
                 )));
             }
         }
-        if !self.nft.chain_exists(&t, NFT_ADMIN_CHAIN)? {
+        if !self.nft()?.chain_exists(&t, NFT_ADMIN_CHAIN)? {
             return Err(missing(format!("chain {t} {NFT_ADMIN_CHAIN}")));
         }
-        let accepts = rules_or_none(&mut self.nft, &t, NFT_ATTACHMENTS_CHAIN)?
+        let accepts = rules_or_none(self.nft()?, &t, NFT_ATTACHMENTS_CHAIN)?
             .ok_or_else(|| missing(format!("chain {t} {NFT_ATTACHMENTS_CHAIN}")))?;
         for rule in shared_accepts() {
             if !accepts.iter().any(|r| r.is(&rule, Family::Inet)) {
@@ -411,7 +433,7 @@ impl FirewallBackend for Nftables {
         }
         if let Some(bridge) = &target.bridge {
             for (chain, _, rule) in isolation_rules(bridge, self.policy) {
-                let rules = rules_or_none(&mut self.nft, &t, chain)?.unwrap_or_default();
+                let rules = rules_or_none(self.nft()?, &t, chain)?.unwrap_or_default();
                 if !rules.iter().any(|r| r.is(&rule, Family::Inet)) {
                     return Err(missing(format!("rule {t} {chain} {}", rule.to_nft())));
                 }
@@ -420,7 +442,12 @@ impl FirewallBackend for Nftables {
         Ok(())
     }
 
-    fn del(&mut self, owner: &Owner, target: Option<&Target>) -> Result<(), FirewallError> {
+    /// DEL: the attachment's elements, looked up by prevResult's addresses or listed.
+    fn del_elements(
+        &mut self,
+        owner: &Owner,
+        target: Option<&Target>,
+    ) -> Result<(), FirewallError> {
         let _lock = self.state.lock_for_teardown()?;
         let comment = owner.comment();
         let elements = match target {
@@ -438,7 +465,8 @@ impl FirewallBackend for Nftables {
         self.remove_where(elements, &|c| c == comment)
     }
 
-    fn gc(&mut self, network: &str, valid: &[Attachment]) -> Result<(), FirewallError> {
+    /// GC: the elements of `network` whose attachment is not in `valid`.
+    fn gc_elements(&mut self, network: &str, valid: &[Attachment]) -> Result<(), FirewallError> {
         let _lock = self.state.lock_for_teardown()?;
         let live: Vec<String> = valid
             .iter()
@@ -449,14 +477,40 @@ impl FirewallBackend for Nftables {
             crate::names::owned_by_network(c, network) && !live.iter().any(|l| l == c)
         })
     }
+}
+
+impl FirewallBackend for Nftables {
+    fn name(&self) -> &'static str {
+        "nftables"
+    }
+
+    fn add(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+        self.add_elements(owner, target).map_err(named)
+    }
+
+    fn check(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+        self.check_elements(owner, target).map_err(named)
+    }
+
+    fn del(&mut self, owner: &Owner, target: Option<&Target>) -> Result<(), FirewallError> {
+        nothing_where_absent(self.del_elements(owner, target))
+    }
+
+    fn gc(&mut self, network: &str, valid: &[Attachment]) -> Result<(), FirewallError> {
+        nothing_where_absent(self.gc_elements(network, valid))
+    }
 
     fn status(&mut self) -> Result<(), FirewallError> {
-        self.nft
-            .table_exists(&table())
+        self.nft()
+            .and_then(|nft| nft.table_exists(&table()))
             .map(|_| ())
             .map_err(|e| FirewallError::Unavailable {
                 backend: "nftables",
-                reason: e.to_string(),
+                reason: if e.is_absent() {
+                    format!("the kernel has no nf_tables ({e})")
+                } else {
+                    e.to_string()
+                },
             })
     }
 }

@@ -46,8 +46,15 @@ use crate::names;
 use crate::plan::{self, Attachment, NftOp, NftPlan, Observed};
 use crate::state::State;
 
+/// An nf_tables failure as the plugin's error; where the kernel has no nf_tables at all
+/// (no nfnetlink, or nfnetlink without nf_tables), saying so: the ADD's message names it, and
+/// DEL and GC take it for nothing of ours being there ([`nothing_where_absent`]).
 fn nft_err(e: NftError) -> PortmapError {
-    PortmapError::Nft(e)
+    if e.is_absent() {
+        PortmapError::NftUnusable(format!("the kernel has no nf_tables ({e})"))
+    } else {
+        PortmapError::Nft(e)
+    }
 }
 
 /// Our table of `family`.
@@ -318,13 +325,7 @@ impl Nftables {
     }
 
     fn nft(&mut self) -> Result<&mut Nft, PortmapError> {
-        self.nft.get().map_err(|e| {
-            if e.is_unsupported() {
-                PortmapError::NftUnusable(format!("the kernel has no nf_tables ({e})"))
-            } else {
-                nft_err(e)
-            }
-        })
+        self.nft.get().map_err(nft_err)
     }
 
     /// What the kernel holds at the keys and gate chains of `plans`; a table, map or chain
