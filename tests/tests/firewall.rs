@@ -576,6 +576,71 @@ mod e2e {
         Ok(())
     }
 
+    /// The nftables backend on a kernel without nf_tables, either way one lacks it (no
+    /// nfnetlink; nfnetlink without nf_tables, as on a kernel whose `nf_tables.ko` is
+    /// removed): ADD and CHECK fail naming it (999) and make nothing, STATUS fails with code 50
+    /// naming it, and DEL (with and without prevResult) and GC succeed: such a kernel holds
+    /// nothing of ours, and a container whose firewall used nftables can still be deleted.
+    #[test]
+    fn nftables_without_nf_tables_names_it_and_del_and_gc_succeed() -> Result<()> {
+        for lacking in tests::seccomp::Lacking::BOTH {
+            let (host, rt, netns) = host_runtime("fwnonft")?;
+            let prev = prev_result("10.72.0.2", "fd72::2");
+            let with_prev = direct_conf("nftables", "isolated", Some(prev));
+            let bare = direct_conf("nftables", "isolated", None);
+            let mut status = bare.clone();
+            status["cniVersion"] = json!("1.1.0");
+            let gc = gc_conf("nftables", json!([]));
+            let outs = lacking.run(|| -> Result<Vec<PluginOutput>> {
+                Ok(vec![
+                    exec(&rt, "firewall", "ADD", "nonft", &netns, &with_prev),
+                    exec(&rt, "firewall", "CHECK", "nonft", &netns, &with_prev),
+                    rt.exec_plugin(
+                        "firewall",
+                        Some("STATUS"),
+                        &[("CNI_PATH", "/usr/lib/cni")],
+                        status.to_string().as_bytes(),
+                    )?,
+                    exec(&rt, "firewall", "DEL", "nonft", &netns, &with_prev),
+                    exec(&rt, "firewall", "DEL", "nonft", &netns, &bare),
+                    run_gc(&rt, &gc)?,
+                ])
+            })??;
+            for (out, verb) in outs.iter().zip(["ADD", "CHECK", "STATUS"]) {
+                let err = out
+                    .error()
+                    .with_context(|| format!("{lacking:?}: {verb} succeeded"))?;
+                let code = if verb == "STATUS" { 50 } else { 999 };
+                ensure!(
+                    err.code == code
+                        && err.msg.starts_with(
+                            "nftables backend is not usable: the kernel has no nf_tables ("
+                        ),
+                    "{lacking:?}: {verb}: {err:?}"
+                );
+            }
+            for (out, verb) in outs[3..]
+                .iter()
+                .zip(["DEL", "DEL without prevResult", "GC"])
+            {
+                ensure!(
+                    out.status.success(),
+                    "{lacking:?}: {verb}: {} {}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            // Nothing was made (where the kernel really lacks nf_tables, `nft` fails as well).
+            let listed = host.exec("nft", &["list", "table", "inet", "cni_firewall"])?;
+            ensure!(
+                !listed.status.success(),
+                "{lacking:?}: {}",
+                String::from_utf8_lossy(&listed.stdout)
+            );
+        }
+        Ok(())
+    }
+
     /// Whether `nft get element` finds `addr` in our set of its family.
     fn nft_has(ns: &TestNetns, addr: &str) -> Result<bool> {
         let set = if addr.contains(':') {

@@ -1217,13 +1217,22 @@ fn legacy_tools() -> Result<tempfile::TempDir> {
     Ok(dir)
 }
 
-/// A kernel without nf_tables as the plugin sees it (issue 22 #6): a seccomp filter refuses it
-/// every netfilter netlink socket. Auto falls back to the legacy iptables tools (a `PATH` whose
+/// A kernel without nf_tables as the plugin sees it (issue 22 #6), either way one lacks it: a
+/// seccomp filter refuses every netfilter netlink socket (no nfnetlink), or lets the kernel
+/// answer each nf_tables message as it does without the nf_tables module (nfnetlink without
+/// nf_tables: EINVAL, EOPNOTSUPP). Auto falls back to the legacy iptables tools (a `PATH` whose
 /// tools are Debian's `iptables-legacy` ones), whose ADD, CHECK and DEL work and leave nothing;
-/// an explicit nftables backend fails ADD naming nf_tables and changes nothing, STATUS says
-/// the same with code 50, and DEL (with and without a record) succeeds.
+/// an explicit nftables backend fails ADD naming nf_tables (999) and changes nothing, STATUS
+/// says the same with code 50, and DEL (with and without a record) and GC succeed.
 #[test]
 fn without_nf_tables_auto_uses_the_legacy_tools_and_del_always_works() -> Result<()> {
+    for lacking in tests::seccomp::Lacking::BOTH {
+        without_nf_tables(lacking).with_context(|| format!("{lacking:?}"))?;
+    }
+    Ok(())
+}
+
+fn without_nf_tables(lacking: tests::seccomp::Lacking) -> Result<()> {
     let f = Fixture::new("");
     let tools = legacy_tools()?;
     let path = tools.path().to_string_lossy().into_owned();
@@ -1242,7 +1251,7 @@ fn without_nf_tables_auto_uses_the_legacy_tools_and_del_always_works() -> Result
             .map(str::to_string)
             .collect())
     };
-    let outputs = tests::seccomp::without_nf_tables(|| -> Result<Vec<PluginOutput>> {
+    let outputs = lacking.run(|| -> Result<Vec<PluginOutput>> {
         let with = [("CNI_NETNS", netns.as_str()), ("PATH", path.as_str())];
         let mut outs = Vec::new();
         for command in ["ADD", "CHECK"] {
@@ -1260,9 +1269,7 @@ fn without_nf_tables_auto_uses_the_legacy_tools_and_del_always_works() -> Result
         "auto did not map with the legacy tools: {:?}",
         legacy_nat()?
     );
-    let del = tests::seccomp::without_nf_tables(|| {
-        f.exec("DEL", "ctr1", &[("PATH", path.as_str())], conf.clone())
-    })??;
+    let del = lacking.run(|| f.exec("DEL", "ctr1", &[("PATH", path.as_str())], conf.clone()))??;
     ensure!(
         del.status.success(),
         "DEL: {}",
@@ -1284,30 +1291,41 @@ fn without_nf_tables_auto_uses_the_legacy_tools_and_del_always_works() -> Result
         f.runtime
             .exec_plugin("portmap", Some(command), &vars, conf.to_string().as_bytes())
     };
-    let (add, status, del) = tests::seccomp::without_nf_tables(|| -> Result<_> {
+    let (add, status, del, gc) = lacking.run(|| -> Result<_> {
         let add = raw("ADD", &[("CNI_NETNS", netns.as_str())], &conf)?;
         let mut status_conf = conf.clone();
         status_conf["cniVersion"] = json!("1.1.0");
         let status = raw("STATUS", &[], &status_conf)?;
         let del = raw("DEL", &[], &conf)?;
-        Ok((add, status, del))
+        let mut gc_conf = status_conf.clone();
+        gc_conf["cni.dev/valid-attachments"] = json!([]);
+        let gc = raw("GC", &[], &gc_conf)?;
+        Ok((add, status, del, gc))
     })??;
     let err = add
         .error()
         .context("ADD of the nftables backend succeeded")?;
-    ensure!(err.msg.contains("the kernel has no nf_tables"), "{err:?}");
+    ensure!(
+        err.code == 999
+            && err.msg.starts_with(
+                "unable to set up nftables rules for port mappings: the kernel has no nf_tables ("
+            ),
+        "{err:?}"
+    );
     let err = status
         .error()
         .context("STATUS of the nftables backend succeeded")?;
     ensure!(
-        err.code == 50 && err.msg.contains("the kernel has no nf_tables"),
+        err.code == 50 && err.msg.contains("the kernel has no nf_tables ("),
         "{err:?}"
     );
-    ensure!(
-        del.status.success(),
-        "DEL: {}",
-        String::from_utf8_lossy(&del.stdout)
-    );
+    for (out, command) in [(del, "DEL"), (gc, "GC")] {
+        ensure!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
     ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     Ok(())
 }
