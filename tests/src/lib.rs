@@ -13,7 +13,8 @@
 //! - [`result`]: lookups in a CNI result (an address of a family, the host veth).
 //! - [`process`]: child processes spawned inside a namespace and waited for with a deadline.
 //! - [`mounts`]: private mount namespaces for tests that change mounts.
-//! - [`seccomp`]: a kernel without nf_tables, as a plugin sees it (a seccomp filter).
+//! - [`seccomp`]: a kernel without nf_tables, as a plugin sees it (seccomp filters): without
+//!   nfnetlink, or with nfnetlink but without the nf_tables subsystem.
 //! - [`cleanup`]: what a harness binary made, removed on a signal or a panic as well.
 //! - [`iptables_layout`]: the reference portmap's shared iptables chains and rules, for the
 //!   tests and bench of `common::iptables::native`.

@@ -35,8 +35,36 @@ use crate::bins;
 use crate::netns::TestNetns;
 use crate::process;
 
-/// Deadline of one plugin execution unless set with [`Runtime::with_timeout`].
+/// Deadline of one plugin execution unless set with [`Runtime::with_timeout`] or
+/// [`PLUGIN_TIMEOUT_ENV`].
 pub const PLUGIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Environment variable that replaces [`PLUGIN_TIMEOUT`] as the default deadline of one plugin
+/// execution, in whole seconds (`CNI_TEST_PLUGIN_TIMEOUT=120`). For machines far slower than
+/// CI's, where a correct plugin may take longer: `scripts/kernels-guest.sh` sets it, as its
+/// guests emulate the CPU (TCG). Unset or empty, the default holds; CI leaves it unset. The
+/// runtime removes it, as every `CNI_*` variable, from the plugins' environment.
+pub const PLUGIN_TIMEOUT_ENV: &str = "CNI_TEST_PLUGIN_TIMEOUT";
+
+/// The default deadline of one plugin execution: [`PLUGIN_TIMEOUT_ENV`]'s, else
+/// [`PLUGIN_TIMEOUT`].
+///
+/// # Errors
+/// When the variable is set to something other than a positive number of seconds.
+pub fn plugin_timeout() -> anyhow::Result<Duration> {
+    timeout_from(std::env::var_os(PLUGIN_TIMEOUT_ENV).as_deref())
+}
+
+/// [`plugin_timeout`] for the variable's value.
+fn timeout_from(value: Option<&std::ffi::OsStr>) -> anyhow::Result<Duration> {
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
+        return Ok(PLUGIN_TIMEOUT);
+    };
+    match value.to_str().map(|v| v.trim().parse::<u64>()) {
+        Some(Ok(secs)) if secs > 0 => Ok(Duration::from_secs(secs)),
+        _ => bail!("{PLUGIN_TIMEOUT_ENV}={value:?} is not a positive number of seconds"),
+    }
+}
 
 /// The key under which GC receives the attachments that are still valid.
 pub const VALID_ATTACHMENTS_KEY: &str = "cni.dev/valid-attachments";
@@ -448,7 +476,7 @@ impl Runtime {
                 .prefix("cni-runtime-cache")
                 .tempdir()
                 .context("failed to create the runtime's cache dir")?,
-            timeout: PLUGIN_TIMEOUT,
+            timeout: plugin_timeout()?,
             env: Vec::new(),
             root: None,
         })
@@ -519,6 +547,11 @@ impl Runtime {
     pub fn with_timeout(mut self, timeout: Duration) -> Runtime {
         self.timeout = timeout;
         self
+    }
+
+    /// The deadline of one plugin execution ([`plugin_timeout`] unless set otherwise).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// The namespace plugins run in.
@@ -926,6 +959,24 @@ fn parse_version(v: &str) -> anyhow::Result<[u64; 3]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_plugin_deadline_is_30_s_unless_the_environment_sets_whole_seconds() {
+        use std::ffi::OsStr;
+        assert_eq!(timeout_from(None).unwrap(), PLUGIN_TIMEOUT);
+        assert_eq!(timeout_from(Some(OsStr::new(""))).unwrap(), PLUGIN_TIMEOUT);
+        assert_eq!(
+            timeout_from(Some(OsStr::new("300"))).unwrap(),
+            Duration::from_secs(300)
+        );
+        for bad in ["0", "-5", "1.5", "30s", "soon"] {
+            let err = timeout_from(Some(OsStr::new(bad))).unwrap_err().to_string();
+            assert!(
+                err.contains(PLUGIN_TIMEOUT_ENV) && err.contains(bad),
+                "{err}"
+            );
+        }
+    }
 
     fn list() -> NetworkConfigList {
         NetworkConfigList::new(

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use tests::runtime::{PLUGIN_TIMEOUT, build_plugin_config, plugin_type};
+use tests::runtime::{build_plugin_config, plugin_type};
 use tests::{CniErrorObject, NetworkConfigList, Runtime, RuntimeConf, process};
 
 /// CNI's "try again later".
@@ -68,7 +68,7 @@ impl<'a> Chain<'a> {
             list,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             measure: false,
-            timeout: PLUGIN_TIMEOUT,
+            timeout: runtime.timeout(),
             retries: AtomicU64::new(0),
             retried: Mutex::new(Vec::new()),
             samples: Mutex::new(Vec::new()),
@@ -89,8 +89,8 @@ impl<'a> Chain<'a> {
         self
     }
 
-    /// Sets the deadline of one execution measured with [`Chain::measuring_rss`] (default
-    /// [`PLUGIN_TIMEOUT`]; unmeasured executions have the runtime's deadline).
+    /// Sets the deadline of one execution measured with [`Chain::measuring_rss`] (default the
+    /// runtime's, as unmeasured executions have).
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Chain<'a> {
         self.timeout = timeout;
