@@ -31,7 +31,8 @@ venv) and caches the kernels and the venv under the cache directory, outside the
   --kvm            use KVM (the default is TCG: inside these VMs a KVM guest hangs at boot)
   --cache DIR      the cache (default /var/cache/cni-rs/kernels)
   --out DIR        where the logs and the table go (default DIR/results/<date>)
-  --readme         write the table into README.md, between its kernel-matrix markers
+  --readme         write the table into README.md, between its kernel-matrix markers: the
+                   columns of the boots run are replaced, the others stay
   --fetch-only     fetch and unpack the kernels of the boots, then stop
   -h, --help       this text
 
