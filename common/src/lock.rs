@@ -5,6 +5,7 @@
 //! later"), so the runtime retries instead of the plugin hanging forever.
 
 use std::fs::{File, OpenOptions, TryLockError};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -76,11 +77,14 @@ impl FileLock {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(open_err)?;
         }
+        // O_NONBLOCK: a FIFO planted at the path must not hold the call up (an open for
+        // reading and writing returns at once anyway; flock works on it as on any file).
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(libc::O_NONBLOCK)
             .open(&path)
             .map_err(open_err)?;
         FileLock::acquire_file(file, path, wait)
@@ -107,7 +111,12 @@ impl FileLock {
                     Some(libc::EROFS | libc::ENOSPC | libc::EDQUOT)
                 ) =>
             {
-                match File::open(path) {
+                // Read-only, the open of a FIFO would wait for a writer.
+                let read_only = OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(path);
+                match read_only {
                     Ok(file) => Ok(Some(FileLock::acquire_file(
                         file,
                         path.to_path_buf(),

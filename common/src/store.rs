@@ -79,6 +79,15 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// Something that is not a regular file where a record belongs (a FIFO, a device, a
+    /// symbolic link, a directory: planted, since a store writes only regular files).
+    #[error("state file {path:?} is not a regular file but {what}")]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What is there instead.
+        what: &'static str,
+    },
     /// A file that is not the JSON we expect.
     #[error("state file {path:?} is not valid: {source}")]
     Corrupt {
@@ -204,24 +213,40 @@ impl StateStore {
     /// Reads `name`'s bytes; `Ok(None)` when it does not exist.
     ///
     /// # Errors
-    /// [`StoreError::Io`] naming the file.
+    /// [`StoreError::Io`] naming the file;
+    /// [`StoreError::NotRegular`] for anything but a regular file or a directory (never
+    /// followed through a symbolic link, never waited on: a FIFO is refused at once, see
+    /// [`open_regular`]).
     pub fn read_bytes(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let path = self.path(name)?;
-        match std::fs::read(&path) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(StoreError::Io {
-                op: "read",
-                path,
-                source,
-            }),
+        let io = |path, source| StoreError::Io {
+            op: "read",
+            path,
+            source,
+        };
+        let mut file = match open_regular(&path) {
+            Ok(Regular::File(file)) => file,
+            Ok(Regular::Missing) => return Ok(None),
+            // Not a file anyone could have planted in place of a record by accident, and none
+            // that removing a record could take away: reported as it always was.
+            Ok(Regular::Other("a directory")) => {
+                return Err(io(path, io::Error::from_raw_os_error(libc::EISDIR)));
+            }
+            Ok(Regular::Other(what)) => return Err(StoreError::NotRegular { path, what }),
+            Err(source) => return Err(io(path, source)),
+        };
+        let mut bytes = Vec::new();
+        match io::Read::read_to_end(&mut file, &mut bytes) {
+            Ok(_) => Ok(Some(bytes)),
+            Err(source) => Err(io(path, source)),
         }
     }
 
     /// Reads `name`; `Ok(None)` when it does not exist.
     ///
     /// # Errors
-    /// [`StoreError::Io`] or [`StoreError::Corrupt`] naming the file.
+    /// [`StoreError::Io`], [`StoreError::NotRegular`] or [`StoreError::Corrupt`] naming the
+    /// file.
     pub fn read<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, StoreError> {
         let Some(bytes) = self.read_bytes(name)? else {
             return Ok(None);
@@ -235,7 +260,8 @@ impl StateStore {
     }
 
     /// Reads `name` as [`StateStore::read`] does, but a file that does not parse (empty,
-    /// truncated by a crash, garbage) counts as absent: it is logged at warn and removed, and
+    /// truncated by a crash, garbage), or something planted that is no regular file (a FIFO, a
+    /// symbolic link), counts as absent: it is logged at warn and removed, and
     /// `Ok(None)` returned, so a caller goes on as if it had never been written (a DEL cleans
     /// up from what the kernel shows; an ADD writes it afresh). A failure to remove it is
     /// logged too: the next write replaces it.
@@ -247,7 +273,7 @@ impl StateStore {
         name: &str,
     ) -> Result<Option<T>, StoreError> {
         match self.read(name) {
-            Err(e @ StoreError::Corrupt { .. }) => {
+            Err(e @ (StoreError::Corrupt { .. } | StoreError::NotRegular { .. })) => {
                 log::warn!("{e}: treating it as absent and removing it");
                 if let Err(e) = self.remove(name) {
                     log::warn!("{e}");
@@ -371,6 +397,52 @@ impl StateStore {
     }
 }
 
+/// The name of an attachment's record in a store, `<network>:<containerID>:<ifname>`: each part
+/// with `%`, `:`, `/`, NUL and control characters written as `%XX` (two upper-case hex digits
+/// of the byte), and a `.` that would start the name as `%2E` (a name starting with a dot is
+/// hidden from [`StateStore::list`]). No part written so holds a bare `:`, and each is read
+/// back whole from its `%XX`, so two different attachments never share a name, whatever the
+/// three strings hold (a `_`-joined name does not have this: network `a_b` with container
+/// `c` and network `a` with container `b_c` meet at `a_b_c`). The names of valid attachments
+/// (the skel refuses `:` and `/` in all three) need no escape, and read as the three joined
+/// by `:`.
+pub fn attachment_name(network: &str, container_id: &str, ifname: &str) -> String {
+    let mut name = attachment_prefix(network, Some(container_id));
+    escape_part(ifname, &mut name);
+    name
+}
+
+/// The start every [`attachment_name`] of `network` has (of its container `container_id`,
+/// when given): `<network>:` or `<network>:<containerID>:`, escaped alike. A name starts with
+/// it if and only if it is the name of such an attachment.
+pub fn attachment_prefix(network: &str, container_id: Option<&str>) -> String {
+    let mut name = String::with_capacity(network.len() + 80);
+    if let Some(rest) = network.strip_prefix('.') {
+        name.push_str("%2E");
+        escape_part(rest, &mut name);
+    } else {
+        escape_part(network, &mut name);
+    }
+    name.push(':');
+    if let Some(id) = container_id {
+        escape_part(id, &mut name);
+        name.push(':');
+    }
+    name
+}
+
+/// Appends `part` to `out`, its `%`, `:`, `/`, NUL and control characters as `%XX`.
+fn escape_part(part: &str, out: &mut String) {
+    use std::fmt::Write as _;
+    for c in part.chars() {
+        if matches!(c, '%' | ':' | '/') || c.is_ascii_control() {
+            let _ = write!(out, "%{:02X}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+}
+
 /// Removes a file; one that is already gone is not an error. Returns whether it existed.
 fn remove_file(path: &Path) -> io::Result<bool> {
     match std::fs::remove_file(path) {
@@ -378,6 +450,55 @@ fn remove_file(path: &Path) -> io::Result<bool> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// What [`open_regular`] found at a path.
+#[derive(Debug)]
+pub enum Regular {
+    /// A regular file, open for reading.
+    File(std::fs::File),
+    /// Nothing.
+    Missing,
+    /// Something else: `a FIFO`, `a symbolic link`, `a directory`, `a socket`, `a device`.
+    Other(&'static str),
+}
+
+/// Opens `path` for reading if it is a regular file, never through a symbolic link and never
+/// waiting: `O_NONBLOCK` makes the open of a FIFO return at once (without it, the open waits
+/// for a writer, forever for a FIFO planted in a state directory, with the caller's lock
+/// held), `O_NOCTTY` keeps a terminal from becoming ours, and the type of what was opened is
+/// checked before a byte is read. On a regular file `O_NONBLOCK` changes nothing.
+///
+/// # Errors
+/// Failures to open other than "not found", "a symbolic link" and "a FIFO without writer".
+pub fn open_regular(path: &Path) -> io::Result<Regular> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path);
+    let file = match opened {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Regular::Missing),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Ok(Regular::Other("a symbolic link"));
+        }
+        // A FIFO opened for reading never fails with O_NONBLOCK; a socket cannot be opened.
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Ok(Regular::Other("a socket")),
+        Err(e) => return Err(e),
+    };
+    let kind = file.metadata()?.file_type();
+    Ok(if kind.is_file() {
+        Regular::File(file)
+    } else if kind.is_fifo() {
+        Regular::Other("a FIFO")
+    } else if kind.is_dir() {
+        Regular::Other("a directory")
+    } else if kind.is_socket() {
+        Regular::Other("a socket")
+    } else {
+        Regular::Other("a device")
+    })
 }
 
 /// The store's directory, held open so every step of a write happens in the same one.
@@ -818,6 +939,104 @@ mod tests {
         assert_eq!(tree(store.dir()), [".tmp/", "r99"]);
         assert!(!store.has_any("r0"));
         assert!(store.has_any("r99"));
+    }
+
+    /// Runs `f` on a thread and fails if it has not returned within a minute (it would hang
+    /// forever on what it guards against).
+    fn returns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(f()));
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the read hung")
+    }
+
+    #[test]
+    fn a_fifo_or_symlink_planted_at_a_record_is_refused_without_waiting_and_discarded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(dir.path());
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "{\"mtu\": 1, \"mac\": \"m\"}").unwrap();
+        let fifo = dir.path().join("r.json");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let reader = store.clone();
+        let err = returns(move || reader.read::<Backup>("r.json")).unwrap_err();
+        assert!(
+            matches!(err, StoreError::NotRegular { what: "a FIFO", .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("r.json"), "{err}");
+        let reader = store.clone();
+        assert_eq!(
+            returns(move || reader.read_or_discard::<Backup>("r.json")).unwrap(),
+            None
+        );
+        assert!(std::fs::symlink_metadata(&fifo).is_err(), "the FIFO stays");
+        // Never read through a symbolic link either (nor is its target removed).
+        std::os::unix::fs::symlink(&victim, &fifo).unwrap();
+        assert!(matches!(
+            store.read::<Backup>("r.json"),
+            Err(StoreError::NotRegular {
+                what: "a symbolic link",
+                ..
+            })
+        ));
+        assert_eq!(store.read_or_discard::<Backup>("r.json").unwrap(), None);
+        assert!(victim.exists() && std::fs::symlink_metadata(&fifo).is_err());
+        assert!(matches!(
+            open_regular(&dir.path().join("nothing")),
+            Ok(Regular::Missing)
+        ));
+        assert!(matches!(
+            open_regular(dir.path()),
+            Ok(Regular::Other("a directory"))
+        ));
+        assert!(matches!(open_regular(&victim), Ok(Regular::File(_))));
+    }
+
+    #[test]
+    fn attachment_names_never_collide_and_valid_ones_read_plainly() {
+        assert_eq!(attachment_name("net", "ctr1", "eth0"), "net:ctr1:eth0");
+        assert_eq!(attachment_name("a_b", "c", "eth0.1"), "a_b:c:eth0.1");
+        assert_ne!(
+            attachment_name("a_b", "c", "eth0"),
+            attachment_name("a", "b_c", "eth0")
+        );
+        assert_ne!(
+            attachment_name("a", "b_c", "d"),
+            attachment_name("a", "b", "c_d")
+        );
+        // What the skel refuses is escaped, so that even it cannot make two names meet.
+        assert_eq!(attachment_name("a:b", "c", "d"), "a%3Ab:c:d");
+        assert_ne!(
+            attachment_name("a:b", "c", "d"),
+            attachment_name("a", "b:c", "d")
+        );
+        assert_eq!(attachment_name("%3A", "/", "\n"), "%253A:%2F:%0A");
+        assert_eq!(attachment_name(".n", "c", "."), "%2En:c:.");
+        assert!(store_path_ok(&attachment_name("..", "..", "..")));
+        // A prefix names exactly one network (and container).
+        let name = attachment_name("a", "b", "c");
+        assert!(name.starts_with(&attachment_prefix("a", None)));
+        assert!(name.starts_with(&attachment_prefix("a", Some("b"))));
+        assert!(!attachment_name("a:b", "c", "d").starts_with(&attachment_prefix("a", None)));
+        assert!(!attachment_name("a", "bc", "d").starts_with(&attachment_prefix("a", Some("b"))));
+        // Generated triples: distinct triples get distinct names.
+        let parts = ["", "a", "_", "a_", "_a", ":", "%", "%3A", "a:b", ".", "/"];
+        let mut seen = std::collections::HashMap::new();
+        for n in parts {
+            for c in parts {
+                for i in parts {
+                    let name = attachment_name(n, c, i);
+                    if let Some(other) = seen.insert(name.clone(), (n, c, i)) {
+                        panic!("{name} for both {other:?} and {:?}", (n, c, i));
+                    }
+                }
+            }
+        }
+    }
+
+    fn store_path_ok(name: &str) -> bool {
+        StateStore::new("/tmp/x").path(name).is_ok()
     }
 
     #[test]

@@ -117,11 +117,12 @@ pub fn owned_by_network(comment: &str, network: &str) -> bool {
         .is_some_and(|(net, _)| net == network || net == hashed(network))
 }
 
-/// The state file of an attachment (IPs it was given), for DEL without prevResult and GC.
+/// The state file of an attachment (IPs it was given), for DEL without prevResult and GC:
+/// `<network>:<containerID>:<ifname>`, which no two attachments share
+/// ([`common::store::attachment_name`]).
 #[must_use]
 pub fn state_name(network: &str, container_id: &str, ifname: &str) -> String {
-    // `:` cannot appear in any of the three (skel validates them), so names never collide.
-    format!("{network}:{container_id}:{ifname}")
+    common::store::attachment_name(network, container_id, ifname)
 }
 
 #[cfg(test)]

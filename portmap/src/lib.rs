@@ -93,7 +93,12 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
     // The owner's namespace, to tell later whether it is gone (stat only: never opened).
     let netns = call.netns.as_deref().and_then(state::NetnsId::of);
     let mut new = State::new(kind, &config, &att, &ips, netns);
-    let old = state::read(&store, &file)?.found();
+    // An earlier version's record may be under another name; ours replaces it.
+    let state::Located {
+        file: old_file,
+        record: old,
+    } = state::locate(&store, &att)?;
+    let old = old.found();
     let index = state::PortIndex::new(&store);
     match &old {
         // A re-ADD of the same: what the kernel recorded for it still holds.
@@ -101,7 +106,7 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
         // A re-ADD with other mappings: drop the old ones first so none is left unowned.
         Some(old) => {
             backend::remove(&mut be, old)?;
-            index.release(&file, &old.port_keys());
+            index.release(&att, &old.port_keys());
         }
         None => {}
     }
@@ -136,13 +141,13 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
                     .retain(|r| added.recorded.iter().all(|a| a.family != r.family));
                 new.iptables_rules.extend(added.recorded);
             }
-            if kind == Backend::Iptables && old.as_ref() != Some(&new) {
+            if kind == Backend::Iptables && (old.as_ref() != Some(&new) || old_file != file) {
                 state::write(&store, &file, &new)?;
             }
-            if kind == Backend::Iptables
-                && let Err(e) = index.claim(&file, &new)
-            {
-                log::warn!("failed to index the host ports of {}: {e}", att.owner());
+            // Under the lock, in the step that made the claim: the index names this ADD for
+            // each key it now holds.
+            if kind == Backend::Iptables {
+                index.claim(&file, &new)?;
             }
             Ok(())
         });
@@ -150,12 +155,18 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
         if made && let Err(e) = backend::remove(&mut be, &new) {
             log::warn!("rollback after a failed ADD failed: {e}");
         }
-        index.release(&file, &new.port_keys());
-        if let Err(e) = store.remove(&file) {
+        index.release(&att, &new.port_keys());
+        if let Err(e) = state::remove_record(&store, &att) {
             log::warn!("failed to remove state after a failed ADD: {e}");
         }
         store.prune();
         return Err(e.into());
+    }
+    // The record of an earlier version, now under the attachment's own name.
+    if old_file != file
+        && let Err(e) = store.remove(&old_file)
+    {
+        log::warn!("failed to remove the earlier record {old_file}: {e}");
     }
     host::flush_udp(&config.mappings, &plan::families(&ips));
     Ok(prev)
@@ -171,7 +182,7 @@ fn check(call: &Call) -> Result<(), CniError> {
     if ips.is_empty() {
         return Ok(());
     }
-    let recorded = state::read(&state::store()?, &state::file(&att))?.found();
+    let recorded = state::locate(&state::store()?, &att)?.record.found();
     let mut nft = LazyNft::new();
     // The backend that made it, when we did; else what ADD would pick (the Go plugin's
     // default, iptables, where its tools work).
@@ -194,8 +205,7 @@ fn del(call: &Call) -> Result<(), CniError> {
         ifname: call.ifname.clone(),
     };
     let store = state::store()?;
-    let file = state::file(&att);
-    let record = state::read(&store, &file)?;
+    let record = state::locate(&store, &att)?.record;
     // A discarded record leaves only the kernel's owner comments to find the objects by.
     let discarded = matches!(record, state::Record::Discarded);
     let found = if discarded {
@@ -229,8 +239,8 @@ fn del(call: &Call) -> Result<(), CniError> {
                 .flat_map(|f| plan::PortKey::of(&mappings, *f))
                 .collect(),
         };
-        state::PortIndex::new(&store).release(&file, &keys);
-        match store.remove(&file) {
+        state::PortIndex::new(&store).release(&att, &keys);
+        match state::remove_record(&store, &att) {
             Ok(_) => {
                 // Without its record the index entries naming it are found by their dead target.
                 if discarded {
@@ -238,7 +248,7 @@ fn del(call: &Call) -> Result<(), CniError> {
                 }
                 store.prune();
             }
-            Err(e) => errors.push(PortmapError::Store(e)),
+            Err(e) => errors.push(e),
         }
     }
     if errors.is_empty() {

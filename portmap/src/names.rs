@@ -160,8 +160,24 @@ pub fn port_index_entry(key: &crate::plan::PortKey) -> String {
 /// The prefix of the host-port index's entries.
 pub const PORT_INDEX_PREFIX: &str = ".port-";
 
-/// The state file of an attachment.
+/// The state file of an attachment: `<network>:<containerID>:<ifname>.json`, a name no other
+/// attachment has ([`common::store::attachment_name`]).
 pub fn state_file(network: &str, id: &str, ifname: &str) -> String {
+    let mut name = common::store::attachment_name(network, id, ifname);
+    name.push_str(".json");
+    name
+}
+
+/// The start of the state files of `network`'s container `id` ([`state_file`]).
+pub fn state_file_prefix(network: &str, id: &str) -> String {
+    common::store::attachment_prefix(network, Some(id))
+}
+
+/// The state file earlier versions named an attachment's, `<network>_<containerID>_<ifname>.json`,
+/// still read (a node upgraded with containers running): two attachments can meet at it
+/// (network `a_b` with container `c`, network `a` with container `b_c`), so it counts as an
+/// attachment's only when the record in it names that attachment.
+pub fn legacy_state_file(network: &str, id: &str, ifname: &str) -> String {
     format!("{network}_{id}_{ifname}.json")
 }
 
@@ -203,6 +219,21 @@ mod tests {
         assert_eq!(c.len(), 256);
         assert!(c.ends_with("..."));
         assert_eq!(ipt_entry_comment("n", "c"), "dnat name: \"n\" id: \"c\"");
+    }
+
+    #[test]
+    fn state_files_of_attachments_whose_old_names_met_are_distinct() {
+        assert_eq!(state_file("net", "ctr", "eth0"), "net:ctr:eth0.json");
+        assert_eq!(
+            legacy_state_file("a_b", "c", "eth0"),
+            legacy_state_file("a", "b_c", "eth0")
+        );
+        assert_ne!(
+            state_file("a_b", "c", "eth0"),
+            state_file("a", "b_c", "eth0")
+        );
+        assert!(state_file("a", "b", "eth0").starts_with(&state_file_prefix("a", "b")));
+        assert!(!state_file("a", "b_c", "eth0").starts_with(&state_file_prefix("a", "b")));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::error::PortmapError;
 use crate::names;
 
 /// Who owns the objects of one call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Attachment {
     /// The network name.
     pub network: String,

@@ -251,6 +251,73 @@ pub fn read(store: &StateStore, name: &str) -> Result<Record, PortmapError> {
     }
 }
 
+/// An attachment's record and the file it is in.
+#[derive(Debug)]
+pub struct Located {
+    /// The file: the attachment's ([`file`]), or the one an earlier version named it
+    /// ([`names::legacy_state_file`]) when only that holds its record.
+    pub file: String,
+    /// What the file gave.
+    pub record: Record,
+}
+
+/// Finds the record of `att`: in its file, else in the file an earlier version named it, when
+/// the record there names `att` (under that name two attachments can meet: the record of the
+/// other one is none of `att`'s, and is left alone).
+///
+/// # Errors
+/// When a file exists but cannot be read.
+pub fn locate(store: &StateStore, att: &Attachment) -> Result<Located, PortmapError> {
+    let file = file(att);
+    if store.has_any(&file) {
+        let record = read(store, &file)?;
+        return Ok(Located { file, record });
+    }
+    let legacy = names::legacy_state_file(&att.network, &att.container_id, &att.ifname);
+    if legacy == file {
+        return Ok(Located {
+            file,
+            record: Record::Absent,
+        });
+    }
+    match read(store, &legacy)? {
+        Record::Found(s) if s.attachment() == *att => Ok(Located {
+            file: legacy,
+            record: Record::Found(s),
+        }),
+        // Another attachment's record, or none.
+        Record::Found(_) | Record::Absent => Ok(Located {
+            file,
+            record: Record::Absent,
+        }),
+        // Whose it was cannot be told; the kernel's owner comments tell what is ours.
+        Record::Discarded => Ok(Located {
+            file: legacy,
+            record: Record::Discarded,
+        }),
+    }
+}
+
+/// The record of `att`, if it has a valid one.
+pub fn record_of(store: &StateStore, att: &Attachment) -> Option<State> {
+    locate(store, att).ok()?.record.found()
+}
+
+/// Removes the record of `att`: its file, and the file of an earlier version where that holds
+/// `att`'s record (never another attachment's).
+///
+/// # Errors
+/// The store's failure.
+pub fn remove_record(store: &StateStore, att: &Attachment) -> Result<(), PortmapError> {
+    let own = file(att);
+    store.remove(&own).map_err(PortmapError::Store)?;
+    let Located { file: found, .. } = locate(store, att)?;
+    if found != own {
+        store.remove(&found).map_err(PortmapError::Store)?;
+    }
+    Ok(())
+}
+
 /// The records of a store, telling what became of the holders of host ports.
 #[derive(Debug)]
 pub struct Records<'a> {
@@ -278,23 +345,29 @@ impl Holders for Records<'_> {
         let Some((network, id, ifname)) = names::parse_owner(owner) else {
             return Fate::Live;
         };
-        match read(self.store, &names::state_file(network, id, ifname)) {
-            Ok(Record::Found(record)) if record.attachment().owner() == owner && gone(&record) => {
-                Fate::Gone(vec![*record])
+        let att = Attachment {
+            network: network.to_string(),
+            container_id: id.to_string(),
+            ifname: ifname.to_string(),
+        };
+        match record_of(self.store, &att) {
+            Some(record) if record.attachment().owner() == owner && gone(&record) => {
+                Fate::Gone(vec![record])
             }
             _ => Fate::Live,
         }
     }
 
     fn by_container(&self, network: &str, container_id: &str) -> Fate {
-        let prefix = names::state_file(network, container_id, "");
-        let prefix = prefix.trim_end_matches(".json");
+        let prefix = names::state_file_prefix(network, container_id);
+        let legacy = names::legacy_state_file(network, container_id, "");
+        let legacy = legacy.trim_end_matches(".json");
         let records: Vec<State> = self
             .store
             .list()
             .unwrap_or_default()
             .iter()
-            .filter(|name| name.starts_with(prefix))
+            .filter(|name| name.starts_with(&prefix) || name.starts_with(legacy))
             .filter_map(|name| read(self.store, name).ok()?.found())
             .filter(|r| r.network == network && r.container_id == container_id)
             .collect();
@@ -304,12 +377,12 @@ impl Holders for Records<'_> {
         Fate::Gone(records)
     }
 
-    fn indexed(&self, key: &PortKey) -> Option<String> {
+    fn indexed(&self, key: &PortKey) -> Option<Attachment> {
         self.index.holder(key)
     }
 
-    fn record(&self, name: &str) -> Option<State> {
-        read(self.store, name).ok()?.found()
+    fn record(&self, att: &Attachment) -> Option<State> {
+        record_of(self.store, att)
     }
 }
 
@@ -319,14 +392,16 @@ impl Holders for Records<'_> {
 /// find the holder of a host port with one `open` instead of reading every attachment's
 /// chain. Hard links, because they cost a directory entry and no inode: on an ext4 `/run`
 /// an inode costs a millisecond where a link costs tens of microseconds. The ADD holding our
-/// iptables lock is the only writer. The linked record names its attachment; whether that
-/// attachment still claims the key is read from its current record.
+/// iptables lock is the only writer, and it points each key it claims at itself once its
+/// conflict check has found no live holder (see [`PortIndex::claim`]). The linked record names
+/// its attachment; whether that attachment still claims the key is read from its current
+/// record.
 #[derive(Debug)]
 pub struct PortIndex<'s> {
     store: &'s StateStore,
-    /// The attachment's record file each linked inode names, read once per inode (one
-    /// attachment may hold thousands of keys).
-    owners: RefCell<HashMap<(u64, u64), Option<String>>>,
+    /// The attachment each linked inode names, read once per inode (one attachment may hold
+    /// thousands of keys).
+    owners: RefCell<HashMap<(u64, u64), Option<Attachment>>>,
 }
 
 impl<'s> PortIndex<'s> {
@@ -342,73 +417,68 @@ impl<'s> PortIndex<'s> {
         self.store.dir().join(names::port_index_entry(key))
     }
 
-    /// The record file of the attachment the entry at `link` names, if it is one of ours.
-    fn owner_at(&self, link: &Path) -> Option<String> {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        // Never through a planted symlink.
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(link)
-            .ok()?;
-        let meta = file.metadata().ok()?;
-        if !meta.is_file() {
+    /// The attachment the entry at `link` names, if it is one of ours.
+    fn owner_at(&self, link: &Path) -> Option<Attachment> {
+        // Never through a planted symlink, never waiting on a planted FIFO (with our iptables
+        // lock held): anything but a regular file is no entry.
+        let common::store::Regular::File(file) = common::store::open_regular(link).ok()? else {
             return None;
-        }
+        };
+        let meta = file.metadata().ok()?;
         let inode = (meta.dev(), meta.ino());
         if let Some(owner) = self.owners.borrow().get(&inode) {
             return owner.clone();
         }
         let state: Option<State> = serde_json::from_reader(std::io::BufReader::new(file)).ok();
-        let owner = state.map(|s| file_name(&s.attachment()));
+        let owner = state.map(|s| s.attachment());
         self.owners.borrow_mut().insert(inode, owner.clone());
         owner
     }
 
-    /// The record file of the attachment the index names for `key`, if it has an entry.
-    pub fn holder(&self, key: &PortKey) -> Option<String> {
+    /// The attachment the index names for `key`, if it has an entry.
+    pub fn holder(&self, key: &PortKey) -> Option<Attachment> {
         self.owner_at(&self.entry(key))
     }
 
     /// Points the index at `file` (the record of `state`, written) for each key its iptables
-    /// mappings claim: an entry that is absent, or names an attachment whose record no
-    /// longer claims the key (removed, taken over, changed), is made; one naming an attachment
-    /// whose record claims it is left, since that attachment holds the port. Returns whether
-    /// it left such an entry.
+    /// mappings claim. The caller's ADD holds our iptables lock and has refused every live
+    /// holder of its keys, so it holds them all now, and each entry is made to name it:
+    /// entries naming an attachment that is gone, whose chain the kernel lost, or whose record
+    /// no longer claims the key alike. Only an entry naming another attachment of the same
+    /// container is left while that one's record claims the key: both map it through the
+    /// container's one chain.
     ///
     /// # Errors
-    /// The entries that cannot be made.
-    pub fn claim(&self, file: &str, state: &State) -> Result<bool, PortmapError> {
+    /// The entries that cannot be made (the caller's ADD then fails and rolls back: an
+    /// entry left naming another holder would let the next ADD of the key through).
+    pub fn claim(&self, file: &str, state: &State) -> Result<(), PortmapError> {
         let target = self.store.path(file).map_err(PortmapError::Store)?;
-        let mut foreign = false;
-        let mut records: HashMap<String, Option<State>> = HashMap::new();
+        let att = state.attachment();
         for key in state.port_keys() {
             let link = self.entry(&key);
             match self.owner_at(&link) {
-                Some(name) if name == file => continue,
-                Some(name) => {
-                    let holder = records.entry(name).or_insert_with_key(|name| {
-                        read(self.store, name).ok().and_then(Record::found)
-                    });
-                    if holder.as_ref().is_some_and(|h| h.claims(&key)) {
-                        foreign = true;
-                        continue;
-                    }
+                Some(holder) if holder == att => continue,
+                Some(holder)
+                    if holder.network == att.network
+                        && holder.container_id == att.container_id
+                        && record_of(self.store, &holder).is_some_and(|h| h.claims(&key)) =>
+                {
+                    continue;
                 }
-                None => {}
+                _ => {}
             }
             remove_entry(&link)?;
             std::fs::hard_link(&target, &link)
                 .map_err(|source| index_error("write", link, source))?;
         }
-        Ok(foreign)
+        Ok(())
     }
 
-    /// Removes the entries of `keys` that name `file`.
-    pub fn release(&self, file: &str, keys: &[PortKey]) {
+    /// Removes the entries of `keys` that name `att`.
+    pub fn release(&self, att: &Attachment, keys: &[PortKey]) {
         for key in keys {
             let link = self.entry(key);
-            if self.owner_at(&link).as_deref() == Some(file)
+            if self.owner_at(&link).as_ref() == Some(att)
                 && let Err(e) = remove_entry(&link)
             {
                 log::warn!("{e}");
@@ -431,10 +501,9 @@ impl<'s> PortIndex<'s> {
                 continue;
             }
             let path = entry.path();
-            let live = self
-                .owner_at(&path)
-                .and_then(|name| self.store.path(&name).ok())
-                .is_some_and(|p| p.exists());
+            let live = self.owner_at(&path).is_some_and(|att| {
+                locate(self.store, &att).is_ok_and(|l| !matches!(l.record, Record::Absent))
+            });
             if !live && let Err(e) = remove_entry(&path) {
                 log::warn!("{e}");
             }
@@ -467,9 +536,9 @@ pub fn forget_taken(store: &StateStore, taken: &[State]) {
             "took over the host ports of {}: its network namespace {path} is gone",
             record.attachment().owner()
         );
-        let name = file(&record.attachment());
-        PortIndex::new(store).release(&name, &record.port_keys());
-        if let Err(e) = store.remove(&name) {
+        let att = record.attachment();
+        PortIndex::new(store).release(&att, &record.port_keys());
+        if let Err(e) = remove_record(store, &att) {
             log::warn!(
                 "failed to remove the record of {}: {e}",
                 record.container_id
@@ -497,12 +566,8 @@ pub fn store() -> Result<StateStore, PortmapError> {
     ))
 }
 
-/// The file name of an attachment's state.
+/// The file name of an attachment's state ([`names::state_file`]).
 pub fn file(att: &Attachment) -> String {
-    file_name(att)
-}
-
-fn file_name(att: &Attachment) -> String {
     names::state_file(&att.network, &att.container_id, &att.ifname)
 }
 
@@ -592,67 +657,152 @@ mod tests {
         assert!(matches!(records.by_container("n", "c"), Fate::Live));
     }
 
-    #[test]
-    fn the_port_index_names_the_holder_while_its_record_claims_the_port() {
-        use crate::config::{HostIp, PortMapping, Proto};
-        let tmp = tempfile::tempdir().unwrap();
-        let store = StateStore::new(tmp.path().join("net-1"));
-        let tcp = |port| PortMapping {
+    fn tcp(port: u16) -> PortMapping {
+        PortMapping {
             host_port: port,
             container_port: 80,
-            proto: Proto::Tcp,
-            host_ip: HostIp::All,
-        };
-        let att = |id: &str| Attachment {
-            network: "n".into(),
+            proto: crate::config::Proto::Tcp,
+            host_ip: crate::config::HostIp::All,
+        }
+    }
+
+    fn att(network: &str, id: &str, ifname: &str) -> Attachment {
+        Attachment {
+            network: network.into(),
             container_id: id.into(),
-            ifname: "eth0".into(),
-        };
+            ifname: ifname.into(),
+        }
+    }
+
+    fn iptables_record(att: &Attachment, ports: &[u16]) -> State {
+        let config = crate::config::test_config(ports.iter().map(|p| tcp(*p)).collect());
         let ips: Vec<IpNet> = vec!["10.0.0.2/24".parse().unwrap()];
-        let record = |id: &str, ports: &[u16]| {
-            let config = crate::config::test_config(ports.iter().map(|p| tcp(*p)).collect());
-            State::new(Backend::Iptables, &config, &att(id), &ips, None)
-        };
-        let key = |port| PortKey {
+        State::new(Backend::Iptables, &config, att, &ips, None)
+    }
+
+    fn key(port: u16) -> PortKey {
+        PortKey {
             family: IpFamily::V4,
-            proto: Proto::Tcp,
+            proto: crate::config::Proto::Tcp,
             port,
             host: None,
-        };
-        let (a, b) = (record("a", &[8080, 8081]), record("b", &[8080]));
-        let (fa, fb) = (file(&att("a")), file(&att("b")));
+        }
+    }
+
+    #[test]
+    fn the_port_index_names_the_last_claimant_but_a_sibling_attachment_keeps_its_entry() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = StateStore::new(tmp.path().join("net-1"));
+        let (aa, ab) = (att("n", "a", "eth0"), att("n", "b", "eth0"));
+        let (a, b) = (
+            iptables_record(&aa, &[8080, 8081]),
+            iptables_record(&ab, &[8080]),
+        );
+        let (fa, fb) = (file(&aa), file(&ab));
         write(&store, &fa, &a).unwrap();
-        assert!(!PortIndex::new(&store).claim(&fa, &a).unwrap());
+        PortIndex::new(&store).claim(&fa, &a).unwrap();
         let records = Records::new(&store);
-        assert_eq!(records.indexed(&key(8080)), Some(fa.clone()));
+        assert_eq!(records.indexed(&key(8080)), Some(aa.clone()));
         assert_eq!(records.indexed(&key(9)), None);
+        assert_eq!(records.record(&aa), Some(a.clone()));
         // A's record rewritten (a new inode): its entries still name it.
         write(&store, &fa, &a).unwrap();
-        assert_eq!(PortIndex::new(&store).holder(&key(8081)), Some(fa.clone()));
-        // B's claim leaves A's entry while A's record claims the port.
+        assert_eq!(PortIndex::new(&store).holder(&key(8081)), Some(aa.clone()));
+        // B's ADD got past the conflict check (A's chain was gone): B holds 8080 now, and the
+        // index says so although A's record still claims it (issue 26 item 2).
         write(&store, &fb, &b).unwrap();
-        assert!(PortIndex::new(&store).claim(&fb, &b).unwrap());
-        assert_eq!(PortIndex::new(&store).holder(&key(8080)), Some(fa.clone()));
-        assert_eq!(records.record(&fa), Some(a.clone()));
-        // Once A's record no longer claims it (re-ADD with other mappings, removal), B's does.
-        let a2 = record("a", &[8081]);
-        write(&store, &fa, &a2).unwrap();
-        assert!(!a2.claims(&key(8080)));
-        assert!(!PortIndex::new(&store).claim(&fb, &b).unwrap());
-        assert_eq!(PortIndex::new(&store).holder(&key(8080)), Some(fb.clone()));
-        // Release removes only entries naming the record; the sweep those of removed records.
-        PortIndex::new(&store).release(&fb, &a.port_keys());
-        assert_eq!(PortIndex::new(&store).holder(&key(8081)), Some(fa.clone()));
+        PortIndex::new(&store).claim(&fb, &b).unwrap();
+        assert_eq!(PortIndex::new(&store).holder(&key(8080)), Some(ab.clone()));
+        assert_eq!(PortIndex::new(&store).holder(&key(8081)), Some(aa.clone()));
+        // Another interface of B's container (the same chain) leaves B's entry while B's
+        // record claims the port.
+        let ab1 = att("n", "b", "eth1");
+        let b1 = iptables_record(&ab1, &[8080]);
+        write(&store, &file(&ab1), &b1).unwrap();
+        PortIndex::new(&store).claim(&file(&ab1), &b1).unwrap();
+        assert_eq!(PortIndex::new(&store).holder(&key(8080)), Some(ab.clone()));
+        // Release removes only entries naming the attachment; the sweep those of removed
+        // records.
+        PortIndex::new(&store).release(&ab, &a.port_keys());
+        assert_eq!(PortIndex::new(&store).holder(&key(8081)), Some(aa.clone()));
         assert_eq!(PortIndex::new(&store).holder(&key(8080)), None);
-        store.remove(&fa).unwrap();
+        remove_record(&store, &aa).unwrap();
         PortIndex::new(&store).sweep();
-        store.remove(&fb).unwrap();
+        assert_eq!(PortIndex::new(&store).holder(&key(8081)), None);
+        remove_record(&store, &ab).unwrap();
+        remove_record(&store, &ab1).unwrap();
         store.prune();
         assert!(!store.dir().exists(), "the index kept the directory");
         // An nftables record claims nothing in the iptables layout.
         let config = crate::config::test_config(vec![tcp(8080)]);
-        let nft = State::new(Backend::Nftables, &config, &att("c"), &ips, None);
+        let ips: Vec<IpNet> = vec!["10.0.0.2/24".parse().unwrap()];
+        let nft = State::new(
+            Backend::Nftables,
+            &config,
+            &att("n", "c", "eth0"),
+            &ips,
+            None,
+        );
         assert!(nft.port_keys().is_empty() && !nft.claims(&key(8080)));
+    }
+
+    #[test]
+    fn attachments_whose_old_names_meet_keep_their_own_records() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = StateStore::new(tmp.path().join("net-1"));
+        let (one, two) = (att("a_b", "c", "eth0"), att("a", "b_c", "eth0"));
+        let (r1, r2) = (
+            iptables_record(&one, &[8080]),
+            iptables_record(&two, &[9090]),
+        );
+        write(&store, &file(&one), &r1).unwrap();
+        write(&store, &file(&two), &r2).unwrap();
+        assert_eq!(record_of(&store, &one), Some(r1.clone()));
+        assert_eq!(record_of(&store, &two), Some(r2.clone()));
+        remove_record(&store, &two).unwrap();
+        assert_eq!(record_of(&store, &one), Some(r1.clone()));
+        assert_eq!(record_of(&store, &two), None);
+        let records = Records::new(&store);
+        assert!(matches!(records.by_container("a", "b_c"), Fate::Live));
+        remove_record(&store, &one).unwrap();
+    }
+
+    #[test]
+    fn a_record_of_an_earlier_version_is_read_only_for_the_attachment_it_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = StateStore::new(tmp.path().join("net-1"));
+        let (one, two) = (att("a_b", "c", "eth0"), att("a", "b_c", "eth0"));
+        let legacy = names::legacy_state_file("a_b", "c", "eth0");
+        assert_eq!(legacy, names::legacy_state_file("a", "b_c", "eth0"));
+        // What an earlier version wrote for `one`, and an index entry linked to it.
+        let r1 = iptables_record(&one, &[8080]);
+        write(&store, &legacy, &r1).unwrap();
+        PortIndex::new(&store).claim(&legacy, &r1).unwrap();
+        let found = locate(&store, &one).unwrap();
+        assert_eq!(found.file, legacy);
+        assert_eq!(found.record.found(), Some(r1.clone()));
+        // Not `two`'s, whose name met it.
+        let found = locate(&store, &two).unwrap();
+        assert_eq!(found.file, file(&two));
+        assert!(matches!(found.record, Record::Absent));
+        assert!(remove_record(&store, &two).is_ok());
+        assert!(
+            store.path(&legacy).unwrap().exists(),
+            "two's DEL removed one's record"
+        );
+        // The index still names `one`, whose record claims the port.
+        let records = Records::new(&store);
+        assert_eq!(records.indexed(&key(8080)), Some(one.clone()));
+        assert_eq!(records.record(&one), Some(r1.clone()));
+        assert!(matches!(records.by_container("a_b", "c"), Fate::Live));
+        assert!(matches!(records.by_container("a", "b_c"), Fate::Live));
+        PortIndex::new(&store).sweep();
+        assert_eq!(records.indexed(&key(8080)), Some(one.clone()));
+        // `one`'s DEL removes it.
+        remove_record(&store, &one).unwrap();
+        assert!(!store.path(&legacy).unwrap().exists());
+        PortIndex::new(&store).sweep();
+        assert_eq!(PortIndex::new(&store).holder(&key(8080)), None);
     }
 
     #[test]

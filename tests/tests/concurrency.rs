@@ -529,7 +529,7 @@ fn verify_portmap_nftables(node: &Node, all: &[Attached<'_>]) -> Result<()> {
 /// index's entries of each one's ports, each a hard link to its record.
 fn verify_portmap_state(node: &Node, all: &[Attached<'_>], index: bool) -> Result<()> {
     use std::os::unix::fs::MetadataExt as _;
-    let record = |a: &Attached<'_>| format!("{NETWORK}_{}_{IFNAME}.json", a.cid());
+    let record = |a: &Attached<'_>| format!("{NETWORK}:{}:{IFNAME}.json", a.cid());
     let mut expected: Vec<String> = all.iter().map(record).collect();
     if index {
         for a in all {

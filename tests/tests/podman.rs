@@ -844,7 +844,7 @@ mod podman {
             ensure!(nat.contains(&dnat), "no {dnat:?} in the nat table: {nat}");
             let record = Path::new(PORTMAP_DIR)
                 .join(format!("net-{}", self.host_inode))
-                .join(format!("{}_{}_{IFNAME}.json", self.network, ctr.id));
+                .join(format!("{}:{}:{IFNAME}.json", self.network, ctr.id));
             ensure!(record.exists(), "no {}", record.display());
             // firewall's state file: Go's firewall keeps none.
             let attachment = Path::new(FIREWALL_DIR)

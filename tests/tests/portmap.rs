@@ -99,6 +99,33 @@ impl Fixture {
             .exec_plugin("portmap", Some(command), &vars, conf.to_string().as_bytes())
     }
 
+    /// Our portmap alone on network `network` (not the fixture's), as container `id`
+    /// mapping `mappings` to `ip`; fails unless it succeeds.
+    fn exec_on(
+        &self,
+        command: &str,
+        network: &str,
+        id: &str,
+        ip: &str,
+        mappings: Value,
+    ) -> Result<PluginOutput> {
+        let netns = self.topo.container.path().to_string_lossy().into_owned();
+        let conf = json!({"cniVersion": "1.0.0", "name": network, "type": "portmap",
+            "backend": self.backend,
+            "runtimeConfig": {"portMappings": mappings},
+            "prevResult": prev_result(self, &[ip])});
+        self.runtime.exec_plugin(
+            "portmap",
+            Some(command),
+            &[
+                ("CNI_CONTAINERID", id),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_NETNS", &netns),
+            ],
+            conf.to_string().as_bytes(),
+        )
+    }
+
     /// The plugin's state directory for the host namespace.
     fn state_dir(&self) -> Result<std::path::PathBuf> {
         use std::os::unix::fs::MetadataExt as _;
@@ -200,6 +227,7 @@ both_backends!(
     a_failed_route_localnet_rolls_back_the_mappings,
     a_container_the_host_has_no_route_to_is_mapped_without_route_localnet,
     status_reports_a_usable_backend,
+    attachments_whose_old_state_names_met_keep_their_own_mappings,
 );
 
 fn tcp_and_udp_reach_the_container_via_the_host_address_until_del(
@@ -532,7 +560,7 @@ fn del_without_its_record_removes_the_attachment_at_its_keys(backend: &'static s
     f.runtime.add(&list, &rt1)?;
     let ip2 = Fixture::ip(&f.runtime.add(&list, &rt2)?, false);
     let _t = TcpServer::banner(&second, SocketAddr::new(ip2, 80), "second")?;
-    std::fs::remove_file(f.state_dir()?.join(format!("{NETWORK}_ctr1_eth0.json")))?;
+    std::fs::remove_file(f.state_dir()?.join(format!("{NETWORK}:ctr1:eth0.json")))?;
     let conf = json!({"cniVersion": "1.0.0", "masqAll": true,
         "runtimeConfig": {"portMappings": [tcp(8080, 80)]}});
     succeeded(f.exec("DEL", "ctr1", &[], conf)?, "DEL")?;
@@ -635,7 +663,7 @@ fn a_state_file_that_does_not_parse_counts_as_absent(backend: &'static str) -> R
     let f = Fixture::new(backend);
     let list = f.list(&["10.97.0.0/24"], json!({}));
     let rt = f.rt("ctr1", &f.topo.container, json!([tcp(8080, 80)]));
-    let record = f.state_dir()?.join(format!("{NETWORK}_ctr1_eth0.json"));
+    let record = f.state_dir()?.join(format!("{NETWORK}:ctr1:eth0.json"));
     let netns = f.topo.container.path().to_string_lossy().into_owned();
     let result = f.runtime.add(&list, &rt)?;
     let ctr = Fixture::ip(&result, false);
@@ -842,6 +870,117 @@ fn status_reports_a_usable_backend(backend: &'static str) -> Result<()> {
             .context("STATUS without iptables printed no error")?;
         ensure!(err.code == 50, "{err:?}");
     }
+    Ok(())
+}
+
+/// Fails unless `out` is a success.
+fn ok(out: &PluginOutput, what: &str) -> Result<()> {
+    ensure!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// Issue 26 item 1: network `pmtest_x` with container `c` and network `pmtest` with container
+/// `x_c` shared one state file (`pmtest_x_c_eth0.json`): the second ADD took the first's
+/// record for its own old one and removed the first's mappings, and a DEL of either removed
+/// the other's record. Each keeps its own now: CHECK of each passes after both ADDs and after
+/// the other's DEL.
+fn attachments_whose_old_state_names_met_keep_their_own_mappings(
+    backend: &'static str,
+) -> Result<()> {
+    let f = Fixture::new(backend);
+    let one = ("pmtest_x", "c", "10.97.0.2/24", json!([tcp(8080, 80)]));
+    let two = ("pmtest", "x_c", "10.97.0.3/24", json!([tcp(9090, 80)]));
+    for (net, id, ip, maps) in [&one, &two] {
+        ok(&f.exec_on("ADD", net, id, ip, maps.clone())?, "ADD")?;
+    }
+    for (net, id, ip, maps) in [&one, &two] {
+        ok(
+            &f.exec_on("CHECK", net, id, ip, maps.clone())?,
+            &format!("CHECK of {net}/{id}"),
+        )?;
+    }
+    let (net, id, ip, maps) = &two;
+    ok(&f.exec_on("DEL", net, id, ip, json!([]))?, "DEL")?;
+    ensure!(
+        f.exec_on("CHECK", net, id, ip, maps.clone())?
+            .error()
+            .is_some(),
+        "{net}/{id} is left after its DEL"
+    );
+    let (net, id, ip, maps) = &one;
+    ok(
+        &f.exec_on("CHECK", net, id, ip, maps.clone())?,
+        "CHECK after the other's DEL",
+    )?;
+    ok(&f.exec_on("DEL", net, id, ip, json!([]))?, "DEL")?;
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+    Ok(())
+}
+
+/// Issue 26 item 2: c1 holds 8080 in the iptables layout; an operator's `iptables -t nat -F;
+/// -X` removes its chain; c2's ADD of 8080 rightly succeeds, and from then on c2 holds the
+/// port: c3's ADD of it is refused naming c2 (it succeeded, with a dead port, while the index
+/// still named c1).
+#[test]
+fn the_port_index_names_the_holder_that_took_a_port_after_a_flush() -> Result<()> {
+    let f = Fixture::new("iptables");
+    let add = |id: &str, ip: &str| f.exec_on("ADD", NETWORK, id, ip, json!([tcp(8080, 80)]));
+    ok(&add("c1", "10.97.0.2/24")?, "ADD of c1")?;
+    for args in [["-t", "nat", "-F"], ["-t", "nat", "-X"]] {
+        f.topo.host.exec_ok("iptables", &args)?;
+    }
+    ok(&add("c2", "10.97.0.3/24")?, "ADD of c2 after the flush")?;
+    let out = add("c3", "10.97.0.4/24")?;
+    let err = out
+        .error()
+        .context("c3's ADD of the port c2 holds succeeded")?;
+    ensure!(
+        err.msg.contains("8080") && format!("{err:?}").contains("c2"),
+        "{err:?}"
+    );
+    for (id, ip) in [
+        ("c3", "10.97.0.4/24"),
+        ("c2", "10.97.0.3/24"),
+        ("c1", "10.97.0.2/24"),
+    ] {
+        ok(&f.exec_on("DEL", NETWORK, id, ip, json!([]))?, "DEL")?;
+    }
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+    Ok(())
+}
+
+/// Issue 26 item 7: a FIFO planted at a host port's index entry and at a record hangs no
+/// call (they were opened without `O_NONBLOCK`, our iptables lock held): ADD treats them as
+/// absent, maps the port and indexes it, so the next ADD of the port is refused.
+#[test]
+fn a_fifo_planted_in_the_state_directory_hangs_no_add() -> Result<()> {
+    let f = Fixture::new("iptables");
+    let dir = f.state_dir()?;
+    std::fs::create_dir_all(&dir)?;
+    let mode = nix::sys::stat::Mode::from_bits_truncate(0o600);
+    // The index entry, and the record under its name and under the one earlier versions gave it.
+    for name in [
+        ".port-v4-tcp-8080",
+        "pmtest:c1:eth0.json",
+        "pmtest_c1_eth0.json",
+    ] {
+        nix::unistd::mkfifo(&dir.join(name), mode)?;
+    }
+    let add = |id: &str, ip: &str| f.exec_on("ADD", NETWORK, id, ip, json!([tcp(8080, 80)]));
+    ok(&add("c1", "10.97.0.2/24")?, "ADD with FIFOs planted")?;
+    ensure!(
+        add("c2", "10.97.0.3/24")?.error().is_some(),
+        "the port of c1 was not indexed"
+    );
+    for (id, ip) in [("c2", "10.97.0.3/24"), ("c1", "10.97.0.2/24")] {
+        ok(&f.exec_on("DEL", NETWORK, id, ip, json!([]))?, "DEL")?;
+    }
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     Ok(())
 }
 

@@ -527,6 +527,57 @@ fn a_symlink_planted_at_the_backups_temporary_names_is_not_written_through() -> 
     Ok(())
 }
 
+/// Issue 26 item 1, in tuning: container `tcol_x` with `eth0` and container `tcol` with
+/// `x_eth0` meet at the reference's backup name `tcol_x_eth0.json`. The second ADD took the
+/// first's backup for its own and replaced it, so the first's DEL found nothing and left its
+/// MTU changed. Each keeps its own backup now, and each DEL restores its own link.
+#[test]
+fn attachments_whose_backup_names_meet_each_restore_their_own_link() -> Result<()> {
+    let stage = Alone::new("tunecol")?;
+    stage.container.ip(&[
+        "link", "add", "x_eth0", "mtu", "9000", "type", "veth", "peer", "name", "peer1",
+    ])?;
+    let conf = stage.conf("1.0.0", json!({"mtu": 1400}));
+    let netns = stage.container.path().to_string_lossy().into_owned();
+    let exec = |command: &str, id: &str, ifname: &str| -> Result<()> {
+        let out = stage.runtime.exec_plugin(
+            "tuning",
+            Some(command),
+            &[
+                ("CNI_CONTAINERID", id),
+                ("CNI_NETNS", &netns),
+                ("CNI_IFNAME", ifname),
+            ],
+            conf.to_string().as_bytes(),
+        )?;
+        ensure!(out.status.success(), "{command} {id}/{ifname}: {out:?}");
+        Ok(())
+    };
+    exec("ADD", "tcol_x", IFNAME)?;
+    exec("ADD", "tcol", "x_eth0")?;
+    for ifname in [IFNAME, "x_eth0"] {
+        ensure!(link(&stage.container, ifname)?["mtu"] == 1400, "{ifname}");
+    }
+    exec("DEL", "tcol", "x_eth0")?;
+    ensure!(link(&stage.container, "x_eth0")?["mtu"] == 9000);
+    ensure!(
+        link(&stage.container, IFNAME)?["mtu"] == 1400,
+        "the other attachment's DEL restored eth0"
+    );
+    exec("DEL", "tcol_x", IFNAME)?;
+    ensure!(
+        link(&stage.container, IFNAME)?["mtu"] == 1500,
+        "eth0 not restored by its own DEL"
+    );
+    let left: Vec<_> = std::fs::read_dir(stage.data_dir())?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    ensure!(left.is_empty(), "backups left: {left:?}");
+    Ok(())
+}
+
 /// Issue 19: a top-level `sysctl` object naming a key twice fails ADD and CHECK with code 7 and
 /// the reference's message before anything changes; DEL, which the reference does not check
 /// either, goes through.

@@ -149,7 +149,7 @@ fn add_inside(
         .collect::<Result<Vec<_>, _>>()?;
 
     let _lock = store.lock()?;
-    let path = store.name(who.container_id, who.ifname);
+    let path = store.file_of(who.container_id, who.ifname);
     let existing = match store.read(&path) {
         Ok(b) => b,
         // Unreadable as a backup, it can never be restored: start afresh rather than fail.
@@ -280,11 +280,14 @@ pub fn del(
     who: Attachment<'_>,
     store: &BackupStore,
 ) -> Result<Restored, TuningError> {
-    let name = store.name(who.container_id, who.ifname);
-    if !store.has_any(&name) {
+    if !store.may_hold(who.container_id, who.ifname) {
         return Ok(Restored::NothingSaved);
     }
     let _lock = store.lock_for_del()?;
+    let name = store.file_of(who.container_id, who.ifname);
+    if !store.has_any(&name) {
+        return Ok(Restored::NothingSaved);
+    }
     let backup = match store.read(&name) {
         Ok(Some(b)) => b,
         Ok(None) => {

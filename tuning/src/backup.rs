@@ -18,7 +18,7 @@ use common::store::{StateStore, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::error::TuningError;
-use crate::names::{LOCK_FILE, backup_file_name};
+use crate::names::{LOCK_FILE, backup_file_name, own_backup_file_name};
 
 /// One sysctl's value before ADD changed it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +63,15 @@ pub struct Backup {
 }
 
 impl Backup {
+    /// Whether the backup records an attachment other than `container_id`'s `ifname` (only
+    /// ours record one).
+    pub fn names_another(&self, container_id: &str, ifname: &str) -> bool {
+        match (&self.container_id, &self.ifname) {
+            (Some(c), Some(i)) => c != container_id || i != ifname,
+            _ => false,
+        }
+    }
+
     /// True when there is nothing to restore.
     pub fn is_empty(&self) -> bool {
         self.mac.is_none()
@@ -115,6 +124,10 @@ impl From<StoreError> for TuningError {
                 path,
                 reason: source.to_string(),
             },
+            StoreError::NotRegular { path, what } => TuningError::BackupCorrupt {
+                path,
+                reason: format!("not a regular file but {what}"),
+            },
         }
     }
 }
@@ -132,9 +145,36 @@ impl BackupStore {
         self.store.dir()
     }
 
-    /// The backup file name of an attachment, `<containerID>_<ifname>.json`.
+    /// The backup file name of an attachment, `<containerID>_<ifname>.json` (the
+    /// reference's; see [`BackupStore::file_of`] for the one an attachment uses).
     pub fn name(&self, container_id: &str, ifname: &str) -> String {
         backup_file_name(container_id, ifname)
+    }
+
+    /// The file that holds, or is to hold, the backup of `container_id`'s `ifname`: the
+    /// reference's name ([`BackupStore::name`]), so that the Go plugin and we find each
+    /// other's files, unless a backup of another attachment is there. Two attachments meet at
+    /// that name (container `a_b` with interface `c`, container `a` with `b_c`); ours record
+    /// their attachment, and the second then uses a name of its own
+    /// ([`own_backup_file_name`], which the reference's names never are). Call it with the
+    /// store's lock held.
+    pub fn file_of(&self, container_id: &str, ifname: &str) -> String {
+        let own = own_backup_file_name(container_id, ifname);
+        if self.has_any(&own) {
+            return own;
+        }
+        let reference = self.name(container_id, ifname);
+        match self.read(&reference) {
+            Ok(Some(b)) if b.names_another(container_id, ifname) => own,
+            _ => reference,
+        }
+    }
+
+    /// Whether a backup of `container_id`'s `ifname` may exist, under either name
+    /// ([`BackupStore::file_of`]); a check without the lock, for DEL to return early.
+    pub fn may_hold(&self, container_id: &str, ifname: &str) -> bool {
+        self.has_any(&self.name(container_id, ifname))
+            || self.has_any(&own_backup_file_name(container_id, ifname))
     }
 
     /// The path of backup file `name`, for messages.
@@ -352,5 +392,35 @@ mod tests {
         let err = store.read(&name).unwrap_err();
         assert!(matches!(err, TuningError::BackupCorrupt { .. }));
         assert!(err.to_string().contains("c1_eth0.json"), "{err}");
+    }
+
+    #[test]
+    fn an_attachment_whose_reference_name_holds_another_s_backup_uses_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BackupStore::new(dir.path());
+        let of = |id: &str, ifname: &str| Backup {
+            mtu: Some(1500),
+            container_id: Some(id.into()),
+            ifname: Some(ifname.into()),
+            ..Backup::default()
+        };
+        // Container `a_b` with `c` and container `a` with `b_c` meet at `a_b_c.json`.
+        assert_eq!(store.name("a_b", "c"), store.name("a", "b_c"));
+        assert_eq!(store.file_of("a_b", "c"), "a_b_c.json");
+        store.write("a_b_c.json", &of("a_b", "c")).unwrap();
+        assert_eq!(store.file_of("a_b", "c"), "a_b_c.json");
+        assert_eq!(store.file_of("a", "b_c"), ":a:b_c.json");
+        store.write(":a:b_c.json", &of("a", "b_c")).unwrap();
+        assert!(store.may_hold("a", "b_c"));
+        assert!(!store.may_hold("x", "b_c"));
+        // Once the first is gone, the second keeps its own file while it has one.
+        store.remove("a_b_c.json").unwrap();
+        assert_eq!(store.file_of("a", "b_c"), ":a:b_c.json");
+        store.remove(":a:b_c.json").unwrap();
+        assert_eq!(store.file_of("a", "b_c"), "a_b_c.json");
+        // The Go plugin's file names no attachment: it is taken as the name's, as Go does.
+        std::fs::write(store.path("a_b_c.json"), GO_FILE).unwrap();
+        assert_eq!(store.file_of("a", "b_c"), "a_b_c.json");
+        assert_eq!(store.file_of("a_b", "c"), "a_b_c.json");
     }
 }

@@ -112,7 +112,7 @@ impl Plugin for Tuning {
         // No duplicate-key check: the reference's DEL does not make it either.
         let conf: NetConf<DataDirKeys> = load_netconf(call)?;
         let store = BackupStore::new(conf.plugin.dir());
-        if !store.has_any(&store.name(&call.container_id, &call.ifname)) {
+        if !store.may_hold(&call.container_id, &call.ifname) {
             return Ok(());
         }
         let ns = match &call.netns {

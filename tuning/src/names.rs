@@ -18,6 +18,16 @@ pub fn backup_file_name(container_id: &str, ifname: &str) -> String {
     format!("{container_id}_{ifname}.json")
 }
 
+/// The backup file of an attachment whose reference name ([`backup_file_name`]) holds the
+/// backup of another one: `:<containerID>:<ifname>.json` ([`common::store::attachment_name`]
+/// with no network), which no two attachments share and no reference name is (those hold no
+/// `:`). Only we read it.
+pub fn own_backup_file_name(container_id: &str, ifname: &str) -> String {
+    let mut name = common::store::attachment_name("", container_id, ifname);
+    name.push_str(".json");
+    name
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -26,5 +36,10 @@ mod tests {
     fn backup_file_name_is_the_references() {
         assert_eq!(backup_file_name("dummy", "dummy0"), "dummy_dummy0.json");
         assert_eq!(backup_file_name("abc_1", "eth0.100"), "abc_1_eth0.100.json");
+        assert_eq!(own_backup_file_name("abc_1", "eth0"), ":abc_1:eth0.json");
+        assert_ne!(
+            own_backup_file_name("a_b", "c"),
+            own_backup_file_name("a", "b_c")
+        );
     }
 }

@@ -248,7 +248,7 @@ impl State {
     /// # Errors
     /// An unreadable state directory.
     pub fn attachments_of(&self, network: &str) -> Result<Vec<String>, FirewallError> {
-        let prefix = format!("{network}:");
+        let prefix = common::store::attachment_prefix(network, None);
         Ok(self
             .attachments
             .list()?

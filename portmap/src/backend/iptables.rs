@@ -495,19 +495,18 @@ pub fn indexed_holders(
     family: IpFamily,
     holders: &dyn Holders,
 ) -> Result<Vec<(State, PortMapping)>, PortmapError> {
-    let ours = crate::state::file(att);
     let table = common::iptables::native::nft_table(family.into(), NAT);
     // The records the index names, each read once (one attachment may hold thousands).
-    let mut records: std::collections::HashMap<String, Option<State>> =
+    let mut records: std::collections::HashMap<Attachment, Option<State>> =
         std::collections::HashMap::new();
     let mut found: Vec<(State, PortMapping)> = Vec::new();
     for key in crate::plan::PortKey::of(&config.mappings, family) {
-        let Some(name) = holders.indexed(&key).filter(|n| *n != ours) else {
+        let Some(holder) = holders.indexed(&key).filter(|h| h != att) else {
             continue;
         };
         let record = records
-            .entry(name)
-            .or_insert_with_key(|name| holders.record(name));
+            .entry(holder)
+            .or_insert_with_key(|holder| holders.record(holder));
         let Some(holder) = record.as_ref().filter(|r| r.claims(&key)) else {
             continue;
         };

@@ -55,12 +55,12 @@ pub trait Holders {
     /// shares.
     fn by_container(&self, network: &str, container_id: &str) -> Fate;
 
-    /// The state file the host-port index names as holding `key` in the iptables layout
-    /// ([`crate::state::claim_ports`]), if it has an entry for it.
-    fn indexed(&self, key: &PortKey) -> Option<String>;
+    /// The attachment the host-port index names as holding `key` in the iptables layout
+    /// ([`crate::state::PortIndex`]), if it has an entry for it.
+    fn indexed(&self, key: &PortKey) -> Option<Attachment>;
 
-    /// The record in state file `name`, if there is a valid one.
-    fn record(&self, name: &str) -> Option<State>;
+    /// The record of `att`, if it has a valid one.
+    fn record(&self, att: &Attachment) -> Option<State>;
 }
 
 /// One mechanism programming an attachment's mappings. Each owns the call's nf_tables socket
@@ -332,7 +332,7 @@ pub fn gc(
         }
         match remove(&mut be, &record) {
             Ok(()) => {
-                state::PortIndex::new(store).release(&name, &record.port_keys());
+                state::PortIndex::new(store).release(&record.attachment(), &record.port_keys());
                 if let Err(e) = store.remove(&name) {
                     log::warn!("failed to remove {name}: {e}");
                 }

@@ -506,7 +506,7 @@ fn big_map_rows(options: &Options, ours: &Path) -> Result<Vec<Row>> {
             .with_context(|| format!("{command} of {id}"))
     };
     let forget = |id: &str| -> Result<()> {
-        let record = state_dir.join(format!("{NETWORK}_{id}_eth0.json"));
+        let record = state_dir.join(format!("{NETWORK}:{id}:eth0.json"));
         std::fs::remove_file(&record).with_context(|| format!("removing {}", record.display()))
     };
     let nft = |script: String| Exec::tool("nft", &["-f", "-"], script.into_bytes());
