@@ -6,6 +6,8 @@
 //! the thread exit. Sockets and `/proc/sys/net` files opened by the closure stay bound to the
 //! namespace after the thread is gone, so the usual pattern is "open inside, use outside".
 
+pub mod census;
+
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
@@ -274,6 +276,76 @@ impl NetNs {
         })?;
         let _back = ReturnTo(home);
         Ok(f())
+    }
+}
+
+impl NetNs {
+    /// The namespace's identity: the device and inode of its nsfs file.
+    ///
+    /// # Errors
+    /// When `fstat` fails.
+    pub fn identity(&self) -> std::io::Result<census::NsIdentity> {
+        let meta = self.file.metadata()?;
+        Ok(census::NsIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    /// The namespace's cookie (`SO_NETNS_COOKIE`, Linux 5.14): a 64-bit number the kernel
+    /// gives each network namespace it makes and never gives again, where inode numbers are
+    /// reused as soon as a namespace is gone. Read from a socket made inside on the calling
+    /// thread ([`NetNs::run_in_place`]); `None` where the kernel has no such option.
+    ///
+    /// # Errors
+    /// When the namespace cannot be entered or no socket made in it.
+    pub fn cookie(&self) -> Result<Option<u64>, NetnsError> {
+        let socket = self.run_in_place(|| {
+            nix::sys::socket::socket(
+                nix::sys::socket::AddressFamily::Unix,
+                nix::sys::socket::SockType::Datagram,
+                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+                None,
+            )
+        })?;
+        let socket = socket.map_err(|e| NetnsError::Enter {
+            path: self.path.clone(),
+            source: e.into(),
+        })?;
+        match netns_cookie(&socket) {
+            Ok(cookie) => Ok(Some(cookie)),
+            Err(nix::errno::Errno::ENOPROTOOPT) => Ok(None),
+            Err(e) => Err(NetnsError::Enter {
+                path: self.path.clone(),
+                source: e.into(),
+            }),
+        }
+    }
+}
+
+/// `SO_NETNS_COOKIE` (`asm-generic/socket.h`, which x86, arm, riscv, powerpc and s390 use).
+const SO_NETNS_COOKIE: libc::c_int = 71;
+
+/// The cookie of the network namespace `socket` was made in.
+#[allow(unsafe_code)]
+fn netns_cookie(socket: &impl AsRawFd) -> Result<u64, nix::errno::Errno> {
+    let mut cookie: u64 = 0;
+    let mut len: libc::socklen_t = 8;
+    // SAFETY: the descriptor is open for the whole call; the kernel writes at most `len` bytes
+    // (8) to `cookie`, a u64 that outlives the call, and stores the size written in `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_NETNS_COOKIE,
+            std::ptr::from_mut(&mut cookie).cast(),
+            &raw mut len,
+        )
+    };
+    if rc < 0 {
+        Err(nix::errno::Errno::last())
+    } else {
+        Ok(cookie)
     }
 }
 

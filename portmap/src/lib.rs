@@ -90,7 +90,8 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
     let mut be = backend::open(kind, nft);
     let store = state::store()?;
     let file = state::file(&att);
-    // The owner's namespace, to tell later whether it is gone (stat only: never opened).
+    // What identifies the owner's namespace, to tell later whether it is gone (opened, never
+    // entered for work: a socket made inside tells its cookie).
     let netns = call.netns.as_deref().and_then(state::NetnsId::of);
     let mut new = State::new(kind, &config, &att, &ips, netns);
     // An earlier version's record may be under another name; ours replaces it.
@@ -290,7 +291,8 @@ impl Plugin for Portmap {
         common::version::ALL
     }
 
-    // Works in the plugin's own namespace: `CNI_NETNS` is never opened, not even by the skel.
+    // Works in the plugin's own namespace: the skel does not open `CNI_NETNS`; ADD opens it
+    // only to record what identifies it (`state::NetnsId`).
     fn uses_netns(&self) -> bool {
         false
     }

@@ -5,12 +5,14 @@
 //! state they describe), one directory per network namespace the plugin runs in, with the
 //! iptables layout's host-port index beside them ([`PortIndex`]).
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use common::iptables::native::Recorded;
+use common::netns::NetNs;
+use common::netns::census::{Census, NsIdentity, Presence, Remembered};
 use common::store::StateStore;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -67,40 +69,80 @@ pub struct State {
     pub iptables_rules: Vec<Recorded>,
 }
 
-/// A network namespace path and the namespace it referred to (`stat`'s device and inode of
-/// the nsfs file). portmap never opens `CNI_NETNS` (it never needs to enter the namespace),
-/// so it records only what `stat` tells, which does not open the path. (The netns cookie would
-/// need a socket inside the namespace.)
+/// The owner's network namespace as ADD saw it: the `CNI_NETNS` path, and what identifies the
+/// namespace whatever becomes of the path ([`Remembered`]: its nsfs device and inode, its
+/// cookie, the id the plugin's namespace gives it). Whether it is gone is told from the
+/// kernel's accounts of these, never from the path alone ([`common::netns::census`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetnsId {
     /// `CNI_NETNS`.
     pub path: PathBuf,
-    /// `st_dev` of the path.
+    /// `st_dev` of the namespace's nsfs file.
     pub dev: u64,
-    /// `st_ino` of the path: the namespace's inode number.
+    /// `st_ino` of the namespace's nsfs file: its inode number.
     pub ino: u64,
+    /// The namespace's cookie (Linux 5.14 and later). Absent in records of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<u64>,
+    /// The id the plugin's namespace gives it (`ip netns list-id`). Absent in records of
+    /// earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nsid: Option<i32>,
 }
 
 impl NetnsId {
-    /// The identity of the namespace at `path`, when `stat` can tell it.
+    /// The identity of the namespace at `path`, when it is one that can be opened (with the
+    /// plugin's namespace giving it an id if it had none).
     pub fn of(path: &Path) -> Option<NetnsId> {
-        let meta = std::fs::metadata(path)
-            .inspect_err(|e| log::debug!("cannot stat {}: {e}", path.display()))
+        let ns = NetNs::open(path)
+            .inspect_err(|e| log::debug!("not recording the owner's namespace: {e}"))
+            .ok()?;
+        let remembered = Remembered::of(&ns)
+            .inspect_err(|e| log::debug!("cannot identify {}: {e}", path.display()))
             .ok()?;
         Some(NetnsId {
             path: path.to_path_buf(),
-            dev: meta.dev(),
-            ino: meta.ino(),
+            dev: remembered.identity.dev,
+            ino: remembered.identity.ino,
+            cookie: remembered.cookie,
+            nsid: remembered.nsid,
         })
     }
 
-    /// Whether the namespace is gone: its path no longer exists, or no longer refers to it
-    /// (unmounted, or another namespace mounted there). A path that cannot be looked at for
-    /// another reason counts as live: a live owner must never lose its ports.
-    pub fn is_gone(&self) -> bool {
-        match std::fs::metadata(&self.path) {
-            Ok(meta) => (meta.dev(), meta.ino()) != (self.dev, self.ino),
-            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    fn remembered(&self) -> Remembered {
+        Remembered {
+            identity: NsIdentity {
+                dev: self.dev,
+                ino: self.ino,
+            },
+            cookie: self.cookie,
+            nsid: self.nsid,
+        }
+    }
+
+    /// Whether the namespace is gone, proven by the kernel ([`Remembered::presence`]); the
+    /// census is taken, once, only when the id and path do not tell. A namespace that cannot
+    /// be proven gone counts as live: a live owner must never lose its ports.
+    pub fn is_gone(&self, census: &OnceCell<Census>) -> bool {
+        let presence = self
+            .remembered()
+            .presence(&self.path, || census.get_or_init(Census::take));
+        match presence {
+            Presence::Gone(proof) => {
+                log::info!("network namespace {} is gone: {proof}", self.path.display());
+                true
+            }
+            Presence::Referenced(at) => {
+                log::debug!("network namespace {} lives: {at}", self.path.display());
+                false
+            }
+            Presence::Unknown(why) => {
+                log::info!(
+                    "network namespace {} counts as live: {why}",
+                    self.path.display()
+                );
+                false
+            }
         }
     }
 }
@@ -323,6 +365,8 @@ pub fn remove_record(store: &StateStore, att: &Attachment) -> Result<(), Portmap
 pub struct Records<'a> {
     store: &'a StateStore,
     index: PortIndex<'a>,
+    /// The host's namespaces, taken at most once per call, when a holder's fate rests on it.
+    census: OnceCell<Census>,
 }
 
 impl<'a> Records<'a> {
@@ -331,13 +375,17 @@ impl<'a> Records<'a> {
         Records {
             store,
             index: PortIndex::new(store),
+            census: OnceCell::new(),
         }
     }
-}
 
-/// Whether the record's owner is gone: it recorded its namespace, and that is gone.
-fn gone(record: &State) -> bool {
-    record.netns.as_ref().is_some_and(NetnsId::is_gone)
+    /// Whether the record's owner is gone: it recorded its namespace, and that is proven gone.
+    fn gone(&self, record: &State) -> bool {
+        record
+            .netns
+            .as_ref()
+            .is_some_and(|n| n.is_gone(&self.census))
+    }
 }
 
 impl Holders for Records<'_> {
@@ -351,7 +399,7 @@ impl Holders for Records<'_> {
             ifname: ifname.to_string(),
         };
         match record_of(self.store, &att) {
-            Some(record) if record.attachment().owner() == owner && gone(&record) => {
+            Some(record) if record.attachment().owner() == owner && self.gone(&record) => {
                 Fate::Gone(vec![record])
             }
             _ => Fate::Live,
@@ -371,7 +419,7 @@ impl Holders for Records<'_> {
             .filter_map(|name| read(self.store, name).ok()?.found())
             .filter(|r| r.network == network && r.container_id == container_id)
             .collect();
-        if records.is_empty() || !records.iter().all(gone) {
+        if records.is_empty() || !records.iter().all(|r| self.gone(r)) {
             return Fate::Live;
         }
         Fate::Gone(records)
@@ -611,50 +659,105 @@ mod tests {
         store.prune();
     }
 
+    /// Runs `f` in a network namespace of its own (where the ids `NetnsId::of` gives go).
+    fn isolated(f: impl FnOnce() + Send) {
+        common::netns::in_new_netns(f).expect("a network namespace of our own needs root");
+    }
+
+    /// Whether `id` is gone, once the kernel has settled (a namespace whose last holder let
+    /// go is destroyed by a kernel worker).
+    fn settles_gone(id: &NetnsId) -> bool {
+        (0..400).any(|_| {
+            let gone = id.is_gone(&OnceCell::new());
+            if !gone {
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            gone
+        })
+    }
+
     #[test]
-    fn a_namespace_is_gone_when_its_path_is_gone_or_names_something_else() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("ns");
-        std::fs::write(&path, "").unwrap();
-        let id = NetnsId::of(&path).unwrap();
-        assert!(!id.is_gone());
-        // Something else at the path (an unmounted or recreated namespace path); the original
-        // lives on elsewhere, so its inode cannot have been reused.
-        std::fs::rename(&path, tmp.path().join("moved")).unwrap();
-        std::fs::write(&path, "").unwrap();
-        assert!(id.is_gone());
-        std::fs::remove_file(&path).unwrap();
-        assert!(id.is_gone());
-        assert_eq!(NetnsId::of(&path), None);
+    fn an_owner_is_gone_only_once_its_namespace_is_not_once_its_path_is() {
+        isolated(|| {
+            // A namespace X, and a process in it whose path ADD records.
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let (ready, got) = std::sync::mpsc::channel();
+            let inside = std::thread::spawn(move || {
+                common::netns::in_new_netns(move || {
+                    let child = std::process::Command::new("sleep")
+                        .arg("1000")
+                        .spawn()
+                        .unwrap();
+                    ready.send(child).unwrap();
+                    // This thread keeps X while it waits.
+                    let _ = rx.recv();
+                })
+                .unwrap();
+            });
+            let mut child = got.recv().unwrap();
+            let path = PathBuf::from(format!("/proc/{}/ns/net", child.id()));
+            let id = NetnsId::of(&path).unwrap();
+            assert!(id.nsid.is_some(), "{id:?}");
+            assert!(!id.is_gone(&OnceCell::new()));
+            // The process exits: its path is gone, the namespace is not (issue 26 item 3).
+            child.kill().unwrap();
+            child.wait().unwrap();
+            assert!(!path.exists());
+            let census = OnceCell::new();
+            assert!(!id.is_gone(&census), "taken for gone with a thread in it");
+            // Nothing holds it any more.
+            drop(tx);
+            inside.join().unwrap();
+            assert!(settles_gone(&id));
+            // An earlier version's record tells only the path and inode: never proven gone.
+            let earlier = NetnsId {
+                cookie: None,
+                nsid: None,
+                ..id
+            };
+            assert!(!earlier.is_gone(&OnceCell::new()));
+            // Something that is no namespace is not recorded.
+            let tmp = tempfile::tempdir().unwrap();
+            std::fs::write(tmp.path().join("ns"), "").unwrap();
+            assert_eq!(NetnsId::of(&tmp.path().join("ns")), None);
+        });
     }
 
     #[test]
     fn records_tell_gone_holders_only_when_their_namespace_is_recorded_and_gone() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = StateStore::new(tmp.path().join("net-1"));
-        let ns = tmp.path().join("ns");
-        std::fs::write(&ns, "").unwrap();
-        let config = crate::config::test_config(Vec::new());
-        let att = |id: &str| Attachment {
-            network: "n".into(),
-            container_id: id.into(),
-            ifname: "eth0".into(),
-        };
-        let with = State::new(Backend::Iptables, &config, &att("a"), &[], NetnsId::of(&ns));
-        let without = State::new(Backend::Iptables, &config, &att("b"), &[], None);
-        write(&store, &file(&att("a")), &with).unwrap();
-        write(&store, &file(&att("b")), &without).unwrap();
-        let records = Records::new(&store);
-        assert!(matches!(records.by_owner("n/a/eth0"), Fate::Live));
-        assert!(matches!(records.by_container("n", "a"), Fate::Live));
-        std::fs::remove_file(&ns).unwrap();
-        assert!(matches!(records.by_owner("n/a/eth0"), Fate::Gone(r) if r == [with.clone()]));
-        assert!(matches!(records.by_container("n", "a"), Fate::Gone(r) if r == [with.clone()]));
-        // No namespace recorded (an earlier version), no record (the Go plugin): live.
-        assert!(matches!(records.by_owner("n/b/eth0"), Fate::Live));
-        assert!(matches!(records.by_container("n", "b"), Fate::Live));
-        assert!(matches!(records.by_owner("n/c/eth0"), Fate::Live));
-        assert!(matches!(records.by_container("n", "c"), Fate::Live));
+        isolated(|| {
+            let tmp = tempfile::tempdir().unwrap();
+            let store = StateStore::new(tmp.path().join("net-1"));
+            let config = crate::config::test_config(Vec::new());
+            let att = |id: &str| Attachment {
+                network: "n".into(),
+                container_id: id.into(),
+                ifname: "eth0".into(),
+            };
+            let live = NetnsId::of(Path::new("/proc/thread-self/ns/net")).unwrap();
+            // An id no namespace has: what a gone one's id is.
+            let gone = NetnsId {
+                path: tmp.path().join("vanished"),
+                nsid: Some(1_000_000),
+                ..live.clone()
+            };
+            let with = State::new(Backend::Iptables, &config, &att("a"), &[], Some(gone));
+            let alive = State::new(Backend::Iptables, &config, &att("l"), &[], Some(live));
+            let without = State::new(Backend::Iptables, &config, &att("b"), &[], None);
+            write(&store, &file(&att("a")), &with).unwrap();
+            write(&store, &file(&att("l")), &alive).unwrap();
+            write(&store, &file(&att("b")), &without).unwrap();
+            let records = Records::new(&store);
+            assert!(matches!(records.by_owner("n/a/eth0"), Fate::Gone(r) if r == [with.clone()]));
+            assert!(matches!(records.by_container("n", "a"), Fate::Gone(r) if r == [with.clone()]));
+            assert!(matches!(records.by_owner("n/l/eth0"), Fate::Live));
+            assert!(matches!(records.by_container("n", "l"), Fate::Live));
+            // No namespace recorded (an earlier version), no record (the Go plugin): live.
+            assert!(matches!(records.by_owner("n/b/eth0"), Fate::Live));
+            assert!(matches!(records.by_container("n", "b"), Fate::Live));
+            assert!(matches!(records.by_owner("n/c/eth0"), Fate::Live));
+            assert!(matches!(records.by_container("n", "c"), Fate::Live));
+        });
     }
 
     fn tcp(port: u16) -> PortMapping {

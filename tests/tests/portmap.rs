@@ -100,7 +100,7 @@ impl Fixture {
     }
 
     /// Our portmap alone on network `network` (not the fixture's), as container `id`
-    /// mapping `mappings` to `ip`; fails unless it succeeds.
+    /// mapping `mappings` to `ip`.
     fn exec_on(
         &self,
         command: &str,
@@ -109,7 +109,21 @@ impl Fixture {
         ip: &str,
         mappings: Value,
     ) -> Result<PluginOutput> {
-        let netns = self.topo.container.path().to_string_lossy().into_owned();
+        let netns = self.topo.container.path().to_path_buf();
+        self.exec_in(command, network, id, &netns, ip, mappings)
+    }
+
+    /// [`Fixture::exec_on`] with `netns` as `CNI_NETNS`.
+    fn exec_in(
+        &self,
+        command: &str,
+        network: &str,
+        id: &str,
+        netns: &std::path::Path,
+        ip: &str,
+        mappings: Value,
+    ) -> Result<PluginOutput> {
+        let netns = netns.to_string_lossy().into_owned();
         let conf = json!({"cniVersion": "1.0.0", "name": network, "type": "portmap",
             "backend": self.backend,
             "runtimeConfig": {"portMappings": mappings},
@@ -228,6 +242,7 @@ both_backends!(
     a_container_the_host_has_no_route_to_is_mapped_without_route_localnet,
     status_reports_a_usable_backend,
     attachments_whose_old_state_names_met_keep_their_own_mappings,
+    an_owner_whose_netns_path_vanished_keeps_its_port_while_its_netns_lives,
 );
 
 fn tcp_and_udp_reach_the_container_via_the_host_address_until_del(
@@ -475,9 +490,20 @@ fn a_vanished_owner_gives_its_host_port_up_and_a_live_one_keeps_it(
         assert_eq!(get(&f.topo.client, host(8080))?, "A");
         f.runtime.del(&list, &rt_b)?;
     }
-    // A's namespace goes away without a DEL.
+    // A's namespace goes away without a DEL. The kernel lets go of it a moment after the
+    // unmount (the last references drop in deferred work): B's ADD is refused, as a live
+    // owner's port must be, until then, and retried as a runtime retries.
     a.delete()?;
-    let ip_b = Fixture::ip(&f.runtime.add(&list, &rt_b)?, false);
+    let mut added = f.runtime.add(&list, &rt_b);
+    for _ in 0..100 {
+        if added.is_ok() {
+            break;
+        }
+        f.runtime.del(&list, &rt_b)?;
+        std::thread::sleep(Duration::from_millis(50));
+        added = f.runtime.add(&list, &rt_b);
+    }
+    let ip_b = Fixture::ip(&added?, false);
     let _b80 = TcpServer::banner(&b, SocketAddr::new(ip_b, 80), "B")?;
     assert_eq!(get(&f.topo.client, host(8080))?, "B");
     ensure!(
@@ -918,6 +944,91 @@ fn attachments_whose_old_state_names_met_keep_their_own_mappings(
         "CHECK after the other's DEL",
     )?;
     ok(&f.exec_on("DEL", net, id, ip, json!([]))?, "DEL")?;
+    ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
+    Ok(())
+}
+
+/// Issue 26 item 3: a takeover rests on proof that the owner's namespace is gone, never on
+/// its path. c1's `CNI_NETNS` is `/proc/<pid>/ns/net` of a process in namespace A, which
+/// exits while A lives on; c3's is B's bind mount, unmounted while a process keeps B. Both
+/// keep their ports (their paths were taken for their namespaces: both were taken over).
+/// Once B is gone for good, c4 takes c3's port over.
+fn an_owner_whose_netns_path_vanished_keeps_its_port_while_its_netns_lives(
+    backend: &'static str,
+) -> Result<()> {
+    let f = Fixture::new(backend);
+    let a = TestNetns::new("pm-live-a")?;
+    let mut b = TestNetns::new("pm-live-b")?;
+    let sleep = || {
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("1000");
+        cmd
+    };
+    let mut in_a = a.spawn(&mut sleep())?;
+    let proc_path = std::path::PathBuf::from(format!("/proc/{}/ns/net", in_a.id()));
+    let (c1, c3) = (json!([tcp(8080, 80)]), json!([tcp(9090, 80)]));
+    ok(
+        &f.exec_in("ADD", NETWORK, "c1", &proc_path, "10.97.0.2/24", c1.clone())?,
+        "ADD of c1",
+    )?;
+    in_a.kill()?;
+    in_a.wait()?;
+    ensure!(!proc_path.exists());
+    let refused = |out: PluginOutput, holder: &str| -> Result<()> {
+        let err = out.error().context("an ADD took a live owner's port")?;
+        ensure!(format!("{err:?}").contains(holder), "{err:?}");
+        Ok(())
+    };
+    refused(
+        f.exec_on("ADD", NETWORK, "c2", "10.97.0.3/24", c1.clone())?,
+        "c1",
+    )?;
+    let mut in_b = b.spawn(&mut sleep())?;
+    ok(
+        &f.exec_in("ADD", NETWORK, "c3", b.path(), "10.97.0.4/24", c3.clone())?,
+        "ADD of c3",
+    )?;
+    b.delete()?;
+    ensure!(!b.path().exists());
+    refused(
+        f.exec_on("ADD", NETWORK, "c4", "10.97.0.5/24", c3.clone())?,
+        "c3",
+    )?;
+    ok(
+        &f.exec_on("CHECK", NETWORK, "c3", "10.97.0.4/24", c3.clone())?,
+        "c3 kept",
+    )?;
+    // B goes: its last process exits, and the kernel destroys it (a worker does, a moment
+    // later: the ADD is retried until it has).
+    in_b.kill()?;
+    in_b.wait()?;
+    let mut taken = false;
+    for _ in 0..100 {
+        if f.exec_on("ADD", NETWORK, "c4", "10.97.0.5/24", c3.clone())?
+            .status
+            .success()
+        {
+            taken = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ensure!(
+        taken,
+        "c4 never took the port of c3, whose namespace is gone"
+    );
+    ok(
+        &f.exec_on("CHECK", NETWORK, "c4", "10.97.0.5/24", c3.clone())?,
+        "c4",
+    )?;
+    for (id, ip) in [
+        ("c4", "10.97.0.5/24"),
+        ("c3", "10.97.0.4/24"),
+        ("c2", "10.97.0.3/24"),
+        ("c1", "10.97.0.2/24"),
+    ] {
+        ok(&f.exec_on("DEL", NETWORK, id, ip, json!([]))?, "DEL")?;
+    }
     ensure!(f.leftovers()?.is_empty(), "{:?}", f.leftovers()?);
     Ok(())
 }

@@ -412,6 +412,53 @@ impl Netlink {
         // NETNSA_NSID_NOT_ASSIGNED.
         Ok(id.filter(|&id| id >= 0))
     }
+
+    /// The id this handle's namespace gives `ns`, given now if it had none (`RTM_NEWNSID`
+    /// with `NETNSA_NSID` -1, as `ip netns set NAME auto`; what the kernel does itself when a
+    /// link here gets a peer there).
+    ///
+    /// # Errors
+    /// The kernel's errno.
+    pub fn nsid_given(&mut self, ns: BorrowedFd<'_>) -> Result<i32, NetlinkError> {
+        if let Some(id) = self.nsid_of(ns)? {
+            return Ok(id);
+        }
+        let op = "give a network namespace an id";
+        let fd = u32::try_from(ns.as_raw_fd())
+            .map_err(|_| NetlinkError::new(op, io::Error::from_raw_os_error(libc::EBADF)))?;
+        let mut msg = NsidMessage::default();
+        msg.attributes.push(NsidAttribute::Fd(fd));
+        msg.attributes.push(NsidAttribute::Id(-1));
+        match self.request(op, RouteNetlinkMessage::NewNsId(msg), 0) {
+            Ok(_) => {}
+            // Given one meanwhile, by a link or another call.
+            Err(e) if e.is_exists() => {}
+            Err(e) => return Err(e),
+        }
+        self.nsid_of(ns)?
+            .ok_or_else(|| NetlinkError::new(op, io::Error::from_raw_os_error(libc::ENOENT)))
+    }
+
+    /// Whether a namespace that exists has id `id` here (`RTM_GETNSID` with `NETNSA_NSID`).
+    /// The kernel forgets a namespace's ids only when it destroys it, and answers for none
+    /// that is being destroyed, so an id given to a namespace that is not found any more
+    /// proves that namespace gone.
+    ///
+    /// # Errors
+    /// The kernel's errno other than "not found".
+    pub fn nsid_exists(&mut self, id: i32) -> Result<bool, NetlinkError> {
+        let mut msg = NsidMessage::default();
+        msg.attributes.push(NsidAttribute::Id(id));
+        match self.request(
+            format!("look up network namespace id {id}"),
+            RouteNetlinkMessage::GetNsId(msg),
+            0,
+        ) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// Parses a MAC address `aa:bb:cc:dd:ee:ff` (also `-` separated, any case) into 6 bytes.
