@@ -62,7 +62,8 @@ pub struct BandwidthEntry {
     rename = "struct { Bandwidth *main.BandwidthEntry \"json:\\\"bandwidth,omitempty\\\"\" }"
 )]
 pub struct RuntimeKeys {
-    /// The `bandwidth` capability.
+    /// The `bandwidth` capability (a Go pointer).
+    #[serde(deserialize_with = "common::decode::nullable")]
     pub bandwidth: Option<BandwidthEntry>,
 }
 

@@ -47,9 +47,13 @@ struct Envelope {
     /// read it.
     #[serde(rename = "runtimeConfig")]
     runtime_config: Option<RawJson>,
-    #[serde(rename = "prevResult")]
+    /// Go's map: a later `null` makes it nil.
+    #[serde(rename = "prevResult", deserialize_with = "decode::nullable")]
     prev_result: Option<RawObject>,
-    #[serde(rename = "cni.dev/valid-attachments")]
+    #[serde(
+        rename = "cni.dev/valid-attachments",
+        deserialize_with = "decode::nullable"
+    )]
     valid_attachments: Option<Vec<Attachment>>,
 }
 
@@ -389,49 +393,49 @@ mod tests {
             (
                 json!({"name": "n", "snat": "yes"}),
                 "string into Go struct field PortMapConf.snat of type bool",
-                "snat: invalid type: string \"yes\", expected a boolean",
+                "snat: invalid type: string \"yes\", expected bool",
             ),
             (
                 json!({"name": "n", "markMasqBit": 1.5}),
                 "number 1.5 into Go struct field PortMapConf.markMasqBit of type int",
-                "markMasqBit: invalid type: floating point `1.5`, expected i64",
+                "markMasqBit: invalid type: number 1.5, expected int",
             ),
             (
                 json!({"name": "n", "capabilities": {"portMappings": 1}}),
                 "number into Go struct field PortMapConf.capabilities of type bool",
-                "capabilities.portMappings: invalid type: integer `1`, expected a boolean",
+                "capabilities.portMappings: invalid type: number 1, expected bool",
             ),
             (
                 json!({"name": "n", "ipam": 5}),
                 "number into Go struct field PortMapConf.ipam of type types.IPAM",
-                "ipam: invalid type: integer `5`, expected struct Ipam",
+                "ipam: invalid type: number 5, expected types.IPAM",
             ),
             (
                 json!({"name": "n", "dns": {"nameservers": "x"}}),
                 "string into Go struct field DNS.dns.nameservers of type []string",
-                "dns.nameservers: invalid type: string \"x\", expected a sequence",
+                "dns.nameservers: invalid type: string \"x\", expected []string",
             ),
             (
                 json!({"name": "n", "prevResult": 5}),
                 "number into Go struct field PortMapConf.prevResult of type map[string]interface {}",
-                "prevResult: invalid type: integer `5`, expected any JSON value",
+                "prevResult: invalid type: number 5, expected map[string]interface {}",
             ),
             (
                 json!({"name": "n", "type": [1]}),
                 "array into Go struct field PortMapConf.type of type string",
-                "type: invalid type: sequence, expected a string",
+                "type: invalid type: array, expected string",
             ),
             // Of two values of the wrong type, Go reports the first in the document, whether
             // it is the envelope's or the plugin's.
             (
                 json!({"name": "n", "markMasqBit": "x", "capabilities": {"a": 1}}),
                 "string into Go struct field PortMapConf.markMasqBit of type int",
-                "markMasqBit: invalid type: string \"x\", expected i64",
+                "markMasqBit: invalid type: string \"x\", expected int",
             ),
             (
                 json!({"name": "n", "capabilities": {"a": 1}, "markMasqBit": "x"}),
                 "number into Go struct field PortMapConf.capabilities of type bool",
-                "capabilities.a: invalid type: integer `1`, expected a boolean",
+                "capabilities.a: invalid type: number 1, expected bool",
             ),
         ];
         for (input, go, ours) in cases {
@@ -449,22 +453,22 @@ mod tests {
             (
                 json!({"portMappings": [{"hostPort": "80"}]}),
                 "string into Go struct field PortMapEntry.runtimeConfig.portMappings.hostPort of type int",
-                "runtimeConfig.portMappings[0].hostPort: invalid type: string \"80\", expected i64",
+                "runtimeConfig.portMappings[0].hostPort: invalid type: string \"80\", expected int",
             ),
             (
                 json!({"portMappings": 5}),
                 "number into Go struct field .runtimeConfig.portMappings of type []main.PortMapEntry",
-                "runtimeConfig.portMappings: invalid type: integer `5`, expected a sequence",
+                "runtimeConfig.portMappings: invalid type: number 5, expected []main.PortMapEntry",
             ),
             (
                 json!({"portMappings": [5]}),
                 "number into Go struct field .runtimeConfig.portMappings of type main.PortMapEntry",
-                "runtimeConfig.portMappings[0]: invalid type: integer `5`, expected struct Mapping",
+                "runtimeConfig.portMappings[0]: invalid type: number 5, expected main.PortMapEntry",
             ),
             (
                 json!(5),
                 r#"number into Go struct field PortMapConf.runtimeConfig of type struct { PortMaps []main.PortMapEntry "json:\"portMappings,omitempty\"" }"#,
-                "runtimeConfig: invalid type: integer `5`, expected struct PortmapRuntime",
+                "runtimeConfig: invalid type: number 5, expected struct { PortMaps []main.PortMapEntry \"json:\\\"portMappings,omitempty\\\"\" }",
             ),
         ];
         for (runtime, go, ours) in cases {

@@ -43,7 +43,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{
-    self, DeserializeOwned, DeserializeSeed, Expected, MapAccess, SeqAccess, Unexpected, Visitor,
+    self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Unexpected, Visitor,
 };
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -160,14 +160,6 @@ impl Error {
             offset: Some(offset),
             ..Error::msg(msg)
         }
-    }
-
-    /// The same mismatch, the value's Go type being `go_type`.
-    fn with_go_type(mut self, go_type: String) -> Error {
-        if let Some(m) = &mut self.go {
-            m.go_type = Cow::Owned(go_type);
-        }
-        self
     }
 
     /// The error in the value starting at `offset`, unless an inner value was already named.
@@ -357,6 +349,41 @@ const RAW_TOKEN: &str = "$common::decode::RawJson";
 /// As [`RAW_TOKEN`], for [`RawObject`]: a value that is not an object is a type error.
 const RAW_OBJECT_TOKEN: &str = "$common::decode::RawObject";
 
+/// The newtype name through which [`nullable`] tells our deserializer that an `Option` stands
+/// for a Go pointer, slice or map.
+const NULLABLE_TOKEN: &str = "$common::decode::nullable";
+
+/// Decodes an `Option` field that stands for a Go pointer, slice or map (`*bool`, `*[]string`,
+/// `map[string]string`), which a later `null` of the same key resets to nil: with
+/// `#[serde(deserialize_with = "common::decode::nullable")]`. An `Option` without it stands
+/// for a Go value whose zero value means unset (`string`, `int`, `bool`), which a `null`
+/// leaves alone (Go's `encoding/json`: "null … has no effect on a value", but "sets a
+/// pointer, interface, map or slice to nil"). Either way a `null` alone is `None`.
+///
+/// # Errors
+/// The inner value's.
+pub fn nullable<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Nullable<T>(std::marker::PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Nullable<T> {
+        type Value = Option<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a value or null")
+        }
+
+        fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+            Option::<T>::deserialize(d)
+        }
+    }
+
+    deserializer.deserialize_newtype_struct(NULLABLE_TOKEN, Nullable(std::marker::PhantomData))
+}
+
 /// The text of a value that must be a JSON object, kept (checked, not decoded): Go's
 /// `map[string]interface {}`, such as `prevResult` in a configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -455,6 +482,8 @@ fn decode_text<T: DeserializeOwned>(
         top: true,
         untyped: false,
         index,
+        many: Vec::new(),
+        nullable: false,
     })
     .map_err(|e| e.finish(options.field_of))?;
     reader.skip_ws();
@@ -505,55 +534,88 @@ struct De<'r, 'a> {
     untyped: bool,
     /// The entries of the document's top-level object, when [`De::top`] and known.
     index: Option<&'a TopIndex>,
+    /// Every occurrence of the value, when its key was written more than once (in a struct,
+    /// or in each of several arrays for one element): Go decodes each in turn into the same
+    /// value. Empty for the one value at the reader.
+    many: Vec<Source<'a>>,
+    /// The value is an `Option` standing for a Go pointer, slice or map ([`nullable`]): a
+    /// later `null` resets what earlier occurrences gave it.
+    nullable: bool,
 }
 
 impl<'a> De<'_, 'a> {
     fn child<'s>(&'s mut self) -> De<'s, 'a> {
+        De::one(self.r, self.options, self.untyped)
+    }
+
+    /// A deserializer of the one value at the reader.
+    fn one<'s>(r: &'s mut Reader<'a>, options: Options<'a>, untyped: bool) -> De<'s, 'a> {
         De {
-            r: self.r,
-            options: self.options,
+            r,
+            options,
             top: false,
-            untyped: self.untyped,
+            untyped,
             index: None,
+            many: Vec::new(),
+            nullable: false,
         }
     }
 
-    /// The error for the value at the reader, of the wrong JSON type for `exp` whose Go type is
-    /// `go_type`: serde's "invalid type" text (ours) and Go's account. The value is left
-    /// consumed or not.
-    fn mismatch(&mut self, exp: &dyn Expected, go_type: impl Into<Cow<'static, str>>) -> Error {
+    /// Runs `f` with a deserializer of the one value at `source` (in the text `r` reads, or
+    /// injected).
+    fn at<R>(
+        r: &mut Reader<'a>,
+        options: Options<'a>,
+        untyped: bool,
+        source: Source<'a>,
+        f: impl FnOnce(De<'_, 'a>) -> R,
+    ) -> R {
+        match source {
+            Source::Text(pos) => {
+                r.pos = pos;
+                f(De::one(r, options, untyped))
+            }
+            Source::Injected(text) => {
+                let mut reader = Reader::new(text);
+                f(De::one(&mut reader, options, untyped))
+            }
+        }
+    }
+
+    /// The error for the value at the reader, of the wrong JSON type for a value whose Go type
+    /// is `go_type`: ours names the JSON value and the Go type (never a Rust one), Go's account
+    /// goes with it. The value is left consumed or not.
+    fn mismatch(&mut self, go_type: impl Into<Cow<'static, str>>) -> Error {
+        let go_type = go_type.into();
         let kind = match self.r.kind() {
             Ok(kind) => kind,
             Err(e) => return e,
         };
         let offset = self.r.pos;
-        let (ours, value): (Error, &'static str) = match kind {
+        let (ours, value): (String, &'static str) = match kind {
             // Go never fails on a null: it leaves the value alone.
-            Kind::Null => return de::Error::invalid_type(Unexpected::Unit, exp),
+            Kind::Null => ("null".into(), "null"),
             Kind::Bool => match self.r.boolean() {
-                Ok(b) => (de::Error::invalid_type(Unexpected::Bool(b), exp), "bool"),
+                Ok(b) => (format!("bool {b}"), "bool"),
                 Err(e) => return e,
             },
             Kind::Number => match self.r.number() {
-                Ok(text) => {
-                    let unexpected =
-                        Number::parse(text).map_or(Unexpected::Other("number"), Number::unexpected);
-                    (de::Error::invalid_type(unexpected, exp), "number")
-                }
+                Ok(text) => (format!("number {text}"), "number"),
                 Err(e) => return e,
             },
             Kind::String => match self.r.string() {
-                Ok(s) => (de::Error::invalid_type(Unexpected::Str(&s), exp), "string"),
+                Ok(s) => (format!("string {s:?}"), "string"),
                 Err(e) => return e,
             },
-            Kind::Array => (de::Error::invalid_type(Unexpected::Seq, exp), "array"),
-            Kind::Object => (de::Error::invalid_type(Unexpected::Map, exp), "object"),
+            Kind::Array => ("array".into(), "array"),
+            Kind::Object => ("object".into(), "object"),
         };
+        let msg = format!("invalid type: {ours}, expected {go_type}");
         let mismatch = Mismatch {
             value: Cow::Borrowed(value),
-            go_type: go_type.into(),
+            go_type,
         };
-        Error::mismatch(ours.msg, mismatch, offset)
+        Error::mismatch(msg, mismatch, offset)
     }
 
     /// Consumes a `null` at the reader, if there is one: Go leaves a string, number or bool
@@ -571,7 +633,7 @@ impl<'a> De<'_, 'a> {
             return visitor.visit_borrowed_str("");
         }
         if self.r.kind()? != Kind::String {
-            return Err(self.mismatch(&visitor, "string"));
+            return Err(self.mismatch("string"));
         }
         match self.r.string()? {
             Cow::Borrowed(s) => visitor.visit_borrowed_str(s),
@@ -590,26 +652,26 @@ impl<'a> De<'_, 'a> {
             return visitor.visit_u64(0);
         }
         if self.r.kind()? != Kind::Number {
-            return Err(self.mismatch(&visitor, ty.go));
+            return Err(self.mismatch(ty.go));
         }
         let offset = self.r.pos;
         let text = self.r.number()?;
-        let ours: Error = match Number::parse(text) {
+        let ours = match Number::parse(text) {
             Ok(Number::Unsigned(n)) if i128::from(n) <= ty.max => return visitor.visit_u64(n),
             // Number::parse reads every literal with a minus sign as signed, `-0` included.
             Ok(Number::Signed(n)) if ty.min < 0 && i128::from(n) >= ty.min => {
                 return visitor.visit_i64(n);
             }
-            Ok(n @ Number::Float(_)) => de::Error::invalid_type(n.unexpected(), &visitor),
-            Ok(n) => de::Error::invalid_value(n.unexpected(), &visitor),
+            Ok(Number::Float(_)) => format!("invalid type: number {text}, expected {}", ty.go),
+            Ok(_) => format!("invalid value: number {text}, expected {}", ty.go),
             // Out of a float's range.
-            Err(e) => e,
+            Err(e) => e.msg,
         };
         let mismatch = Mismatch {
             value: Cow::Owned(format!("number {text}")),
             go_type: Cow::Borrowed(ty.go),
         };
-        Err(Error::mismatch(ours.msg, mismatch, offset))
+        Err(Error::mismatch(ours, mismatch, offset))
     }
 
     fn visit_float<V: Visitor<'a>>(
@@ -621,7 +683,7 @@ impl<'a> De<'_, 'a> {
             return visitor.visit_f64(0.0);
         }
         if self.r.kind()? != Kind::Number {
-            return Err(self.mismatch(&visitor, go_type));
+            return Err(self.mismatch(go_type));
         }
         let offset = self.r.pos;
         let text = self.r.number()?;
@@ -638,6 +700,26 @@ impl<'a> De<'_, 'a> {
         }
     }
 
+    /// The first number in the value at the reader (which is left where it is) that does not
+    /// fit a float: Go decodes every number of an untyped value (`prevResult`, Go's
+    /// `map[string]interface {}`) into a `float64`, and refuses such a one.
+    fn untyped_numbers(&mut self) -> Result<(), Error> {
+        self.r.skip_ws();
+        let mut copy = *self.r;
+        copy.skip_value()?;
+        match self.r.number_out_of_float_range(copy.pos) {
+            Some((offset, text)) => Err(Error::mismatch(
+                format!("number {text} out of range"),
+                Mismatch {
+                    value: Cow::Owned(format!("number {text}")),
+                    go_type: Cow::Borrowed("float64"),
+                },
+                offset,
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// The Go type of the struct at the reader, whose serde name is `name`.
     fn struct_type(&self, name: &'static str) -> &'static str {
         match self.options.top_struct {
@@ -646,20 +728,22 @@ impl<'a> De<'_, 'a> {
         }
     }
 
-    /// Reads the object at the reader for a struct with `fields`: which key wins each field
-    /// (skipping unknown keys and nulls), then hands the winners to `visitor` in the order Go
-    /// would have assigned them. The document's own top-level object is read from its index,
-    /// skipping nothing.
+    /// Reads the objects of a struct with `fields` (the one at the reader, or each of
+    /// `objects`, a key written more than once): which keys give each field its values
+    /// (skipping unknown keys), then hands the fields to `visitor` in the order Go first
+    /// assigns them. The document's own top-level object is read from its index, skipping
+    /// nothing.
     fn visit_struct<V: Visitor<'a>>(
         &mut self,
         owner: &'static str,
         fields: &'static [&'static str],
+        objects: &[Source<'a>],
         visitor: V,
     ) -> Result<V::Value, Error> {
         let inject = self.options.inject_version.filter(|_| self.top);
         let mut picker = Picker::new(fields, self.options.sorted_keys, inject.is_some());
         let text = self.r.text;
-        let end = match self.index.filter(|_| self.top) {
+        let end = match self.index.filter(|_| self.top && objects.is_empty()) {
             Some(index) => {
                 for entry in &index.entries {
                     let key = Reader {
@@ -667,28 +751,20 @@ impl<'a> De<'_, 'a> {
                         pos: entry.key,
                     }
                     .string()?;
-                    let null = text.get(entry.value) == Some(&b'n');
-                    picker.offer(key, entry.value, entry.end, null);
+                    picker.offer(key, entry.value, entry.end);
                 }
-                index.end
+                Some(index.end)
+            }
+            None if objects.is_empty() => {
+                self.offer_entries(&mut picker)?;
+                Some(self.r.pos)
             }
             None => {
-                self.r.eat(b'{')?;
-                let mut first = true;
-                while !self.r.eat_if(b'}') {
-                    if !first {
-                        self.r.eat(b',')?;
-                    }
-                    first = false;
-                    let key = self.r.string()?;
-                    self.r.eat(b':')?;
-                    self.r.skip_ws();
-                    let start = self.r.pos;
-                    let null = self.r.kind()? == Kind::Null;
-                    self.r.skip_value()?;
-                    picker.offer(key, start, self.r.pos, null);
+                for object in objects {
+                    self.r.pos = object.offset();
+                    self.offer_entries(&mut picker)?;
                 }
-                self.r.pos
+                None
             }
         };
         let winners = picker.finish(text, inject);
@@ -700,23 +776,166 @@ impl<'a> De<'_, 'a> {
             winners: winners.into_iter(),
             current: None,
         })?;
-        self.r.pos = end;
+        if let Some(end) = end {
+            self.r.pos = end;
+        }
         Ok(value)
+    }
+
+    /// Offers the entries of the object at the reader to `picker`, and moves past it.
+    fn offer_entries(&mut self, picker: &mut Picker<'a>) -> Result<(), Error> {
+        self.r.eat(b'{')?;
+        let mut first = true;
+        while !self.r.eat_if(b'}') {
+            if !first {
+                self.r.eat(b',')?;
+            }
+            first = false;
+            let key = self.r.string()?;
+            self.r.eat(b':')?;
+            self.r.skip_ws();
+            let start = self.r.pos;
+            self.r.skip_value()?;
+            picker.offer(key, start, self.r.pos);
+        }
+        Ok(())
+    }
+
+    /// The occurrences of a Go pointer, slice or map (`nullable`), or of a value (not), that
+    /// count: a `null` resets the first, so those after the last `null`; the second ignores
+    /// it.
+    fn kept(&mut self, nullable: bool) -> Vec<Source<'a>> {
+        let sources = std::mem::take(&mut self.many);
+        let text = self.r.text;
+        if nullable {
+            match sources.iter().rposition(|s| s.is_null(text)) {
+                Some(last) => sources.get(last + 1..).unwrap_or_default().to_vec(),
+                None => sources,
+            }
+        } else {
+            sources.into_iter().filter(|s| !s.is_null(text)).collect()
+        }
+    }
+
+    /// A scalar written more than once: Go decodes every occurrence into the one value, so
+    /// each must fit (`check`), and the last that is not `null` stays (`decode`; when all are
+    /// `null`, the zero value).
+    fn scalar<T>(
+        mut self,
+        check: impl Fn(De<'_, 'a>) -> Result<(), Error>,
+        decode: impl FnOnce(De<'_, 'a>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let sources = std::mem::take(&mut self.many);
+        let text = self.r.text;
+        let Some(last) = sources
+            .iter()
+            .rposition(|s| !s.is_null(text))
+            .or_else(|| sources.len().checked_sub(1))
+        else {
+            return decode(self);
+        };
+        for (i, source) in sources.iter().enumerate() {
+            if i != last && !source.is_null(text) {
+                De::at(self.r, self.options, self.untyped, *source, &check)
+                    .map_err(|e| e.at(source.offset()))?;
+            }
+        }
+        De::at(self.r, self.options, self.untyped, sources[last], decode)
+    }
+
+    /// Where the elements of the array at the reader start.
+    fn element_starts(&mut self) -> Result<Vec<usize>, Error> {
+        self.r.eat(b'[')?;
+        let mut starts = Vec::new();
+        while !self.r.eat_if(b']') {
+            if !starts.is_empty() {
+                self.r.eat(b',')?;
+            }
+            self.r.skip_ws();
+            starts.push(self.r.pos);
+            self.r.skip_value()?;
+        }
+        Ok(starts)
+    }
+
+    /// The elements of a slice that the arrays `arrays` were decoded into in turn, as Go 1.19
+    /// decodes them: element `i` of each array into element `i` of the slice as it stands, so
+    /// a struct element merges the objects at its index; the slice keeps the length of the
+    /// last array; its elements past that length stay in the backing array, and a later
+    /// longer array decodes into them again, unless the slice grew meanwhile (a new backing
+    /// array of capacity `cap + cap/2`, at least 4, holding only the elements within the
+    /// length); an empty array makes a new empty slice.
+    fn merged_array(&mut self, arrays: &[Source<'a>]) -> Result<Vec<Vec<Source<'a>>>, Error> {
+        let mut slots: Vec<Vec<Source<'a>>> = Vec::new();
+        let (mut len, mut cap) = (0usize, 0usize);
+        for array in arrays {
+            self.r.pos = array.offset();
+            let elements = self.element_starts()?;
+            for (i, start) in elements.iter().enumerate() {
+                if i >= cap {
+                    cap = (cap + cap / 2).max(4);
+                    slots.truncate(len);
+                    slots.resize_with(cap, Vec::new);
+                }
+                len = len.max(i + 1);
+                if let Some(slot) = slots.get_mut(i) {
+                    slot.push(Source::Text(*start));
+                }
+            }
+            if elements.len() < len {
+                len = elements.len();
+            }
+            if elements.is_empty() {
+                (len, cap) = (0, 0);
+                slots.clear();
+            }
+        }
+        slots.truncate(len);
+        Ok(slots)
     }
 }
 
-/// Which key wins each field of a struct, as the object's entries are offered in order.
+/// The text of one object holding the entries of each of `objects` in turn (their spans in
+/// `text`): what Go's one map or struct holds after decoding them one after the other.
+fn merged_objects(text: &[u8], objects: &[(usize, usize)]) -> Vec<u8> {
+    let mut merged = vec![b'{'];
+    for &(start, end) in objects {
+        let inner = text
+            .get(start + 1..end.saturating_sub(1))
+            .unwrap_or_default();
+        if inner.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if merged.len() > 1 {
+            merged.push(b',');
+        }
+        merged.extend_from_slice(inner);
+    }
+    merged.push(b'}');
+    merged
+}
+
+/// Which keys give each field of a struct its value, as the object's entries are offered in
+/// order: every occurrence, in the order Go decodes them into the field.
 struct Picker<'a> {
     fields: &'static [&'static str],
     sorted: bool,
-    /// Normal: one slot per field, the latest non-null key.
+    /// Normal: one slot per field, its occurrences in document order.
     slots: Vec<Option<Winner<'a>>>,
     /// Sorted: every key naming a field, resolved at the end.
-    all: Vec<Winner<'a>>,
+    all: Vec<Offered<'a>>,
     /// Whether to look for the exact key [`INJECTED_KEY`].
     watch_version: bool,
     /// The span of that key's last value.
     exact_version: Option<(usize, usize)>,
+}
+
+/// A key naming a field, offered in sorted mode.
+struct Offered<'a> {
+    field: usize,
+    key: Cow<'a, str>,
+    value: Source<'a>,
+    order: usize,
 }
 
 impl<'a> Picker<'a> {
@@ -736,69 +955,98 @@ impl<'a> Picker<'a> {
     }
 
     /// The entry `key` whose value spans `start..end`.
-    fn offer(&mut self, key: Cow<'a, str>, start: usize, end: usize, null: bool) {
+    fn offer(&mut self, key: Cow<'a, str>, start: usize, end: usize) {
         if self.watch_version && key == INJECTED_KEY {
             self.exact_version = Some((start, end));
         }
         let Some(field) = match_field(&key, self.fields) else {
             return;
         };
-        let winner = Winner {
-            field,
-            key,
-            value: Source::Text(start),
-            null,
-            order: start,
-        };
         if self.sorted {
-            self.all.push(winner);
-        } else if !null && let Some(slot) = self.slots.get_mut(field) {
-            *slot = Some(winner);
+            self.all.push(Offered {
+                field,
+                key,
+                value: Source::Text(start),
+                order: start,
+            });
+        } else if let Some(slot) = self.slots.get_mut(field) {
+            match slot {
+                Some(winner) => winner.more.push(Source::Text(start)),
+                None => {
+                    *slot = Some(Winner {
+                        field,
+                        first: Source::Text(start),
+                        more: Vec::new(),
+                        order: start,
+                    });
+                }
+            }
         }
     }
 
-    /// The winners, in the order Go assigns them; with `inject`, the top-level `CNIVersion`
-    /// Go's `ParsePrevResult` adds unless `text` has it with a value other than `""`.
+    /// The fields to assign, each with its occurrences, in the order Go assigns them first;
+    /// a field whose every occurrence is `null` is left out (Go leaves it alone, or sets a
+    /// pointer it never set to nil: its default either way). With `inject`, the top-level
+    /// `CNIVersion` Go's `ParsePrevResult` adds unless `text` has it with a value other than
+    /// `""`.
     fn finish(mut self, text: &[u8], inject: Option<&'a [u8]>) -> Vec<Winner<'a>> {
         if let Some(version) = inject {
             let has_version = self
                 .exact_version
                 .is_some_and(|(s, e)| text.get(s..e) != Some(b"\"\""));
             if !has_version && let Some(field) = match_field(INJECTED_KEY, self.fields) {
-                let winner = Winner {
-                    field,
-                    key: Cow::Borrowed(INJECTED_KEY),
-                    value: Source::Injected(version),
-                    null: false,
-                    order: usize::MAX,
-                };
+                let value = Source::Injected(version);
                 if self.sorted {
-                    self.all.push(winner);
+                    self.all.push(Offered {
+                        field,
+                        key: Cow::Borrowed(INJECTED_KEY),
+                        value,
+                        order: usize::MAX,
+                    });
                 } else if let Some(slot) = self.slots.get_mut(field) {
-                    *slot = Some(winner);
+                    match slot {
+                        Some(winner) => winner.more.push(value),
+                        None => {
+                            *slot = Some(Winner {
+                                field,
+                                first: value,
+                                more: Vec::new(),
+                                order: usize::MAX,
+                            });
+                        }
+                    }
                 }
             }
         }
-        if self.sorted {
+        let mut winners = if self.sorted {
             resolve_sorted(self.all)
         } else {
             let mut winners: Vec<Winner<'a>> = self.slots.into_iter().flatten().collect();
             winners.sort_by_key(|w| w.order);
             winners
-        }
+        };
+        winners.retain(|w| !w.sources().all(|s| s.is_null(text)));
+        winners
     }
 }
 
-/// The value a struct field gets: the key that won and where its value is.
+/// The occurrences of one struct field: where each value is, in the order Go decodes them.
 struct Winner<'a> {
     field: usize,
-    key: Cow<'a, str>,
-    value: Source<'a>,
-    null: bool,
-    /// Position in the document, for the order of assignment.
+    first: Source<'a>,
+    more: Vec<Source<'a>>,
+    /// Where Go first assigns the field, for the order of assignment.
     order: usize,
 }
 
+impl<'a> Winner<'a> {
+    fn sources(&self) -> impl Iterator<Item = Source<'a>> + '_ {
+        std::iter::once(self.first).chain(self.more.iter().copied())
+    }
+}
+
+/// Where one occurrence of a value is.
+#[derive(Debug, Clone, Copy)]
 enum Source<'a> {
     /// At this offset of the text being read.
     Text(usize),
@@ -806,28 +1054,54 @@ enum Source<'a> {
     Injected(&'a [u8]),
 }
 
-/// Go's `ParsePrevResult` ([`Options::sorted_keys`]): per field, of each distinct key the last
-/// occurrence; of those, the greatest key whose value is not null. In key order.
-fn resolve_sorted(mut all: Vec<Winner<'_>>) -> Vec<Winner<'_>> {
+impl Source<'_> {
+    fn is_null(self, text: &[u8]) -> bool {
+        match self {
+            Source::Text(pos) => text.get(pos) == Some(&b'n'),
+            Source::Injected(value) => value.first() == Some(&b'n'),
+        }
+    }
+
+    /// The offset errors in it are reported at.
+    fn offset(self) -> usize {
+        match self {
+            Source::Text(pos) => pos,
+            Source::Injected(_) => 0,
+        }
+    }
+}
+
+/// Go's `ParsePrevResult` ([`Options::sorted_keys`]): the object went through a map, so each
+/// distinct key is left with its last occurrence, and the keys reach the struct sorted
+/// byte-wise. Per field, those occurrences in key order, the fields by their first key.
+fn resolve_sorted(mut all: Vec<Offered<'_>>) -> Vec<Winner<'_>> {
     all.sort_by(|a, b| {
         (a.field, a.key.as_bytes(), a.order).cmp(&(b.field, b.key.as_bytes(), b.order))
     });
-    let mut winners: Vec<Winner<'_>> = Vec::new();
+    let mut winners: Vec<(Cow<'_, str>, Winner<'_>)> = Vec::new();
     let mut entries = all.into_iter().peekable();
-    let mut best: Option<Winner<'_>> = None;
     while let Some(entry) = entries.next() {
-        let next = entries.peek();
-        let last_of_key = next.is_none_or(|n| n.field != entry.field || n.key != entry.key);
-        let last_of_field = next.is_none_or(|n| n.field != entry.field);
-        if last_of_key && !entry.null {
-            best = Some(entry);
+        let last_of_key = entries
+            .peek()
+            .is_none_or(|n| n.field != entry.field || n.key != entry.key);
+        if !last_of_key {
+            continue;
         }
-        if last_of_field && let Some(b) = best.take() {
-            winners.push(b);
+        match winners.last_mut() {
+            Some((_, w)) if w.field == entry.field => w.more.push(entry.value),
+            _ => winners.push((
+                entry.key,
+                Winner {
+                    field: entry.field,
+                    first: entry.value,
+                    more: Vec::new(),
+                    order: 0,
+                },
+            )),
         }
     }
-    winners.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
-    winners
+    winners.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    winners.into_iter().map(|(_, w)| w).collect()
 }
 
 struct StructAccess<'r, 'a> {
@@ -862,28 +1136,17 @@ impl<'a> MapAccess<'a> for StructAccess<'_, 'a> {
             .take()
             .ok_or_else(|| Error::msg("value requested before key"))?;
         let name = self.fields.get(winner.field).copied().unwrap_or_default();
-        let (result, start) = match winner.value {
-            Source::Text(start) => {
-                self.r.pos = start;
-                let result = seed.deserialize(De {
-                    r: &mut *self.r,
-                    options: self.options,
-                    top: false,
-                    untyped: false,
-                    index: None,
-                });
-                (result, start)
-            }
-            Source::Injected(text) => {
-                let result = seed.deserialize(De {
-                    r: &mut Reader::new(text),
-                    options: self.options,
-                    top: false,
-                    untyped: false,
-                    index: None,
-                });
-                (result, 0)
-            }
+        let start = winner.first.offset();
+        let result = if winner.more.is_empty() {
+            De::at(self.r, self.options, false, winner.first, |de| {
+                seed.deserialize(de)
+            })
+        } else {
+            // Over the document's reader: the occurrences are read where they are.
+            seed.deserialize(De {
+                many: winner.sources().collect(),
+                ..De::one(self.r, self.options, false)
+            })
         };
         result.map_err(|e| e.at(start).in_field(self.owner, name))
     }
@@ -937,19 +1200,57 @@ impl<'a> SeqAccess<'a> for ArrayAccess<'_, 'a> {
         };
         self.r.skip_ws();
         let start = self.r.pos;
-        seed.deserialize(De {
-            r: &mut *self.r,
-            options: self.options,
-            top: false,
-            untyped: self.untyped,
-            index: None,
-        })
-        .map(Some)
-        .map_err(|e| e.at(start).in_index(index))
+        seed.deserialize(De::one(self.r, self.options, self.untyped))
+            .map(Some)
+            .map_err(|e| e.at(start).in_index(index))
     }
 }
 
-/// An object read entry by entry, keys as they are (maps and untyped values).
+/// The elements of a slice that several arrays were decoded into, one after the other, as Go
+/// decodes them (see [`De::merged_array`]): each with the occurrences decoded into it.
+struct MergedArray<'r, 'a> {
+    r: &'r mut Reader<'a>,
+    options: Options<'a>,
+    untyped: bool,
+    elements: std::iter::Enumerate<std::vec::IntoIter<Vec<Source<'a>>>>,
+}
+
+impl<'a> SeqAccess<'a> for MergedArray<'_, 'a> {
+    type Error = Error;
+
+    fn next_element_seed<T: DeserializeSeed<'a>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, Error> {
+        let Some((index, mut sources)) = self.elements.next() else {
+            return Ok(None);
+        };
+        let Some(&first) = sources.first() else {
+            return Err(Error::msg("an element with no value"));
+        };
+        let result = if sources.len() == 1 {
+            De::at(self.r, self.options, self.untyped, first, |de| {
+                seed.deserialize(de)
+            })
+        } else {
+            seed.deserialize(De {
+                many: std::mem::take(&mut sources),
+                ..De::one(self.r, self.options, self.untyped)
+            })
+        };
+        result
+            .map(Some)
+            .map_err(|e| e.at(first.offset()).in_index(index))
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.elements.len())
+    }
+}
+
+/// An object read entry by entry, keys as they are (maps and untyped values); then, for a
+/// map a key written more than once filled, each further object in turn (Go adds every
+/// object's entries to the one map).
 struct ObjectAccess<'r, 'a> {
     r: &'r mut Reader<'a>,
     options: Options<'a>,
@@ -957,14 +1258,31 @@ struct ObjectAccess<'r, 'a> {
     first: bool,
     done: bool,
     key: Option<Cow<'a, str>>,
+    /// Where the further objects start.
+    then: std::vec::IntoIter<usize>,
 }
 
 impl<'a> ObjectAccess<'_, 'a> {
-    /// Moves to the next entry and reads its key, or `None` past the closing brace.
+    /// Moves to the next entry and reads its key, or `None` past the last closing brace.
     fn advance(&mut self) -> Result<Option<Cow<'a, str>>, Error> {
-        if self.done || self.r.eat_if(b'}') {
-            self.done = true;
-            return Ok(None);
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            if !self.r.eat_if(b'}') {
+                break;
+            }
+            match self.then.next() {
+                Some(next) => {
+                    self.r.pos = next;
+                    self.r.eat(b'{')?;
+                    self.first = true;
+                }
+                None => {
+                    self.done = true;
+                    return Ok(None);
+                }
+            }
         }
         if !self.first {
             self.r.eat(b',')?;
@@ -1011,14 +1329,8 @@ impl<'a> MapAccess<'a> for ObjectAccess<'_, 'a> {
             .ok_or_else(|| Error::msg("value requested before key"))?;
         self.r.skip_ws();
         let start = self.r.pos;
-        seed.deserialize(De {
-            r: &mut *self.r,
-            options: self.options,
-            top: false,
-            untyped: self.untyped,
-            index: None,
-        })
-        .map_err(|e| e.at(start).in_key(&key))
+        seed.deserialize(De::one(self.r, self.options, self.untyped))
+            .map_err(|e| e.at(start).in_key(&key))
     }
 }
 
@@ -1161,15 +1473,6 @@ impl Number {
         }
     }
 
-    /// The number as serde names a value it did not expect.
-    fn unexpected(self) -> Unexpected<'static> {
-        match self {
-            Number::Unsigned(n) => Unexpected::Unsigned(n),
-            Number::Signed(n) => Unexpected::Signed(n),
-            Number::Float(n) => Unexpected::Float(n),
-        }
-    }
-
     fn visit<'a, V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
         match self {
             Number::Unsigned(n) => visitor.visit_u64(n),
@@ -1233,6 +1536,12 @@ macro_rules! integers {
     ($($method:ident => $ty:expr),* $(,)?) => {
         $(
             fn $method<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+                if !self.many.is_empty() {
+                    return self.scalar(
+                        |de| de.$method(IgnoredAny).map(drop),
+                        |de| de.$method(visitor),
+                    );
+                }
                 self.visit_integer(visitor, &$ty)
             }
         )*
@@ -1243,13 +1552,44 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     type Error = Error;
 
     fn deserialize_any<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if !self.many.is_empty() {
+            // Go's `interface {}`: each occurrence replaces the value (its numbers still
+            // decoded into floats).
+            let sources = std::mem::take(&mut self.many);
+            let text = self.r.text;
+            for source in &sources {
+                if !source.is_null(text) {
+                    De::at(self.r, self.options, true, *source, |mut de| {
+                        de.untyped_numbers()
+                    })?;
+                }
+            }
+            let last = *sources.last().ok_or_else(|| Error::msg("no value"))?;
+            return De::at(self.r, self.options, self.untyped, last, |de| {
+                de.deserialize_any(visitor)
+            });
+        }
         match self.r.kind()? {
             Kind::Null => {
                 self.r.null()?;
                 visitor.visit_unit()
             }
             Kind::Bool => visitor.visit_bool(self.r.boolean()?),
-            Kind::Number => Number::parse(self.r.number()?)?.visit(visitor),
+            Kind::Number => {
+                let offset = self.r.pos;
+                let text = self.r.number()?;
+                match Number::parse(text) {
+                    Ok(number) => number.visit(visitor),
+                    Err(e) => Err(Error::mismatch(
+                        e.msg,
+                        Mismatch {
+                            value: Cow::Owned(format!("number {text}")),
+                            go_type: Cow::Borrowed("float64"),
+                        },
+                        offset,
+                    )),
+                }
+            }
             Kind::String => self.visit_string(visitor),
             Kind::Array | Kind::Object => {
                 if !self.untyped {
@@ -1271,13 +1611,19 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     }
 
     fn deserialize_bool<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if !self.many.is_empty() {
+            return self.scalar(
+                |de| de.deserialize_bool(IgnoredAny).map(drop),
+                |de| de.deserialize_bool(visitor),
+            );
+        }
         if self.null()? {
             return visitor.visit_bool(false);
         }
         if self.r.kind()? == Kind::Bool {
             visitor.visit_bool(self.r.boolean()?)
         } else {
-            Err(self.mismatch(&visitor, "bool"))
+            Err(self.mismatch("bool"))
         }
     }
 
@@ -1289,33 +1635,57 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     }
 
     fn deserialize_f32<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if !self.many.is_empty() {
+            return self.scalar(
+                |de| de.deserialize_f32(IgnoredAny).map(drop),
+                |de| de.deserialize_f32(visitor),
+            );
+        }
         self.visit_float(visitor, "float32")
     }
 
     fn deserialize_f64<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if !self.many.is_empty() {
+            return self.scalar(
+                |de| de.deserialize_f64(IgnoredAny).map(drop),
+                |de| de.deserialize_f64(visitor),
+            );
+        }
         self.visit_float(visitor, "float64")
     }
 
-    fn deserialize_char<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
-        self.visit_string(visitor)
+    fn deserialize_char<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_string(visitor)
     }
 
-    fn deserialize_str<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
-        self.visit_string(visitor)
+    fn deserialize_str<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_string(visitor)
     }
 
     fn deserialize_string<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if !self.many.is_empty() {
+            return self.scalar(
+                |de| de.deserialize_string(IgnoredAny).map(drop),
+                |de| de.deserialize_string(visitor),
+            );
+        }
         self.visit_string(visitor)
     }
 
     fn deserialize_bytes<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if !self.many.is_empty() {
+            return self.scalar(
+                |de| de.deserialize_bytes(IgnoredAny).map(drop),
+                |de| de.deserialize_bytes(visitor),
+            );
+        }
         match self.r.kind()? {
             Kind::String => match self.r.string()? {
                 Cow::Borrowed(s) => visitor.visit_borrowed_bytes(s.as_bytes()),
                 Cow::Owned(s) => visitor.visit_byte_buf(s.into_bytes()),
             },
             Kind::Array => self.deserialize_seq(visitor),
-            _ => Err(self.mismatch(&visitor, "[]uint8")),
+            _ => Err(self.mismatch("[]uint8")),
         }
     }
 
@@ -1323,7 +1693,32 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
         self.deserialize_bytes(visitor)
     }
 
-    fn deserialize_option<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+    /// An `Option` stands for a Go value whose zero value means unset (a `null` leaves it
+    /// alone, `""` is unset), or, marked [`nullable`], for a Go pointer, slice or map (a
+    /// `null` resets it). Of a key written more than once, the occurrences that count decide
+    /// (see [`De::kept`]).
+    fn deserialize_option<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if !self.many.is_empty() {
+            let nullable = std::mem::take(&mut self.nullable);
+            let mut kept = self.kept(nullable);
+            let Some(&last) = kept.last() else {
+                return visitor.visit_none();
+            };
+            let text = self.r.text;
+            if matches!(last, Source::Text(pos) if text.get(pos..).is_some_and(|t| t.starts_with(b"\"\"")))
+            {
+                return visitor.visit_none();
+            }
+            if let [only] = kept[..] {
+                return De::at(self.r, self.options, self.untyped, only, |de| {
+                    visitor.visit_some(de)
+                });
+            }
+            return visitor.visit_some(De {
+                many: std::mem::take(&mut kept),
+                ..De::one(self.r, self.options, self.untyped)
+            });
+        }
         if self.r.kind()? == Kind::Null {
             self.r.null()?;
             visitor.visit_none()
@@ -1331,15 +1726,22 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
             self.r.pos += 2;
             visitor.visit_none()
         } else {
+            self.nullable = false;
             visitor.visit_some(self)
         }
     }
 
     fn deserialize_unit<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if !self.many.is_empty() {
+            return self.scalar(
+                |de| de.deserialize_unit(IgnoredAny).map(drop),
+                |de| de.deserialize_unit(visitor),
+            );
+        }
         if self.null()? {
             visitor.visit_unit()
         } else {
-            Err(self.mismatch(&visitor, "struct {}"))
+            Err(self.mismatch("struct {}"))
         }
     }
 
@@ -1356,28 +1758,80 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
         name: &'static str,
         visitor: V,
     ) -> Result<V::Value, Error> {
-        if name == RAW_OBJECT_TOKEN && self.r.kind()? != Kind::Object {
-            return Err(self.mismatch(&visitor, gotype::OBJECT));
+        if name == NULLABLE_TOKEN {
+            self.nullable = true;
+            return visitor.visit_newtype_struct(self);
         }
-        if name == RAW_TOKEN || name == RAW_OBJECT_TOKEN {
-            self.r.skip_ws();
-            let start = self.r.pos;
-            self.r.skip_value()?;
-            let text = self.r.text.get(start..self.r.pos).unwrap_or_default();
-            visitor.visit_borrowed_bytes(text)
-        } else {
-            visitor.visit_newtype_struct(self)
+        if name != RAW_TOKEN && name != RAW_OBJECT_TOKEN {
+            return visitor.visit_newtype_struct(self);
         }
+        let object_only = name == RAW_OBJECT_TOKEN;
+        if !self.many.is_empty() {
+            // Go decodes each occurrence into the one struct (`runtimeConfig`) or map
+            // (`prevResult`): the text handed on holds the entries of each object in turn.
+            let sources = self.kept(false);
+            let text = self.r.text;
+            let mut objects = Vec::new();
+            for source in &sources {
+                self.r.pos = source.offset();
+                let kind = self.r.kind()?;
+                let start = self.r.pos;
+                if kind != Kind::Object {
+                    if object_only {
+                        return Err(self.mismatch(gotype::OBJECT));
+                    }
+                    // Refused when the plugin decodes it, as Go refuses it.
+                    self.r.skip_value()?;
+                    let value = text.get(start..self.r.pos).unwrap_or_default();
+                    return visitor.visit_borrowed_bytes(value);
+                }
+                if object_only {
+                    self.untyped_numbers()?;
+                }
+                self.r.skip_value()?;
+                objects.push((start, self.r.pos));
+            }
+            return visitor.visit_byte_buf(merged_objects(text, &objects));
+        }
+        if object_only {
+            match self.r.kind()? {
+                Kind::Object => self.untyped_numbers()?,
+                _ => return Err(self.mismatch(gotype::OBJECT)),
+            }
+        }
+        self.r.skip_ws();
+        let start = self.r.pos;
+        self.r.skip_value()?;
+        let text = self.r.text.get(start..self.r.pos).unwrap_or_default();
+        visitor.visit_borrowed_bytes(text)
     }
 
     fn deserialize_seq<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        if !self.many.is_empty() {
+            // A slice: a `null` resets it; each array after decodes into it (`merged_array`).
+            let arrays = self.kept(true);
+            for array in &arrays {
+                self.r.pos = array.offset();
+                if self.r.kind()? != Kind::Array {
+                    let go = format!("[]{}", gotype::element_of(visitor));
+                    return Err(self.mismatch(go));
+                }
+            }
+            let elements = self.merged_array(&arrays)?;
+            return visitor.visit_seq(MergedArray {
+                r: &mut *self.r,
+                options: self.options,
+                untyped: self.untyped,
+                elements: elements.into_iter().enumerate(),
+            });
+        }
         if self.null()? {
             // Go's nil slice.
             return visitor.visit_seq(de::value::SeqDeserializer::new(std::iter::empty::<()>()));
         }
         if self.r.kind()? != Kind::Array {
-            let ours = self.mismatch(&visitor, "");
-            return Err(ours.with_go_type(format!("[]{}", gotype::element_of(visitor))));
+            let go = format!("[]{}", gotype::element_of(visitor));
+            return Err(self.mismatch(go));
         }
         self.r.eat(b'[')?;
         let mut access = ArrayAccess {
@@ -1406,16 +1860,35 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     }
 
     fn deserialize_map<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
-        if self.null()? {
-            // Go's nil map.
+        let mut starts = Vec::new();
+        if self.many.is_empty() {
+            if self.null()? {
+                // Go's nil map.
+                return visitor
+                    .visit_map(de::value::MapDeserializer::new(
+                        std::iter::empty::<((), ())>(),
+                    ));
+            }
+            self.r.skip_ws();
+            starts.push(self.r.pos);
+        } else {
+            // A map: a `null` resets it; each object after adds its entries.
+            starts = self.kept(true).iter().map(|s| s.offset()).collect();
+        }
+        for start in &starts {
+            self.r.pos = *start;
+            if self.r.kind()? != Kind::Object {
+                let go = format!("map[string]{}", gotype::value_of(visitor));
+                return Err(self.mismatch(go));
+            }
+        }
+        let mut starts = starts.into_iter();
+        let Some(first) = starts.next() else {
             return visitor.visit_map(de::value::MapDeserializer::new(
                 std::iter::empty::<((), ())>(),
             ));
-        }
-        if self.r.kind()? != Kind::Object {
-            let ours = self.mismatch(&visitor, "");
-            return Err(ours.with_go_type(format!("map[string]{}", gotype::value_of(visitor))));
-        }
+        };
+        self.r.pos = first;
         self.r.eat(b'{')?;
         let mut access = ObjectAccess {
             r: &mut *self.r,
@@ -1424,12 +1897,16 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
             first: true,
             done: false,
             key: None,
+            then: starts.collect::<Vec<_>>().into_iter(),
         };
         let value = visitor.visit_map(&mut access)?;
         access.finish()?;
         Ok(value)
     }
 
+    /// A struct: its fields from the object's entries, or, of a key written more than once,
+    /// from every object's in turn (Go decodes each into the one struct); a `null` leaves the
+    /// struct alone: the zero value for a fresh one.
     fn deserialize_struct<V: Visitor<'a>>(
         mut self,
         name: &'static str,
@@ -1437,10 +1914,31 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
         visitor: V,
     ) -> Result<V::Value, Error> {
         let owner = self.struct_type(name);
-        if self.r.kind()? != Kind::Object {
-            return Err(self.mismatch(&visitor, owner));
+        let objects = if self.many.is_empty() {
+            match self.r.kind()? {
+                Kind::Object => return self.visit_struct(owner, fields, &[], visitor),
+                Kind::Null => {
+                    self.r.null()?;
+                    Vec::new()
+                }
+                _ => return Err(self.mismatch(owner)),
+            }
+        } else {
+            let objects = self.kept(false);
+            for object in &objects {
+                self.r.pos = object.offset();
+                if self.r.kind()? != Kind::Object {
+                    return Err(self.mismatch(owner));
+                }
+            }
+            objects
+        };
+        if objects.is_empty() {
+            return visitor.visit_map(de::value::MapDeserializer::new(
+                std::iter::empty::<((), ())>(),
+            ));
         }
-        self.visit_struct(owner, fields, visitor)
+        self.visit_struct(owner, fields, &objects, visitor)
     }
 
     fn deserialize_enum<V: Visitor<'a>>(
@@ -1449,6 +1947,15 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
         _variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
+        if !self.many.is_empty() {
+            return self.scalar(
+                |mut de| match de.r.kind()? {
+                    Kind::Null | Kind::String | Kind::Object => Ok(()),
+                    _ => Err(de.mismatch("string")),
+                },
+                |de| de.deserialize_enum(_name, _variants, visitor),
+            );
+        }
         match self.r.kind()? {
             Kind::String => visitor.visit_enum(KeyDe(self.r.string()?)),
             Kind::Object => {
@@ -1457,19 +1964,21 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
                 self.r.eat(b'}')?;
                 Ok(value)
             }
-            _ => Err(self.mismatch(&visitor, "string")),
+            _ => Err(self.mismatch("string")),
         }
     }
 
-    fn deserialize_identifier<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
-        self.visit_string(visitor)
+    fn deserialize_identifier<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_string(visitor)
     }
 
     fn deserialize_ignored_any<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, Error> {
-        match self.index.filter(|_| self.top) {
-            Some(index) => self.r.pos = index.end,
-            None => {
-                self.r.skip_value()?;
+        if self.many.is_empty() {
+            match self.index.filter(|_| self.top) {
+                Some(index) => self.r.pos = index.end,
+                None => {
+                    self.r.skip_value()?;
+                }
             }
         }
         visitor.visit_unit()

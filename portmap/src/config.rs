@@ -16,17 +16,23 @@ use crate::error::PortmapError;
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename = "PortMapConf")]
 pub struct PortmapKeys {
+    // Go pointers (a later null resets them), but `masqAll`, a bool.
+    #[serde(deserialize_with = "common::decode::nullable")]
     backend: Option<String>,
+    #[serde(deserialize_with = "common::decode::nullable")]
     snat: Option<bool>,
     #[serde(rename = "masqAll")]
     masq_all: Option<bool>,
-    #[serde(rename = "markMasqBit")]
+    #[serde(rename = "markMasqBit", deserialize_with = "common::decode::nullable")]
     mark_masq_bit: Option<i64>,
-    #[serde(rename = "externalSetMarkChain")]
+    #[serde(
+        rename = "externalSetMarkChain",
+        deserialize_with = "common::decode::nullable"
+    )]
     external_set_mark_chain: Option<String>,
-    #[serde(rename = "conditionsV4")]
+    #[serde(rename = "conditionsV4", deserialize_with = "common::decode::nullable")]
     conditions_v4: Option<Vec<String>>,
-    #[serde(rename = "conditionsV6")]
+    #[serde(rename = "conditionsV6", deserialize_with = "common::decode::nullable")]
     conditions_v6: Option<Vec<String>>,
 }
 

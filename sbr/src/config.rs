@@ -14,9 +14,12 @@ use crate::names::RESERVED_TABLES;
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename = "PluginConf")]
 pub struct SbrKeys {
-    /// Fixed table: only rules are added, pointing at it; routes are left alone.
+    /// Fixed table: only rules are added, pointing at it; routes are left alone (a Go
+    /// pointer).
+    #[serde(deserialize_with = "common::decode::nullable")]
     pub table: Option<i64>,
-    /// Static gateways, at most one per family, overriding the prevResult's.
+    /// Static gateways, at most one per family, overriding the prevResult's (a Go slice).
+    #[serde(deserialize_with = "common::decode::nullable")]
     pub gateways: Option<Vec<String>>,
     /// Keep the subnet routes in main with a `src` hint instead of removing every main route.
     #[serde(rename = "addSourceHints")]
@@ -29,6 +32,7 @@ pub struct SbrKeys {
 #[serde(default, rename = "PluginConf")]
 pub struct DelKeys {
     /// `table`.
+    #[serde(deserialize_with = "common::decode::nullable")]
     pub table: Option<i64>,
 }
 

@@ -29,7 +29,8 @@ pub const MAX_MTU: i64 = 65535;
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase", rename = "TuningConf")]
 pub struct TuningKeys {
-    /// `sysctl`: key → value, in document order.
+    /// `sysctl`: key → value, in document order (Go's map: a later null resets it).
+    #[serde(deserialize_with = "common::decode::nullable")]
     pub sysctl: Option<SysctlMap>,
     /// `mac`.
     pub mac: Option<String>,
@@ -37,16 +38,18 @@ pub struct TuningKeys {
     pub promisc: Option<bool>,
     /// `mtu` (0: unchanged).
     pub mtu: Option<i64>,
-    /// `allmulti`.
+    /// `allmulti` (a Go pointer).
+    #[serde(deserialize_with = "common::decode::nullable")]
     pub allmulti: Option<bool>,
-    /// `txQLen`.
-    #[serde(rename = "txQLen")]
+    /// `txQLen` (a Go pointer).
+    #[serde(rename = "txQLen", deserialize_with = "common::decode::nullable")]
     pub tx_qlen: Option<i64>,
     /// `dataDir`.
     pub data_dir: Option<PathBuf>,
     /// `runtimeConfig`.
     runtime_config: RuntimeKeys,
-    /// `args`.
+    /// `args` (a Go pointer).
+    #[serde(deserialize_with = "common::decode::nullable")]
     args: Option<ArgsKeys>,
 }
 
@@ -80,18 +83,25 @@ struct RuntimeKeys {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename = "struct { A *main.IPAMArgs \"json:\\\"cni\\\"\" }")]
 struct ArgsKeys {
+    #[serde(deserialize_with = "common::decode::nullable")]
     cni: Option<ArgsCni>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase", rename = "main.IPAMArgs")]
 struct ArgsCni {
+    // All Go pointers.
+    #[serde(deserialize_with = "common::decode::nullable")]
     sysctl: Option<SysctlMap>,
+    #[serde(deserialize_with = "common::decode::nullable")]
     mac: Option<String>,
+    #[serde(deserialize_with = "common::decode::nullable")]
     promisc: Option<bool>,
+    #[serde(deserialize_with = "common::decode::nullable")]
     mtu: Option<i64>,
+    #[serde(deserialize_with = "common::decode::nullable")]
     allmulti: Option<bool>,
-    #[serde(rename = "txQLen")]
+    #[serde(rename = "txQLen", deserialize_with = "common::decode::nullable")]
     tx_qlen: Option<i64>,
 }
 

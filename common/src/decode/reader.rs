@@ -235,6 +235,38 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// The first number between `pos` and `end` (outside strings) whose value does not fit a
+    /// float, with where it starts.
+    pub(super) fn number_out_of_float_range(&self, end: usize) -> Option<(usize, &'a str)> {
+        let mut pos = self.pos;
+        while pos < end {
+            let rest = self.text.get(pos..end)?;
+            let i = rest
+                .iter()
+                .position(|&b| b == b'"' || b == b'-' || b.is_ascii_digit())?;
+            pos += i;
+            if rest[i] == b'"' {
+                let mut string = Reader {
+                    text: self.text,
+                    pos,
+                };
+                string.skip_string().ok()?;
+                pos = string.pos;
+                continue;
+            }
+            let mut number = Reader {
+                text: self.text,
+                pos,
+            };
+            let text = number.number().ok()?;
+            if !text.parse::<f64>().is_ok_and(f64::is_finite) {
+                return Some((pos, text));
+            }
+            pos = number.pos;
+        }
+        None
+    }
+
     /// The depth of the value at `pos`, which is left where it is.
     pub(super) fn skip_value_copy(self) -> Result<usize, Error> {
         let mut copy = self;

@@ -220,7 +220,7 @@ fn numbers_are_as_strict_as_go_s() {
 #[test]
 fn a_document_that_is_not_an_object_or_not_json_is_an_error() {
     let err = text::<Conf>("[1,2]").unwrap_err();
-    assert!(err.to_string().contains("expected struct"), "{err}");
+    assert_eq!(err.to_string(), "invalid type: array, expected Conf");
     let err = text::<Conf>(r#"{"name": "#).unwrap_err();
     assert_eq!(err.to_string(), "unexpected end of JSON input");
     // The whole text is checked before anything is decoded: the syntax error wins.
@@ -639,4 +639,206 @@ fn a_document_can_stand_for_a_field_of_an_outer_struct() {
         err.go_text(),
         Some("json: cannot unmarshal number into Go struct field TuningConf.snat of type bool")
     );
+}
+
+/// Issue 26 item 4: the corners where Go decodes a key written more than once, or a `null`,
+/// otherwise than "the later value wins".
+#[derive(Debug, Deserialize, PartialEq, Default)]
+#[serde(default, rename = "main.Corners")]
+struct Corners {
+    /// A Go `*bool`.
+    #[serde(deserialize_with = "nullable")]
+    snat: Option<bool>,
+    /// A Go `bool`.
+    #[serde(rename = "masqAll")]
+    masq_all: Option<bool>,
+    /// A Go `map[string]string`.
+    #[serde(deserialize_with = "nullable")]
+    sysctl: Option<BTreeMap<String, String>>,
+    /// A Go `*[]string`.
+    #[serde(deserialize_with = "nullable")]
+    conditions: Option<Vec<String>>,
+    /// A Go struct.
+    #[serde(rename = "runtimeConfig")]
+    runtime: Runtime,
+    /// A Go `[]int`.
+    ports: Vec<u16>,
+    /// A Go `map[string]interface {}`.
+    #[serde(rename = "prevResult", deserialize_with = "nullable")]
+    prev: Option<RawObject>,
+    /// A Go `interface {}`.
+    any: Option<serde_json::Value>,
+}
+
+#[test]
+fn a_later_null_resets_a_pointer_slice_or_map_and_leaves_a_value_alone() {
+    let c: Corners =
+        text(r#"{"snat": false, "SNAT": null, "masqAll": true, "MasqAll": null}"#).unwrap();
+    assert_eq!(c.snat, None, "a *bool set nil: the default (true) applies");
+    assert_eq!(c.masq_all, Some(true), "a bool left alone");
+    let c: Corners = text(
+        r#"{"sysctl": {"a": "1"}, "Sysctl": null, "conditions": ["x"], "Conditions": null,
+            "ports": [1], "Ports": null}"#,
+    )
+    .unwrap();
+    assert_eq!((c.sysctl, c.conditions), (None, None));
+    assert!(c.ports.is_empty());
+    // What comes after the null counts again.
+    let c: Corners =
+        text(r#"{"snat": null, "SNAT": false, "sysctl": null, "Sysctl": {"b": "2"}}"#).unwrap();
+    assert_eq!(c.snat, Some(false));
+    assert_eq!(c.sysctl.unwrap().len(), 1);
+}
+
+#[test]
+fn a_repeated_object_merges_into_the_same_struct_or_map() {
+    let c: Corners = text(
+        r#"{"sysctl": {"arp_ignore": "1", "x": "a"}, "Sysctl": {"arp_announce": "2", "x": "b"},
+            "runtimeConfig": {"portMappings": [{"hostPort": 80}]},
+            "RuntimeConfig": {"portMappings": [{"containerPort": 81}, {"protocol": "udp"}]}}"#,
+    )
+    .unwrap();
+    let sysctl = c.sysctl.unwrap();
+    assert_eq!(sysctl.len(), 3, "{sysctl:?}");
+    assert_eq!(sysctl["x"], "b");
+    // The array's elements decode into the elements already there: the first merges.
+    assert_eq!(
+        c.runtime.port_mappings,
+        [
+            Mapping {
+                host_port: 80,
+                container_port: 81,
+                ..Mapping::default()
+            },
+            Mapping {
+                protocol: "udp".into(),
+                ..Mapping::default()
+            },
+        ]
+    );
+    // Go 1.19's slice: a shorter array keeps the elements past its length in the backing
+    // array, and a longer one after it decodes into them again.
+    let m: Runtime = text(
+        r#"{"portMappings": [{"hostPort": 1}, {"hostPort": 2}, {"hostPort": 3}],
+            "PortMappings": [{"protocol": "a"}],
+            "portMappingS": [{}, {"containerPort": 9}]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        m.port_mappings,
+        [
+            Mapping {
+                host_port: 1,
+                protocol: "a".into(),
+                ..Mapping::default()
+            },
+            Mapping {
+                host_port: 2,
+                container_port: 9,
+                ..Mapping::default()
+            },
+        ]
+    );
+    // Past the backing array's capacity (4, then 6) the elements are new.
+    let m: Runtime = text(
+        r#"{"portMappings": [{"hostPort": 1}, {"hostPort": 2}, {"hostPort": 3}, {"hostPort": 4}],
+            "PortMappings": [{}],
+            "portMappingS": [{}, {}, {}, {}, {}]}"#,
+    )
+    .unwrap();
+    let hosts: Vec<u16> = m.port_mappings.iter().map(|p| p.host_port).collect();
+    assert_eq!(hosts, [1, 2, 3, 4, 0]);
+    // An empty array makes a new, empty slice.
+    let m: Runtime =
+        text(r#"{"portMappings": [{"hostPort": 1}], "PortMappings": [], "portMappingS": [{}]}"#)
+            .unwrap();
+    assert_eq!(m.port_mappings, [Mapping::default()]);
+    // An untyped value and a raw object: the later replaces, the objects' entries add up.
+    let c: Corners =
+        text(r#"{"any": {"a": 1}, "ANY": [2], "prevResult": {"a": 1}, "PrevResult": {"b": 2}}"#)
+            .unwrap();
+    assert_eq!(c.any, Some(json!([2])));
+    let prev: serde_json::Value = c.prev.unwrap().into_inner().to_value().unwrap();
+    assert_eq!(prev, json!({"a": 1, "b": 2}));
+}
+
+#[test]
+fn every_occurrence_of_a_scalar_must_fit_and_the_last_that_is_not_null_stays() {
+    let err = text_of::<Conf>(r#"{"name": 5, "NAME": "n"}"#);
+    assert_eq!(
+        err.go_text(),
+        Some("json: cannot unmarshal number into Go struct field Conf.name of type string")
+    );
+    let c: Conf = text(r#"{"name": "a", "Name": null}"#).unwrap();
+    assert_eq!(c.name, "a");
+    let err = text_of::<Corners>(r#"{"ports": [1], "Ports": [70000]}"#);
+    assert_eq!(
+        err.go_text(),
+        Some(
+            "json: cannot unmarshal number 70000 into Go struct field Corners.ports of type uint16"
+        )
+    );
+}
+
+#[test]
+fn null_in_an_array_of_structs_is_a_zero_element_and_no_rust_type_name_is_ever_told() {
+    let r: Runtime = text(r#"{"portMappings": [null, {"hostPort": 1}]}"#).unwrap();
+    assert_eq!(r.port_mappings[0], Mapping::default());
+    assert_eq!(r.port_mappings[1].host_port, 1);
+    for (input, ours) in [
+        (
+            r#"{"portMappings": [5]}"#,
+            "portMappings[0]: invalid type: number 5, expected Mapping",
+        ),
+        (
+            r#"{"portMappings": {}}"#,
+            "portMappings: invalid type: object, expected []Mapping",
+        ),
+        (
+            r#"{"portMappings": [{"hostPort": 1.5}]}"#,
+            "portMappings[0].hostPort: invalid type: number 1.5, expected uint16",
+        ),
+        (
+            r#"{"portMappings": [{"hostPort": 70000}]}"#,
+            "portMappings[0].hostPort: invalid value: number 70000, expected uint16",
+        ),
+        (
+            r#"{"portMappings": [{"protocol": true}]}"#,
+            "portMappings[0].protocol: invalid type: bool true, expected string",
+        ),
+    ] {
+        let err = text_of::<Runtime>(input);
+        assert_eq!(err.to_string(), ours, "{input}");
+        for rust in [
+            "struct ",
+            "u16",
+            "i64",
+            "unit value",
+            "sequence",
+            "integer `",
+        ] {
+            assert!(!err.to_string().contains(rust), "{input}: {err}");
+        }
+    }
+}
+
+#[test]
+fn a_number_no_float_holds_anywhere_in_an_untyped_value_is_go_s_error() {
+    for input in [
+        r#"{"prevResult": {"x": [1, {"y": 1e400}]}}"#,
+        r#"{"prevResult": {"x": "1e400"}, "PrevResult": {"y": -1e999}}"#,
+        r#"{"any": 1e400}"#,
+        r#"{"any": {"a": [1e400]}, "ANY": 1}"#,
+    ] {
+        let err = text_of::<Corners>(input);
+        let go = err.go_text().unwrap_or_default();
+        assert!(
+            go.starts_with("json: cannot unmarshal number ") && go.ends_with(" of type float64"),
+            "{input}: {go}"
+        );
+    }
+    // In a string, or a large integer a float holds: fine.
+    let c: Corners =
+        text(r#"{"prevResult": {"x": "1e400", "y": 123456789012345678901234567890}}"#).unwrap();
+    assert!(c.prev.is_some());
 }

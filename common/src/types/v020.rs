@@ -14,6 +14,7 @@ use super::{CniResult, IpConfig, ResultError, Route};
 
 /// The 0.1.0/0.2.0 result in Go's field order: `cniVersion`, `ip4`, `ip6`, `dns` (always).
 #[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename = "types020.Result")]
 pub(crate) struct Result020 {
     #[serde(
         rename = "cniVersion",
@@ -21,18 +22,31 @@ pub(crate) struct Result020 {
         skip_serializing_if = "String::is_empty"
     )]
     pub(crate) cni_version: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::decode::nullable"
+    )]
     ip4: Option<IpConfig020>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::decode::nullable"
+    )]
     ip6: Option<IpConfig020>,
     #[serde(default)]
     dns: DnsWire,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
+#[serde(rename = "types020.IPConfig")]
 struct IpConfig020 {
     ip: GoIpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::decode::nullable"
+    )]
     gateway: Option<GoIp>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     routes: Vec<RouteWire>,

@@ -13,6 +13,7 @@ use super::{CniResult, Interface, IpConfig, Route};
 /// The 0.3.x/0.4.0 result in Go's field order: `cniVersion`, `interfaces`, `ips`, `routes`,
 /// then `dns`, which Go prints even when empty.
 #[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename = "types040.Result")]
 pub(crate) struct Result040 {
     #[serde(
         rename = "cniVersion",
@@ -31,6 +32,7 @@ pub(crate) struct Result040 {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
+#[serde(rename = "types040.Interface")]
 struct Interface040 {
     #[serde(default)]
     name: String,
@@ -41,14 +43,23 @@ struct Interface040 {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
+#[serde(rename = "types040.IPConfig")]
 struct IpConfig040 {
     // Go reads it but never checks it against the address; conversions recompute it.
     #[serde(default)]
     version: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::decode::nullable"
+    )]
     interface: Option<usize>,
     address: GoIpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::decode::nullable"
+    )]
     gateway: Option<GoIp>,
 }
 

@@ -14,6 +14,7 @@ use super::{CniResult, Interface, IpConfig, Route};
 
 /// The 1.x result, its fields in the byte-wise order of their keys.
 #[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename = "types100.Result")]
 pub(crate) struct Result100 {
     #[serde(
         rename = "cniVersion",
@@ -40,6 +41,7 @@ pub(crate) struct Result100 {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
+#[serde(rename = "types100.Interface")]
 struct Interface100 {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     mac: Option<String>,
@@ -60,11 +62,20 @@ struct Interface100 {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
+#[serde(rename = "types100.IPConfig")]
 struct IpConfig100 {
     address: GoIpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::decode::nullable"
+    )]
     gateway: Option<GoIp>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::decode::nullable"
+    )]
     interface: Option<usize>,
 }
 

@@ -95,9 +95,15 @@ pub(crate) fn non_empty(s: &Option<String>) -> Option<String> {
 /// Go's `types.Route` on the wire; the int fields are omitted when zero, `table` and `scope`
 /// are pointers and print even when zero.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename = "types.Route")]
 pub(crate) struct RouteWire {
     pub(crate) dst: GoIpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    // Go's `net.IP`, a slice: a null resets it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::decode::nullable"
+    )]
     pub(crate) gw: Option<GoIp>,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) mtu: u32,
@@ -105,9 +111,17 @@ pub(crate) struct RouteWire {
     pub(crate) advmss: u32,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(crate) priority: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::decode::nullable"
+    )]
     pub(crate) table: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::decode::nullable"
+    )]
     pub(crate) scope: Option<i32>,
 }
 
@@ -142,7 +156,7 @@ impl From<&Route> for RouteWire {
 
 /// Go's `types.DNS` on the wire, every key omitted when empty.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, rename = "types.DNS")]
 pub(crate) struct DnsWire {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) nameservers: Vec<String>,
