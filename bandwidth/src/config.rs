@@ -25,13 +25,31 @@ pub const MAX_LATENCY_MS: u64 = 60_000;
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default, rename = "PluginConf")]
 pub struct BandwidthKeys {
-    /// Bits per second into the container.
+    /// Bits per second into the container. The four limits are the fields of the reference's
+    /// embedded `*BandwidthEntry`: any of their keys, `null` too, makes Go allocate the entry,
+    /// which then wins over `runtimeConfig.bandwidth` (a `null` alone is 0).
+    #[serde(
+        rename(deserialize = "ingressRate\0"),
+        deserialize_with = "common::decode::present"
+    )]
     pub ingress_rate: Option<u64>,
     /// Bits of burst into the container.
+    #[serde(
+        rename(deserialize = "ingressBurst\0"),
+        deserialize_with = "common::decode::present"
+    )]
     pub ingress_burst: Option<u64>,
     /// Bits per second out of the container.
+    #[serde(
+        rename(deserialize = "egressRate\0"),
+        deserialize_with = "common::decode::present"
+    )]
     pub egress_rate: Option<u64>,
     /// Bits of burst out of the container.
+    #[serde(
+        rename(deserialize = "egressBurst\0"),
+        deserialize_with = "common::decode::present"
+    )]
     pub egress_burst: Option<u64>,
     /// TBF latency in milliseconds (default 25, as the reference).
     pub latency_ms: Option<u64>,

@@ -40,6 +40,7 @@ mod reader;
 mod syntax;
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fmt;
 
 use serde::de::{
@@ -61,6 +62,9 @@ pub struct DecodeError {
     msg: String,
     go: Option<String>,
     offset: usize,
+    /// A field a struct requires is absent: what a run of [`decode_text`] that leaves values
+    /// out may meet without Go meeting it.
+    missing: bool,
 }
 
 impl DecodeError {
@@ -114,6 +118,7 @@ impl de::Error for DecodeError {
             msg: msg.to_string(),
             go: None,
             offset: 0,
+            missing: false,
         }
     }
 }
@@ -128,6 +133,11 @@ struct Error {
     go: Option<Mismatch>,
     /// Where the innermost value the error is known to be in starts.
     offset: Option<usize>,
+    /// A required field is absent (see [`DecodeError`]).
+    missing: bool,
+    /// The field is absent from the text itself, not for a value left out
+    /// ([`Options::left_out`]): Go meets the same value, holding its zero value.
+    genuine: bool,
 }
 
 #[derive(Debug)]
@@ -150,6 +160,8 @@ impl Error {
             path: Vec::new(),
             go: None,
             offset: None,
+            missing: false,
+            genuine: false,
         }
     }
 
@@ -213,6 +225,7 @@ impl Error {
             go: self.go.map(|m| gotype::unmarshal_type_error(&m, &fields)),
             msg: self.msg,
             offset: self.offset.unwrap_or(0),
+            missing: self.missing && !self.genuine,
         }
     }
 }
@@ -225,9 +238,34 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+impl Error {
+    /// A struct's own missing field (not one of a value inside it) where nothing was left
+    /// out: Go meets it too.
+    fn missing_in_text(mut self) -> Error {
+        if self.missing && self.path.is_empty() {
+            self.genuine = true;
+        }
+        self
+    }
+
+    /// An error of a value that stands for one left out ([`Options::left_out`]): a missing
+    /// field in it is what leaving out made.
+    fn of_left_out(mut self) -> Error {
+        self.genuine = false;
+        self
+    }
+}
+
 impl de::Error for Error {
     fn custom<T: fmt::Display>(msg: T) -> Self {
         Error::msg(msg.to_string())
+    }
+
+    fn missing_field(field: &'static str) -> Self {
+        Error {
+            missing: true,
+            ..Error::msg(format!("missing field `{field}`"))
+        }
     }
 }
 
@@ -331,6 +369,40 @@ pub(crate) struct Options<'o> {
     /// The text is the value of this field of a struct of this Go type (`runtimeConfig` of
     /// `PortMapConf`): errors name their path from there.
     pub(crate) field_of: Option<(&'static str, &'static str)>,
+    /// Values starting at these offsets are left out: a decode that failed there is run again
+    /// to find the other failures ([`decode_text`]).
+    pub(crate) left_out: &'o [usize],
+    /// Fields (the struct's Go type, the field's name) whose `null` is decoded, not left out:
+    /// the field's Go type decodes itself (`UnmarshalJSON`, as `types.IPNet` does), and Go
+    /// hands it a `null` too. The field's type must take `null` ([`each`]).
+    pub(crate) null_decoded: &'static [(&'static str, &'static str)],
+    /// Where a decode notes the occurrences to leave out so that values it dropped undecoded
+    /// (a slice's or map's occurrences before a `null` or `[]` reset it, a slice's elements
+    /// past its final length) are decoded after all ([`decode_text`]).
+    pub(crate) unchecked: Option<&'o RefCell<Vec<usize>>>,
+}
+
+impl Options<'_> {
+    /// Whether the value starting at `offset` is left out.
+    fn leaves_out(&self, offset: usize) -> bool {
+        self.left_out.contains(&offset)
+    }
+
+    /// Notes that occurrence `dropped` of `occurrences` was dropped (in part) undecoded: a
+    /// decode leaving out those after it decodes it as the value.
+    fn note_unchecked(&self, occurrences: &[Source<'_>], dropped: usize) {
+        let Some(unchecked) = self.unchecked else {
+            return;
+        };
+        let mut unchecked = unchecked.borrow_mut();
+        for source in occurrences.iter().skip(dropped + 1) {
+            if let Source::Text(offset) = source
+                && !unchecked.contains(offset)
+            {
+                unchecked.push(*offset);
+            }
+        }
+    }
 }
 
 /// The key [`Options::inject_version`] sets.
@@ -352,6 +424,13 @@ const RAW_OBJECT_TOKEN: &str = "$common::decode::RawObject";
 /// The newtype name through which [`nullable`] tells our deserializer that an `Option` stands
 /// for a Go pointer, slice or map.
 const NULLABLE_TOKEN: &str = "$common::decode::nullable";
+
+/// The newtype name through which [`each`] asks our deserializer for every occurrence.
+const EACH_TOKEN: &str = "$common::decode::each";
+
+/// What a [`nullable`] value ending in `null` gives once its earlier occurrences decoded
+/// without failure ([`De::then_null`]): `None`.
+const NULL_AFTER: &str = "$common::decode::null-after";
 
 /// Decodes an `Option` field that stands for a Go pointer, slice or map (`*bool`, `*[]string`,
 /// `map[string]string`), which a later `null` of the same key resets to nil: with
@@ -377,11 +456,121 @@ where
         }
 
         fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
-            Option::<T>::deserialize(d)
+            d.deserialize_option(NullableOption(std::marker::PhantomData))
+        }
+
+        /// A key whose occurrences hold a `null` before the last: the runs of occurrences
+        /// between the `null`s, each decoded as Go decodes them (the earlier ones for their
+        /// failures only, as the `null` after them resets what they gave); the last stays.
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<T>, A::Error> {
+            let mut last = None;
+            while let Some(Run(value)) = seq.next_element::<Run<T>>()? {
+                last = value;
+            }
+            Ok(last)
+        }
+    }
+
+    /// One run of occurrences ([`Nullable::visit_seq`]).
+    struct Run<T>(Option<T>);
+
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Run<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_option(NullableOption(std::marker::PhantomData))
+                .map(Run)
+        }
+    }
+
+    /// Serde's `Option`, but for a value decoded for its failures only ([`NULL_AFTER`]).
+    struct NullableOption<T>(std::marker::PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for NullableOption<T> {
+        type Value = Option<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a value or null")
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+            match T::deserialize(d) {
+                Ok(value) => Ok(Some(value)),
+                Err(e) if e.to_string() == NULL_AFTER => Ok(None),
+                Err(e) => Err(e),
+            }
         }
     }
 
     deserializer.deserialize_newtype_struct(NULLABLE_TOKEN, Nullable(std::marker::PhantomData))
+}
+
+/// Decodes a value that, as a Go type with its own JSON decoder (`UnmarshalJSON`), Go decodes
+/// from every occurrence of its key, `null` included, each replacing the last: `T` is decoded
+/// from each in turn (so a bad earlier one fails the decode, as in Go), and the last stays.
+/// For a field: `#[serde(deserialize_with = "common::decode::each")]`.
+///
+/// # Errors
+/// The first occurrence's that fails.
+pub fn each<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Each<T>(std::marker::PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Each<T> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a value")
+        }
+
+        /// The occurrences before the last are decoded for their failures only: a field
+        /// missing from one is no failure (Go's decoder leaves it zero, and the next
+        /// occurrence replaces the value).
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
+            loop {
+                if seq.size_hint().is_some_and(|left| left > 1) {
+                    seq.next_element::<Earlier<T>>()?;
+                    continue;
+                }
+                let Some(value) = seq.next_element::<T>()? else {
+                    return Err(de::Error::custom("no value"));
+                };
+                while seq.next_element::<Earlier<T>>()?.is_some() {}
+                return Ok(value);
+            }
+        }
+
+        fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
+            T::deserialize(d)
+        }
+    }
+
+    /// An occurrence before the last ([`Each::visit_seq`]).
+    struct Earlier<T>(std::marker::PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Earlier<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            match T::deserialize(d) {
+                Ok(_) => Ok(Earlier(std::marker::PhantomData)),
+                // Serde's words for a required field absent (ours and every deserializer's).
+                Err(e) if e.to_string().starts_with("missing field `") => {
+                    Ok(Earlier(std::marker::PhantomData))
+                }
+                Err(e) => Err(e),
+            }
+        }
+    }
+
+    deserializer.deserialize_newtype_struct(EACH_TOKEN, Each(std::marker::PhantomData))
 }
 
 /// The text of a value that must be a JSON object, kept (checked, not decoded): Go's
@@ -463,14 +652,84 @@ fn validate(text: &[u8]) -> Result<Checked, DecodeError> {
         go: Some(e.msg.clone()),
         msg: e.msg,
         offset: e.offset,
+        missing: false,
     })
 }
 
 /// The deepest untyped value decoded (serde_json refuses deeper documents altogether).
 pub const MAX_UNTYPED_DEPTH: usize = 128;
 
-/// Decodes `T` from the checked `text`.
+/// Decodes `T` from the checked `text`, reporting the failure Go reports. Go decodes the text
+/// in order (a prevResult's keys sorted) and goes on past a value of the wrong type: it
+/// reports the first such value, unless a value's own decoder (an address, a CIDR) fails,
+/// which stops it there and is reported instead. The decoder here decodes each field once,
+/// from all its keys, and stops at its first failure: a decode that fails is run again with
+/// the values that failed left out, to find the others. Values Go decodes and then drops (a
+/// slice's or map's occurrences before a `null` resets it, elements past a slice's final
+/// length) are dropped here undecoded: a run that leaves out what came after them decodes
+/// them. Runs after the first happen only for such texts, a few at most. Of the failures
+/// found, the first that stops Go is reported, else the first of the others: the first in
+/// the document, or, sorted, the first met.
 fn decode_text<T: DeserializeOwned>(
+    text: &[u8],
+    index: Option<&TopIndex>,
+    options: Options<'_>,
+) -> Result<T, DecodeError> {
+    let unchecked = RefCell::new(Vec::new());
+    let mut left_out: Vec<usize> = options.left_out.to_vec();
+    let mut value = None;
+    let mut found: Vec<DecodeError> = Vec::new();
+    for run in 0..RERUNS {
+        let options = Options {
+            left_out: &left_out,
+            unchecked: Some(&unchecked),
+            ..options
+        };
+        // After a failure, the next run leaves out only what failed (to find the failures
+        // after it); after a success, what the run dropped undecoded is decoded next.
+        let outcome = decode_once::<T>(text, index, options);
+        let dropped = unchecked.take();
+        let mut more: Vec<usize> = match outcome {
+            Ok(v) => {
+                if run == 0 {
+                    value = Some(v);
+                }
+                dropped
+            }
+            // A field left missing after the first run is only what leaving values out made.
+            Err(e) if run > 0 && e.missing => Vec::new(),
+            Err(e) => {
+                let offset = e.offset;
+                found.push(e);
+                vec![offset]
+            }
+        };
+        more.retain(|o| !left_out.contains(o));
+        if more.is_empty() {
+            break;
+        }
+        left_out.extend(more);
+    }
+    if found.is_empty() {
+        return value.ok_or_else(|| de::Error::custom("no decode ran"));
+    }
+    let (stopping, going_on): (Vec<DecodeError>, Vec<DecodeError>) =
+        found.into_iter().partition(|e| e.go.is_none());
+    let first_of = |errors: Vec<DecodeError>| {
+        if options.sorted_keys {
+            errors.into_iter().next()
+        } else {
+            errors.into_iter().min_by_key(|e| e.offset)
+        }
+    };
+    let reported = first_of(stopping).or_else(|| first_of(going_on));
+    Err(reported.unwrap_or_else(|| de::Error::custom("no failure recorded")))
+}
+
+/// How many times [`decode_text`] runs a decode again.
+const RERUNS: usize = 16;
+
+fn decode_once<T: DeserializeOwned>(
     text: &[u8],
     index: Option<&TopIndex>,
     options: Options<'_>,
@@ -484,6 +743,7 @@ fn decode_text<T: DeserializeOwned>(
         index,
         many: Vec::new(),
         nullable: false,
+        then_null: false,
     })
     .map_err(|e| e.finish(options.field_of))?;
     reader.skip_ws();
@@ -498,8 +758,56 @@ fn decode_text<T: DeserializeOwned>(
 pub fn match_field(key: &str, fields: &[&str]) -> Option<usize> {
     fields
         .iter()
-        .position(|f| *f == key)
-        .or_else(|| fields.iter().position(|f| go_fold_eq(f, key)))
+        .position(|f| field_name(f) == key)
+        .or_else(|| fields.iter().position(|f| go_fold_eq(field_name(f), key)))
+}
+
+/// The mark at the end of a field's deserializing name that keeps its `null`s: such a field
+/// is handed every occurrence of its key, `null` too, even when all are `null` (where an
+/// unmarked one is left alone). Its type must take `null`, as [`present`] does.
+/// `#[serde(rename(deserialize = "ingressRate\0"))]`.
+pub const KEEPS_NULL: char = '\0';
+
+/// A field's JSON key: its deserializing name without [`KEEPS_NULL`].
+fn field_name(name: &str) -> &str {
+    name.strip_suffix(KEEPS_NULL).unwrap_or(name)
+}
+
+/// Decodes an `Option` field that stands for a Go field reached through an embedded struct
+/// pointer (bandwidth's `*BandwidthEntry`): any occurrence of its key, `null` too, makes it
+/// present (Go allocates the struct to decode into), a `null` alone as `T`'s zero value. The
+/// field must be marked [`KEEPS_NULL`] so that a `null` reaches it.
+///
+/// # Errors
+/// The inner value's.
+pub fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    struct Present<T>(std::marker::PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de> + Default> Visitor<'de> for Present<T> {
+        type Value = Option<T>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a value or null")
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Option<T>, E> {
+            Ok(Some(T::default()))
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Option<T>, E> {
+            Ok(Some(T::default()))
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+            T::deserialize(d).map(Some)
+        }
+    }
+
+    deserializer.deserialize_option(Present(std::marker::PhantomData))
 }
 
 /// Go's `equalFoldRight` for an ASCII field name: `key` equals `field` ignoring ASCII case,
@@ -541,6 +849,10 @@ struct De<'r, 'a> {
     /// The value is an `Option` standing for a Go pointer, slice or map ([`nullable`]): a
     /// later `null` resets what earlier occurrences gave it.
     nullable: bool,
+    /// The occurrences are those of a [`nullable`] value whose last is `null`: they are
+    /// decoded for their failures only, and success is the error [`NULL_AFTER`], which
+    /// [`nullable`] turns into `None`.
+    then_null: bool,
 }
 
 impl<'a> De<'_, 'a> {
@@ -558,6 +870,16 @@ impl<'a> De<'_, 'a> {
             index: None,
             many: Vec::new(),
             nullable: false,
+            then_null: false,
+        }
+    }
+
+    /// What a value decoded from several occurrences gives: itself, or, when those were
+    /// decoded for their failures only ([`De::then_null`]), [`NULL_AFTER`].
+    fn or_null<T>(then_null: bool, value: Result<T, Error>) -> Result<T, Error> {
+        match value {
+            Ok(_) if then_null => Err(Error::msg(NULL_AFTER)),
+            other => other,
         }
     }
 
@@ -599,7 +921,7 @@ impl<'a> De<'_, 'a> {
                 Ok(b) => (format!("bool {b}"), "bool"),
                 Err(e) => return e,
             },
-            Kind::Number => match self.r.number() {
+            Kind::Number => match self.number() {
                 Ok(text) => (format!("number {text}"), "number"),
                 Err(e) => return e,
             },
@@ -616,6 +938,21 @@ impl<'a> De<'_, 'a> {
             go_type,
         };
         Error::mismatch(msg, mismatch, offset)
+    }
+
+    /// The number at the reader, as Go reads it: a prevResult's went through a `float64` and
+    /// back first ([`Options::sorted_keys`]: Go's `ParsePrevResult` decodes the result into a
+    /// map of untyped values and encodes it again), so `1.0` is `1` there and an integer past
+    /// 2^53 loses its last digits.
+    fn number(&mut self) -> Result<Cow<'a, str>, Error> {
+        let text = self.r.number()?;
+        if !self.options.sorted_keys {
+            return Ok(Cow::Borrowed(text));
+        }
+        Ok(match text.parse::<f64>() {
+            Ok(f) if f.is_finite() => Cow::Owned(go_float(f)),
+            _ => Cow::Borrowed(text),
+        })
     }
 
     /// Consumes a `null` at the reader, if there is one: Go leaves a string, number or bool
@@ -655,8 +992,8 @@ impl<'a> De<'_, 'a> {
             return Err(self.mismatch(ty.go));
         }
         let offset = self.r.pos;
-        let text = self.r.number()?;
-        let ours = match Number::parse(text) {
+        let text = self.number()?;
+        let ours = match Number::parse(&text) {
             Ok(Number::Unsigned(n)) if i128::from(n) <= ty.max => return visitor.visit_u64(n),
             // Number::parse reads every literal with a minus sign as signed, `-0` included.
             Ok(Number::Signed(n)) if ty.min < 0 && i128::from(n) >= ty.min => {
@@ -686,8 +1023,8 @@ impl<'a> De<'_, 'a> {
             return Err(self.mismatch(go_type));
         }
         let offset = self.r.pos;
-        let text = self.r.number()?;
-        match Number::float(text) {
+        let text = self.number()?;
+        match Number::float(&text) {
             Ok(f) => visitor.visit_f64(f),
             Err(e) => Err(Error::mismatch(
                 e.msg,
@@ -707,7 +1044,10 @@ impl<'a> De<'_, 'a> {
         self.r.skip_ws();
         let mut copy = *self.r;
         copy.skip_value()?;
-        match self.r.number_out_of_float_range(copy.pos) {
+        match self
+            .r
+            .number_out_of_float_range(copy.pos, self.options.left_out)
+        {
             Some((offset, text)) => Err(Error::mismatch(
                 format!("number {text} out of range"),
                 Mismatch {
@@ -741,7 +1081,12 @@ impl<'a> De<'_, 'a> {
         visitor: V,
     ) -> Result<V::Value, Error> {
         let inject = self.options.inject_version.filter(|_| self.top);
-        let mut picker = Picker::new(fields, self.options.sorted_keys, inject.is_some());
+        let mut picker = Picker::new(
+            fields,
+            self.options.sorted_keys,
+            inject.is_some(),
+            self.options.left_out,
+        );
         let text = self.r.text;
         let end = match self.index.filter(|_| self.top && objects.is_empty()) {
             Some(index) => {
@@ -767,15 +1112,23 @@ impl<'a> De<'_, 'a> {
                 None
             }
         };
-        let winners = picker.finish(text, inject);
-        let value = visitor.visit_map(StructAccess {
-            r: &mut *self.r,
-            options: self.options,
-            owner,
-            fields,
-            winners: winners.into_iter(),
-            current: None,
-        })?;
+        let null_decoded = self.options.null_decoded;
+        let skipped = picker.skipped;
+        let winners = picker.finish(text, inject, |field| {
+            fields.get(field).is_some_and(|name| {
+                name.ends_with(KEEPS_NULL) || null_decoded.contains(&(owner, *name))
+            })
+        });
+        let value = visitor
+            .visit_map(StructAccess {
+                r: &mut *self.r,
+                options: self.options,
+                owner,
+                fields,
+                winners: winners.into_iter(),
+                current: None,
+            })
+            .map_err(|e| if skipped { e } else { e.missing_in_text() })?;
         if let Some(end) = end {
             self.r.pos = end;
         }
@@ -825,6 +1178,7 @@ impl<'a> De<'_, 'a> {
         check: impl Fn(De<'_, 'a>) -> Result<(), Error>,
         decode: impl FnOnce(De<'_, 'a>) -> Result<T, Error>,
     ) -> Result<T, Error> {
+        let then_null = self.then_null;
         let sources = std::mem::take(&mut self.many);
         let text = self.r.text;
         let Some(last) = sources
@@ -840,7 +1194,8 @@ impl<'a> De<'_, 'a> {
                     .map_err(|e| e.at(source.offset()))?;
             }
         }
-        De::at(self.r, self.options, self.untyped, sources[last], decode)
+        let value = De::at(self.r, self.options, self.untyped, sources[last], decode);
+        De::or_null(then_null, value)
     }
 
     /// Where the elements of the array at the reader start.
@@ -865,21 +1220,45 @@ impl<'a> De<'_, 'a> {
     /// longer array decodes into them again, unless the slice grew meanwhile (a new backing
     /// array of capacity `cap + cap/2`, at least 4, holding only the elements within the
     /// length); an empty array makes a new empty slice.
+    /// A `null` among `arrays` resets the slice as an empty array does (to nil). Elements
+    /// dropped this way were decoded by Go all the same: they are noted
+    /// ([`Options::note_unchecked`]).
     fn merged_array(&mut self, arrays: &[Source<'a>]) -> Result<Vec<Vec<Source<'a>>>, Error> {
-        let mut slots: Vec<Vec<Source<'a>>> = Vec::new();
+        // Each element's occurrences, with the array each is in.
+        let mut slots: Vec<Vec<(usize, Source<'a>)>> = Vec::new();
         let (mut len, mut cap) = (0usize, 0usize);
-        for array in arrays {
+        let mut dropped: Option<usize> = None;
+        let mut drop = |slots: &mut Vec<Vec<(usize, Source<'a>)>>, from: usize| {
+            for slot in slots.drain(from.min(slots.len())..) {
+                if let Some(&(array, _)) = slot.last() {
+                    dropped = dropped.max(Some(array));
+                }
+            }
+        };
+        let text = self.r.text;
+        for (n, array) in arrays.iter().enumerate() {
+            if array.is_null(text) {
+                (len, cap) = (0, 0);
+                drop(&mut slots, 0);
+                continue;
+            }
             self.r.pos = array.offset();
             let elements = self.element_starts()?;
             for (i, start) in elements.iter().enumerate() {
                 if i >= cap {
                     cap = (cap + cap / 2).max(4);
-                    slots.truncate(len);
+                    drop(&mut slots, len);
                     slots.resize_with(cap, Vec::new);
                 }
                 len = len.max(i + 1);
+                let source = if self.options.leaves_out(*start) {
+                    // Left out: a null keeps its place.
+                    Source::Injected(b"null")
+                } else {
+                    Source::Text(*start)
+                };
                 if let Some(slot) = slots.get_mut(i) {
-                    slot.push(Source::Text(*start));
+                    slot.push((n, source));
                 }
             }
             if elements.len() < len {
@@ -887,11 +1266,32 @@ impl<'a> De<'_, 'a> {
             }
             if elements.is_empty() {
                 (len, cap) = (0, 0);
-                slots.clear();
+                drop(&mut slots, 0);
             }
         }
-        slots.truncate(len);
-        Ok(slots)
+        drop(&mut slots, len);
+        if let Some(array) = dropped {
+            self.options.note_unchecked(arrays, array);
+        }
+        Ok(slots
+            .into_iter()
+            .map(|slot| slot.into_iter().map(|(_, source)| source).collect())
+            .collect())
+    }
+}
+
+/// `f` as Go's `encoding/json` writes a `float64`: the shortest text that reads back as `f`,
+/// with an exponent (`1e+21`, `1.5e-7`) below 1e-6 and from 1e21 on.
+fn go_float(f: f64) -> String {
+    let abs = f.abs();
+    if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
+        let text = format!("{f:e}");
+        match text.split_once('e') {
+            Some((mantissa, exp)) if !exp.starts_with('-') => format!("{mantissa}e+{exp}"),
+            _ => text,
+        }
+    } else {
+        format!("{f}")
     }
 }
 
@@ -920,6 +1320,8 @@ fn merged_objects(text: &[u8], objects: &[(usize, usize)]) -> Vec<u8> {
 struct Picker<'a> {
     fields: &'static [&'static str],
     sorted: bool,
+    /// Entries whose value starts at one of these are left out ([`Options::left_out`]).
+    left_out: &'a [usize],
     /// Normal: one slot per field, its occurrences in document order.
     slots: Vec<Option<Winner<'a>>>,
     /// Sorted: every key naming a field, resolved at the end.
@@ -928,6 +1330,8 @@ struct Picker<'a> {
     watch_version: bool,
     /// The span of that key's last value.
     exact_version: Option<(usize, usize)>,
+    /// Whether an entry was left out.
+    skipped: bool,
 }
 
 /// A key naming a field, offered in sorted mode.
@@ -939,7 +1343,12 @@ struct Offered<'a> {
 }
 
 impl<'a> Picker<'a> {
-    fn new(fields: &'static [&'static str], sorted: bool, watch_version: bool) -> Picker<'a> {
+    fn new(
+        fields: &'static [&'static str],
+        sorted: bool,
+        watch_version: bool,
+        left_out: &'a [usize],
+    ) -> Picker<'a> {
         let mut slots = Vec::new();
         if !sorted {
             slots.resize_with(fields.len(), || None);
@@ -947,15 +1356,21 @@ impl<'a> Picker<'a> {
         Picker {
             fields,
             sorted,
+            left_out,
             slots,
             all: Vec::new(),
             watch_version,
             exact_version: None,
+            skipped: false,
         }
     }
 
     /// The entry `key` whose value spans `start..end`.
     fn offer(&mut self, key: Cow<'a, str>, start: usize, end: usize) {
+        if self.left_out.contains(&start) {
+            self.skipped = true;
+            return;
+        }
         if self.watch_version && key == INJECTED_KEY {
             self.exact_version = Some((start, end));
         }
@@ -988,8 +1403,13 @@ impl<'a> Picker<'a> {
     /// a field whose every occurrence is `null` is left out (Go leaves it alone, or sets a
     /// pointer it never set to nil: its default either way). With `inject`, the top-level
     /// `CNIVersion` Go's `ParsePrevResult` adds unless `text` has it with a value other than
-    /// `""`.
-    fn finish(mut self, text: &[u8], inject: Option<&'a [u8]>) -> Vec<Winner<'a>> {
+    /// `""`. A field for which `null_decoded` holds keeps its `null`s.
+    fn finish(
+        mut self,
+        text: &[u8],
+        inject: Option<&'a [u8]>,
+        null_decoded: impl Fn(usize) -> bool,
+    ) -> Vec<Winner<'a>> {
         if let Some(version) = inject {
             let has_version = self
                 .exact_version
@@ -1025,7 +1445,7 @@ impl<'a> Picker<'a> {
             winners.sort_by_key(|w| w.order);
             winners
         };
-        winners.retain(|w| !w.sources().all(|s| s.is_null(text)));
+        winners.retain(|w| null_decoded(w.field) || !w.sources().all(|s| s.is_null(text)));
         winners
     }
 }
@@ -1135,7 +1555,7 @@ impl<'a> MapAccess<'a> for StructAccess<'_, 'a> {
             .current
             .take()
             .ok_or_else(|| Error::msg("value requested before key"))?;
-        let name = self.fields.get(winner.field).copied().unwrap_or_default();
+        let name = field_name(self.fields.get(winner.field).copied().unwrap_or_default());
         let start = winner.first.offset();
         let result = if winner.more.is_empty() {
             De::at(self.r, self.options, false, winner.first, |de| {
@@ -1163,6 +1583,8 @@ struct ArrayAccess<'r, 'a> {
     untyped: bool,
     index: usize,
     done: bool,
+    /// Whether an element was read (or skipped): the next follows a comma.
+    started: bool,
 }
 
 impl ArrayAccess<'_, '_> {
@@ -1172,9 +1594,11 @@ impl ArrayAccess<'_, '_> {
             self.done = true;
             return Ok(None);
         }
-        if self.index > 0 {
+        if self.started {
             self.r.eat(b',')?;
         }
+        self.started = true;
+        self.r.skip_ws();
         self.index += 1;
         Ok(Some(self.index - 1))
     }
@@ -1200,6 +1624,15 @@ impl<'a> SeqAccess<'a> for ArrayAccess<'_, 'a> {
         };
         self.r.skip_ws();
         let start = self.r.pos;
+        if self.options.leaves_out(start) {
+            // Left out: a null in its place keeps the indexes of the others.
+            self.r.skip_value()?;
+            let mut null = Reader::new(b"null");
+            return seed
+                .deserialize(De::one(&mut null, self.options, self.untyped))
+                .map(Some)
+                .map_err(|e| e.of_left_out().at(start).in_index(index));
+        }
         seed.deserialize(De::one(self.r, self.options, self.untyped))
             .map(Some)
             .map_err(|e| e.at(start).in_index(index))
@@ -1213,6 +1646,9 @@ struct MergedArray<'r, 'a> {
     options: Options<'a>,
     untyped: bool,
     elements: std::iter::Enumerate<std::vec::IntoIter<Vec<Source<'a>>>>,
+    /// Whether the elements are an array's (their index is part of an error's path), or
+    /// the occurrences of one value ([`each`]).
+    indexed: bool,
 }
 
 impl<'a> SeqAccess<'a> for MergedArray<'_, 'a> {
@@ -1228,6 +1664,7 @@ impl<'a> SeqAccess<'a> for MergedArray<'_, 'a> {
         let Some(&first) = sources.first() else {
             return Err(Error::msg("an element with no value"));
         };
+        let left_out = sources.iter().any(|s| matches!(s, Source::Injected(_)));
         let result = if sources.len() == 1 {
             De::at(self.r, self.options, self.untyped, first, |de| {
                 seed.deserialize(de)
@@ -1238,13 +1675,53 @@ impl<'a> SeqAccess<'a> for MergedArray<'_, 'a> {
                 ..De::one(self.r, self.options, self.untyped)
             })
         };
-        result
-            .map(Some)
-            .map_err(|e| e.at(first.offset()).in_index(index))
+        result.map(Some).map_err(|e| {
+            let e = if left_out { e.of_left_out() } else { e };
+            let e = e.at(first.offset());
+            if self.indexed { e.in_index(index) } else { e }
+        })
     }
 
     fn size_hint(&self) -> Option<usize> {
         Some(self.elements.len())
+    }
+}
+
+/// The runs of occurrences of a [`nullable`] value reset by a `null` before its last
+/// occurrence (see `Nullable::visit_seq`): each a nullable value of its own.
+struct Runs<'r, 'a> {
+    r: &'r mut Reader<'a>,
+    options: Options<'a>,
+    untyped: bool,
+    runs: std::vec::IntoIter<Vec<Source<'a>>>,
+}
+
+impl<'a> SeqAccess<'a> for Runs<'_, 'a> {
+    type Error = Error;
+
+    fn next_element_seed<T: DeserializeSeed<'a>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, Error> {
+        let Some(run) = self.runs.next() else {
+            return Ok(None);
+        };
+        let first = run.first().copied();
+        let result = match run[..] {
+            [only] => De::at(self.r, self.options, self.untyped, only, |mut de| {
+                de.nullable = true;
+                seed.deserialize(de)
+            }),
+            _ => seed.deserialize(De {
+                many: run,
+                nullable: true,
+                ..De::one(self.r, self.options, self.untyped)
+            }),
+        };
+        result.map(Some).map_err(|e| match first {
+            Some(f) => e.at(f.offset()),
+            None => e,
+        })
     }
 }
 
@@ -1264,33 +1741,39 @@ struct ObjectAccess<'r, 'a> {
 
 impl<'a> ObjectAccess<'_, 'a> {
     /// Moves to the next entry and reads its key, or `None` past the last closing brace.
+    /// Entries left out ([`Options::left_out`]) are skipped.
     fn advance(&mut self) -> Result<Option<Cow<'a, str>>, Error> {
         loop {
             if self.done {
                 return Ok(None);
             }
-            if !self.r.eat_if(b'}') {
-                break;
-            }
-            match self.then.next() {
-                Some(next) => {
-                    self.r.pos = next;
-                    self.r.eat(b'{')?;
-                    self.first = true;
+            if self.r.eat_if(b'}') {
+                match self.then.next() {
+                    Some(next) => {
+                        self.r.pos = next;
+                        self.r.eat(b'{')?;
+                        self.first = true;
+                        continue;
+                    }
+                    None => {
+                        self.done = true;
+                        return Ok(None);
+                    }
                 }
-                None => {
-                    self.done = true;
-                    return Ok(None);
-                }
             }
+            if !self.first {
+                self.r.eat(b',')?;
+            }
+            self.first = false;
+            let key = self.r.string()?;
+            self.r.eat(b':')?;
+            self.r.skip_ws();
+            if self.options.leaves_out(self.r.pos) {
+                self.r.skip_value()?;
+                continue;
+            }
+            return Ok(Some(key));
         }
-        if !self.first {
-            self.r.eat(b',')?;
-        }
-        self.first = false;
-        let key = self.r.string()?;
-        self.r.eat(b':')?;
-        Ok(Some(key))
     }
 
     /// Skips what the visitor left of the object.
@@ -1565,9 +2048,10 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
                 }
             }
             let last = *sources.last().ok_or_else(|| Error::msg("no value"))?;
-            return De::at(self.r, self.options, self.untyped, last, |de| {
+            let value = De::at(self.r, self.options, self.untyped, last, |de| {
                 de.deserialize_any(visitor)
             });
+            return De::or_null(self.then_null, value);
         }
         match self.r.kind()? {
             Kind::Null => {
@@ -1577,8 +2061,8 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
             Kind::Bool => visitor.visit_bool(self.r.boolean()?),
             Kind::Number => {
                 let offset = self.r.pos;
-                let text = self.r.number()?;
-                match Number::parse(text) {
+                let text = self.number()?;
+                match Number::parse(&text) {
                     Ok(number) => number.visit(visitor),
                     Err(e) => Err(Error::mismatch(
                         e.msg,
@@ -1700,13 +2184,35 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     fn deserialize_option<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
         if !self.many.is_empty() {
             let nullable = std::mem::take(&mut self.nullable);
+            let text = self.r.text;
+            let ends_null = self.many.last().is_some_and(|s| s.is_null(text));
+            if nullable && ends_null {
+                // Go decodes every occurrence before the null: a value of the wrong type
+                // among them fails the decode, though the pointer ends nil.
+                let checked: Vec<Source<'a>> = std::mem::take(&mut self.many)
+                    .into_iter()
+                    .filter(|s| !s.is_null(text))
+                    .collect();
+                if checked.is_empty() {
+                    return visitor.visit_none();
+                }
+                return visitor.visit_some(De {
+                    many: checked,
+                    then_null: true,
+                    ..De::one(self.r, self.options, self.untyped)
+                });
+            }
             let mut kept = self.kept(nullable);
             let Some(&last) = kept.last() else {
                 return visitor.visit_none();
             };
-            let text = self.r.text;
             if matches!(last, Source::Text(pos) if text.get(pos..).is_some_and(|t| t.starts_with(b"\"\"")))
             {
+                // Unset; what came before is decoded by a run that leaves the `""` out, as
+                // Go decodes it (`Options::note_unchecked`).
+                if let Some(before) = kept.len().checked_sub(2) {
+                    self.options.note_unchecked(&kept, before);
+                }
                 return visitor.visit_none();
             }
             if let [only] = kept[..] {
@@ -1760,7 +2266,56 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     ) -> Result<V::Value, Error> {
         if name == NULLABLE_TOKEN {
             self.nullable = true;
+            let text = self.r.text;
+            let reset = self.many.split_last().is_some_and(|(last, earlier)| {
+                !last.is_null(text) && earlier.iter().any(|s| s.is_null(text))
+            });
+            if reset {
+                // Runs ending in a `null` (each followed by it), then the last run.
+                let mut runs = Vec::new();
+                let mut run = Vec::new();
+                for source in std::mem::take(&mut self.many) {
+                    let null = source.is_null(text);
+                    if !null || !run.is_empty() {
+                        run.push(source);
+                    }
+                    if null && !run.is_empty() {
+                        runs.push(std::mem::take(&mut run));
+                    }
+                }
+                runs.push(run);
+                return visitor.visit_seq(Runs {
+                    r: &mut *self.r,
+                    options: self.options,
+                    untyped: self.untyped,
+                    runs: runs.into_iter(),
+                });
+            }
             return visitor.visit_newtype_struct(self);
+        }
+        if name == EACH_TOKEN {
+            // Every occurrence, `null` too, as a sequence: Go calls a value's own decoder on
+            // each ([`each`]).
+            let then_null = self.then_null;
+            let sources = if self.many.is_empty() {
+                self.r.skip_ws();
+                vec![Source::Text(self.r.pos)]
+            } else {
+                std::mem::take(&mut self.many)
+            };
+            let value = visitor.visit_seq(MergedArray {
+                r: &mut *self.r,
+                options: self.options,
+                untyped: self.untyped,
+                elements: sources
+                    .into_iter()
+                    .map(|s| vec![s])
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .enumerate(),
+                indexed: false,
+            });
+            return De::or_null(then_null, value);
         }
         if name != RAW_TOKEN && name != RAW_OBJECT_TOKEN {
             return visitor.visit_newtype_struct(self);
@@ -1769,6 +2324,7 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
         if !self.many.is_empty() {
             // Go decodes each occurrence into the one struct (`runtimeConfig`) or map
             // (`prevResult`): the text handed on holds the entries of each object in turn.
+            let then_null = self.then_null;
             let sources = self.kept(false);
             let text = self.r.text;
             let mut objects = Vec::new();
@@ -1783,7 +2339,7 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
                     // Refused when the plugin decodes it, as Go refuses it.
                     self.r.skip_value()?;
                     let value = text.get(start..self.r.pos).unwrap_or_default();
-                    return visitor.visit_borrowed_bytes(value);
+                    return De::or_null(then_null, visitor.visit_borrowed_bytes(value));
                 }
                 if object_only {
                     self.untyped_numbers()?;
@@ -1791,7 +2347,10 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
                 self.r.skip_value()?;
                 objects.push((start, self.r.pos));
             }
-            return visitor.visit_byte_buf(merged_objects(text, &objects));
+            return De::or_null(
+                then_null,
+                visitor.visit_byte_buf(merged_objects(text, &objects)),
+            );
         }
         if object_only {
             match self.r.kind()? {
@@ -1809,8 +2368,9 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     fn deserialize_seq<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
         if !self.many.is_empty() {
             // A slice: a `null` resets it; each array after decodes into it (`merged_array`).
-            let arrays = self.kept(true);
-            for array in &arrays {
+            let arrays = std::mem::take(&mut self.many);
+            let text = self.r.text;
+            for array in arrays.iter().filter(|a| !a.is_null(text)) {
                 self.r.pos = array.offset();
                 if self.r.kind()? != Kind::Array {
                     let go = format!("[]{}", gotype::element_of(visitor));
@@ -1818,12 +2378,14 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
                 }
             }
             let elements = self.merged_array(&arrays)?;
-            return visitor.visit_seq(MergedArray {
+            let value = visitor.visit_seq(MergedArray {
                 r: &mut *self.r,
                 options: self.options,
                 untyped: self.untyped,
                 elements: elements.into_iter().enumerate(),
+                indexed: true,
             });
+            return De::or_null(self.then_null, value);
         }
         if self.null()? {
             // Go's nil slice.
@@ -1840,6 +2402,7 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
             untyped: self.untyped,
             index: 0,
             done: false,
+            started: false,
         };
         let value = visitor.visit_seq(&mut access)?;
         access.finish()?;
@@ -1860,6 +2423,7 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
     }
 
     fn deserialize_map<V: Visitor<'a>>(mut self, visitor: V) -> Result<V::Value, Error> {
+        let then_null = self.then_null;
         let mut starts = Vec::new();
         if self.many.is_empty() {
             if self.null()? {
@@ -1872,7 +2436,14 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
             self.r.skip_ws();
             starts.push(self.r.pos);
         } else {
-            // A map: a `null` resets it; each object after adds its entries.
+            // A map: a `null` resets it; each object after adds its entries. Those before
+            // were decoded by Go all the same: noted (`Options::note_unchecked`).
+            let text = self.r.text;
+            if let Some(reset) = self.many.iter().rposition(|s| s.is_null(text))
+                && let Some(dropped) = self.many[..reset].iter().rposition(|s| !s.is_null(text))
+            {
+                self.options.note_unchecked(&self.many, dropped);
+            }
             starts = self.kept(true).iter().map(|s| s.offset()).collect();
         }
         for start in &starts {
@@ -1884,9 +2455,12 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
         }
         let mut starts = starts.into_iter();
         let Some(first) = starts.next() else {
-            return visitor.visit_map(de::value::MapDeserializer::new(
-                std::iter::empty::<((), ())>(),
-            ));
+            return De::or_null(
+                then_null,
+                visitor.visit_map(de::value::MapDeserializer::new(
+                    std::iter::empty::<((), ())>(),
+                )),
+            );
         };
         self.r.pos = first;
         self.r.eat(b'{')?;
@@ -1901,7 +2475,7 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
         };
         let value = visitor.visit_map(&mut access)?;
         access.finish()?;
-        Ok(value)
+        De::or_null(then_null, Ok(value))
     }
 
     /// A struct: its fields from the object's entries, or, of a key written more than once,
@@ -1914,6 +2488,8 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
         visitor: V,
     ) -> Result<V::Value, Error> {
         let owner = self.struct_type(name);
+        let then_null = self.then_null;
+        let left_out = self.many.iter().any(|s| matches!(s, Source::Injected(_)));
         let objects = if self.many.is_empty() {
             match self.r.kind()? {
                 Kind::Object => return self.visit_struct(owner, fields, &[], visitor),
@@ -1934,11 +2510,16 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
             objects
         };
         if objects.is_empty() {
-            return visitor.visit_map(de::value::MapDeserializer::new(
-                std::iter::empty::<((), ())>(),
-            ));
+            // `null`: Go's zero struct, whose missing fields Go meets too.
+            let value = visitor
+                .visit_map(de::value::MapDeserializer::new(
+                    std::iter::empty::<((), ())>(),
+                ))
+                .map_err(|e: Error| if left_out { e } else { e.missing_in_text() });
+            return De::or_null(then_null, value);
         }
-        self.visit_struct(owner, fields, &objects, visitor)
+        let value = self.visit_struct(owner, fields, &objects, visitor);
+        De::or_null(then_null, value)
     }
 
     fn deserialize_enum<V: Visitor<'a>>(
@@ -1981,7 +2562,7 @@ impl<'a> Deserializer<'a> for De<'_, 'a> {
                 }
             }
         }
-        visitor.visit_unit()
+        De::or_null(self.then_null, visitor.visit_unit())
     }
 }
 

@@ -69,6 +69,20 @@ fn owner(call: &Call, network: &str) -> Owner {
 /// ADD, CHECK and STATUS: every key validated.
 fn parse(call: &Call) -> Result<Parsed<WireConf>, CniError> {
     let conf: NetConf<WireConf> = call.conf().map_err(|e| e.with_decode_lead(DECODE_LEAD))?;
+    validated(call, conf)
+}
+
+/// ADD and CHECK: the prevResult they need is looked at before the keys are validated, as the
+/// reference does (its `parseConf` parses the prevResult, the backend and the policy are
+/// checked later).
+fn parse_chained(call: &Call) -> Result<(Parsed<WireConf>, CniResult), CniError> {
+    let conf: NetConf<WireConf> = call.conf().map_err(|e| e.with_decode_lead(DECODE_LEAD))?;
+    let result = required_prev_result(&conf)?;
+    Ok((validated(call, conf)?, result))
+}
+
+/// A decoded configuration, its keys validated.
+fn validated(call: &Call, conf: NetConf<WireConf>) -> Result<Parsed<WireConf>, CniError> {
     let config = Config::from_wire(&conf.plugin)?;
     let owner = owner(call, &conf.name);
     Ok(Parsed {
@@ -136,16 +150,14 @@ impl Plugin for Firewall {
     }
 
     fn add(&self, call: &Call) -> Result<CniResult, CniError> {
-        let p = parse(call)?;
-        let result = required_prev_result(&p.conf)?;
+        let (p, result) = parse_chained(call)?;
         let target = Target::from_result(&result, &p.config)?;
         backend_for(&p.config)?.add(&p.owner, &target)?;
         Ok(result)
     }
 
     fn check(&self, call: &Call) -> Result<(), CniError> {
-        let p = parse(call)?;
-        let result = required_prev_result(&p.conf)?;
+        let (p, result) = parse_chained(call)?;
         let target = Target::from_result(&result, &p.config)?;
         backend_for(&p.config)?.check(&p.owner, &target)?;
         Ok(())

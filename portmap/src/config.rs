@@ -34,6 +34,10 @@ pub struct PortmapKeys {
     conditions_v4: Option<Vec<String>>,
     #[serde(rename = "conditionsV6", deserialize_with = "common::decode::nullable")]
     conditions_v6: Option<Vec<String>>,
+    /// Decoded with the rest, as Go decodes its struct: of two values of the wrong type, one
+    /// here and one elsewhere, the first in the document is the one reported.
+    #[serde(rename = "runtimeConfig")]
+    runtime_config: RuntimeConfig,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -42,8 +46,9 @@ pub struct PortmapKeys {
     rename = "struct { PortMaps []main.PortMapEntry \"json:\\\"portMappings,omitempty\\\"\" }"
 )]
 struct RuntimeConfig {
-    #[serde(rename = "portMappings")]
-    port_mappings: Vec<WireMapping>,
+    // A Go slice: a `null` resets it.
+    #[serde(rename = "portMappings", deserialize_with = "common::decode::nullable")]
+    port_mappings: Option<Vec<WireMapping>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -385,8 +390,9 @@ fn classify(raw: &Option<Vec<String>>) -> Option<Backend> {
 /// Code 7 with the reference's message where it has one, naming the offending key or mapping
 /// entry in the details.
 pub fn parse(conf: &NetConf<PortmapKeys>) -> Result<Config, CniError> {
-    let rc: RuntimeConfig = conf.runtime_config()?;
-    Ok(validate(&conf.name, &conf.plugin, &rc.port_mappings)?)
+    let rc = &conf.plugin.runtime_config;
+    let mappings = rc.port_mappings.as_deref().unwrap_or_default();
+    Ok(validate(&conf.name, &conf.plugin, mappings)?)
 }
 
 /// `prevResult`, parsed as the reference's `parseConfig` does, whose failure it words
@@ -526,6 +532,24 @@ fn validate(
     // The reference's own checks of every entry first, so its message wins where it refuses.
     for (i, m) in wire.iter().enumerate() {
         reference_port_checks(i, m)?;
+    }
+    // The reference hands iptables conditions to iptables as arguments, which refuses an
+    // empty one (when there is work for the family, after the chains were made); nftables
+    // conditions are text, where it is nothing. A list led by an empty entry is no backend's:
+    // the reference passes it on as iptables arguments.
+    for (key, raw, kind) in [
+        ("conditionsV4", &keys.conditions_v4, v4_kind),
+        ("conditionsV6", &keys.conditions_v6, v6_kind),
+    ] {
+        if kind == Some(Backend::Nftables) {
+            continue;
+        }
+        if let Some(i) = raw.iter().flatten().position(String::is_empty) {
+            return Err(invalid(
+                format!("empty iptables condition in {key}"),
+                format!("{key}[{i}] is \"\": iptables refuses an empty argument"),
+            ));
+        }
     }
     let mappings = wire
         .iter()
@@ -937,6 +961,23 @@ mod tests {
             c.conditions_v4,
             Conditions::Iptables(vec!["-s".into(), "1.2.3.4".into()])
         );
+    }
+
+    #[test]
+    fn an_empty_iptables_condition_is_refused_as_iptables_refuses_it() {
+        // `null` decodes as "" (Go's zero string), as in the reference.
+        for conditions in [
+            json!(["-s", ""]),
+            json!([""]),
+            json!([null, "-s", "1.2.3.4"]),
+        ] {
+            let err = conf(json!({"conditionsV6": conditions})).unwrap_err();
+            assert_eq!(err.code.as_u32(), 7, "{conditions}");
+            assert_eq!(err.msg, "empty iptables condition in conditionsV6");
+        }
+        // Whitespace in nftables text.
+        let c = conf(json!({"conditionsV4": ["ip saddr 10.0.0.0/8", ""]})).unwrap();
+        assert!(matches!(c.conditions_v4, Conditions::Nftables(_)));
     }
 
     #[test]

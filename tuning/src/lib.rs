@@ -79,8 +79,10 @@ impl Plugin for Tuning {
             allowlist.check(&config)?;
         }
         let mut result = conf.prev_result()?.ok_or(TuningError::MissingPrevResult)?;
+        // Opened also with nothing to set, as the reference enters it whatever it sets: a
+        // `CNI_NETNS` that is no namespace fails the same way.
+        let ns = call.open_netns()?;
         if !config.is_empty() {
-            let ns = call.open_netns()?;
             let store = BackupStore::new(&config.data_dir);
             apply::add(&ns, &config, attachment(&conf.name, call), &store)?;
         }

@@ -236,8 +236,12 @@ impl<'a> Reader<'a> {
     }
 
     /// The first number between `pos` and `end` (outside strings) whose value does not fit a
-    /// float, with where it starts.
-    pub(super) fn number_out_of_float_range(&self, end: usize) -> Option<(usize, &'a str)> {
+    /// float, with where it starts; numbers starting at one of `skipped` are not looked at.
+    pub(super) fn number_out_of_float_range(
+        &self,
+        end: usize,
+        skipped: &[usize],
+    ) -> Option<(usize, &'a str)> {
         let mut pos = self.pos;
         while pos < end {
             let rest = self.text.get(pos..end)?;
@@ -259,7 +263,7 @@ impl<'a> Reader<'a> {
                 pos,
             };
             let text = number.number().ok()?;
-            if !text.parse::<f64>().is_ok_and(f64::is_finite) {
+            if !skipped.contains(&pos) && !text.parse::<f64>().is_ok_and(f64::is_finite) {
                 return Some((pos, text));
             }
             pos = number.pos;

@@ -842,3 +842,113 @@ fn a_number_no_float_holds_anywhere_in_an_untyped_value_is_go_s_error() {
         text(r#"{"prevResult": {"x": "1e400", "y": 123456789012345678901234567890}}"#).unwrap();
     assert!(c.prev.is_some());
 }
+
+/// Every value Go decodes fails as in Go, also one a later `null`, `[]` or `""` discards, or
+/// one past a slice's final length.
+#[test]
+fn what_a_later_occurrence_discards_is_still_decoded() {
+    for (input, field) in [
+        // A pointer, slice or map reset by a null in the middle.
+        (
+            r#"{"conditions": [5], "Conditions": null, "conditions": ["a"]}"#,
+            "conditions",
+        ),
+        (
+            r#"{"sysctl": {"a": 1}, "Sysctl": null, "sysctl": {"b": "2"}}"#,
+            "sysctl",
+        ),
+        (r#"{"ports": ["x"], "Ports": null, "ports": [1]}"#, "ports"),
+        // Or at the end.
+        (r#"{"ports": ["x"], "Ports": null}"#, "ports"),
+        // An empty array makes a new empty slice.
+        (r#"{"ports": [1, "x"], "Ports": []}"#, "ports"),
+        // Elements past the final length.
+        (r#"{"ports": [1, 2, "x"], "Ports": [3]}"#, "ports"),
+        // An empty string means unset, after what came before.
+        (r#"{"masqAll": 5, "MasqAll": ""}"#, "masqAll"),
+    ] {
+        let err = text_of::<Corners>(input);
+        assert!(
+            err.go_text()
+                .is_some_and(|go| go.contains(&format!("Go struct field Corners.{field} "))),
+            "{input}: {err} ({:?})",
+            err.go_text()
+        );
+    }
+    // Of several, the first in the document.
+    let err = text_of::<Corners>(r#"{"ports": [1, "x"], "snat": 1, "Ports": [2]}"#);
+    assert_eq!(err.path(), "ports[1]", "{err}");
+    // Discarded values that fit leave the value the later occurrences gave.
+    let c: Corners =
+        text(r#"{"ports": [1, 2, 3], "Ports": [4], "sysctl": {"a": "1"}, "Sysctl": null}"#)
+            .unwrap();
+    assert_eq!((c.ports, c.sysctl), (vec![4], None));
+}
+
+#[derive(Debug, Deserialize, PartialEq, Default)]
+#[serde(rename = "main.Entry")]
+struct Entry {
+    /// Required: a result's address.
+    address: String,
+    #[serde(default)]
+    gateway: Option<String>,
+}
+
+/// A value whose Go type decodes itself (`UnmarshalJSON`), replaced by each occurrence.
+#[derive(Debug, PartialEq)]
+struct Whole(Entry);
+
+impl<'de> Deserialize<'de> for Whole {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        each(d).map(Whole)
+    }
+}
+
+#[derive(Debug, Deserialize, PartialEq, Default)]
+#[serde(default, rename = "main.Wholes")]
+struct Wholes {
+    #[serde(deserialize_with = "nullable")]
+    entry: Option<Whole>,
+    #[serde(rename(deserialize = "present\0"), deserialize_with = "present")]
+    present: Option<u32>,
+}
+
+#[test]
+fn a_value_that_decodes_itself_is_replaced_by_each_occurrence() {
+    let w: Wholes =
+        text(r#"{"entry": {"address": "a", "gateway": "g"}, "Entry": {"address": "b"}}"#).unwrap();
+    let entry = w.entry.unwrap().0;
+    assert_eq!(
+        (entry.address.as_str(), entry.gateway),
+        ("b", None),
+        "not merged"
+    );
+    // An earlier occurrence is decoded for its failures only: a field missing from it is none.
+    let w: Wholes = text(r#"{"Entry": {"gateway": "g"}, "entry": {"address": "b"}}"#).unwrap();
+    assert_eq!(w.entry.unwrap().0.address, "b");
+    let err = text_of::<Wholes>(r#"{"Entry": {"gateway": 5}, "entry": {"address": "b"}}"#);
+    assert!(err.go_text().is_some(), "{err}");
+    let err = text_of::<Wholes>(r#"{"Entry": {"address": "b"}, "entry": {"gateway": "g"}}"#);
+    assert_eq!(err.message(), "missing field `address`");
+}
+
+#[test]
+fn a_field_marked_to_keep_its_nulls_is_present_even_when_null() {
+    let w: Wholes = text(r#"{"present": null}"#).unwrap();
+    assert_eq!(w.present, Some(0), "Go allocates the embedded struct");
+    let w: Wholes = text(r#"{"PRESENT": 7, "present": null}"#).unwrap();
+    assert_eq!(w.present, Some(7), "a null leaves a number alone");
+    assert_eq!(text::<Wholes>("{}").unwrap().present, None);
+    let err = text_of::<Wholes>(r#"{"present": "x"}"#);
+    assert_eq!(
+        err.path(),
+        "present",
+        "the mark is no part of the key: {err}"
+    );
+    assert!(
+        err.go_text()
+            .is_some_and(|go| go.ends_with("Go struct field Wholes.present of type uint32")),
+        "{:?}",
+        err.go_text()
+    );
+}

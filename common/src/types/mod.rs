@@ -105,8 +105,9 @@ pub enum ResultError {
     Decode(#[from] DecodeError),
     /// The result's own `cniVersion` lies outside the era of the version it was read as.
     #[error(
-        "result type supports [{}] but unmarshalled CNIVersion is {found:?}",
-        .supported.join(" ")
+        "result type supports [{}] but unmarshalled CNIVersion is {}",
+        .supported.join(" "),
+        crate::error::go_quote(.found)
     )]
     VersionMismatch {
         /// The versions the expected era accepts, in Go's order.
@@ -275,6 +276,10 @@ fn decode(
     raw: &RawJson,
     options: Options<'_>,
 ) -> Result<(String, CniResult), ResultError> {
+    let options = Options {
+        null_decoded: wire::NULL_DECODED,
+        ..options
+    };
     let (version, result) = match era {
         Era::V020 => {
             let mut wire: v020::Result020 = raw.decode_with(options)?;
@@ -853,6 +858,42 @@ pub(crate) mod tests {
         // A camel-case key sorts after it and is the one that counts.
         let raw = json!({"cniVersion": "0.4.0", "ips": [{"address": "10.0.0.2/24"}]});
         assert!(CniResult::from_prev_result(&raw, "1.1.0").is_err());
+    }
+
+    #[test]
+    fn a_null_address_is_go_s_cidr_error_which_stops_the_decode() {
+        for (version, raw) in [
+            ("0.2.0", json!({"cniVersion": "0.2.0", "ip4": {"ip": null}})),
+            (
+                "1.0.0",
+                json!({"cniVersion": "1.0.0", "ips": [{"address": null}]}),
+            ),
+            // Go stops at it: a type error sorted before it is not the one reported.
+            (
+                "1.0.0",
+                json!({"cniVersion": "1.0.0", "dns": {"nameservers": 5},
+                       "routes": [{"dst": null}]}),
+            ),
+        ] {
+            let err = CniResult::from_prev_result(&raw, version).unwrap_err();
+            assert_eq!(
+                err.reference_text(),
+                "could not parse prevResult: invalid CIDR address: ",
+                "{raw}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_foreign_version_is_quoted_as_go_quotes_it() {
+        let mut raw = fixture("0.4.0");
+        raw["cniVersion"] = json!("\u{0}é\n");
+        let err = CniResult::from_prev_result(&raw, "0.4.0").unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with(r#"but unmarshalled CNIVersion is "\x00é\n""#),
+            "{err}"
+        );
     }
 
     #[test]

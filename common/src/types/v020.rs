@@ -25,13 +25,13 @@ pub(crate) struct Result020 {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::decode::nullable"
+        deserialize_with = "super::wire::whole_pointer"
     )]
     ip4: Option<IpConfig020>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::decode::nullable"
+        deserialize_with = "super::wire::whole_pointer"
     )]
     ip6: Option<IpConfig020>,
     #[serde(default)]
@@ -48,7 +48,11 @@ struct IpConfig020 {
         deserialize_with = "crate::decode::nullable"
     )]
     gateway: Option<GoIp>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "super::wire::wholes"
+    )]
     routes: Vec<RouteWire>,
 }
 

@@ -21,11 +21,23 @@ pub(crate) struct Result040 {
         skip_serializing_if = "String::is_empty"
     )]
     pub(crate) cni_version: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "super::wire::pointers"
+    )]
     interfaces: Vec<Interface040>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "super::wire::whole_pointers"
+    )]
     ips: Vec<IpConfig040>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "super::wire::whole_pointers"
+    )]
     routes: Vec<RouteWire>,
     #[serde(default)]
     dns: DnsWire,
@@ -51,7 +63,7 @@ struct IpConfig040 {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::decode::nullable"
+        deserialize_with = "super::wire::interface_index"
     )]
     interface: Option<usize>,
     address: GoIpNet,

@@ -28,14 +28,23 @@ pub(crate) struct Result100 {
         serialize_with = "sorted_dns"
     )]
     dns: DnsWire,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "super::wire::pointers"
+    )]
     interfaces: Vec<Interface100>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "super::wire::whole_pointers"
+    )]
     ips: Vec<IpConfig100>,
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        serialize_with = "sorted_routes"
+        serialize_with = "sorted_routes",
+        deserialize_with = "super::wire::whole_pointers"
     )]
     routes: Vec<RouteWire>,
 }
@@ -74,7 +83,7 @@ struct IpConfig100 {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::decode::nullable"
+        deserialize_with = "super::wire::interface_index"
     )]
     interface: Option<usize>,
 }

@@ -56,10 +56,31 @@ impl Serialize for GoIpNet {
 }
 
 impl<'de> Deserialize<'de> for GoIpNet {
+    /// Go's `types.IPNet` decodes itself (`UnmarshalJSON`): every occurrence of its key goes
+    /// through that, `null` too (`invalid CIDR address: `).
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(deserializer)?;
+        crate::decode::each::<D, Cidr>(deserializer).map(|c| c.0)
+    }
+}
+
+/// The [`GoIpNet`] fields of the result types: Go hands a `null` of theirs to
+/// `IPNet.UnmarshalJSON` (`invalid CIDR address: `), where a missing one is left zero.
+pub(crate) const NULL_DECODED: &[(&str, &str)] = &[
+    ("types020.IPConfig", "ip"),
+    ("types040.IPConfig", "address"),
+    ("types100.IPConfig", "address"),
+    ("types.Route", "dst"),
+];
+
+/// One occurrence of a [`GoIpNet`].
+struct Cidr(GoIpNet);
+
+impl<'de> Deserialize<'de> for Cidr {
+    /// Go's `IPNet.UnmarshalJSON` decodes a string, which `null` leaves empty.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = Option::<String>::deserialize(deserializer)?.unwrap_or_default();
         parse_cidr(&s)
-            .map(GoIpNet)
+            .map(|net| Cidr(GoIpNet(net)))
             .ok_or_else(|| de::Error::custom(format!("invalid CIDR address: {s}")))
     }
 }
@@ -75,12 +96,109 @@ impl Serialize for GoIp {
 }
 
 impl<'de> Deserialize<'de> for GoIp {
+    /// Go's `net.IP` decodes itself from text (`UnmarshalText`): every occurrence of its key
+    /// goes through that (a `null` resets the field instead: it is a `nullable` one).
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        crate::decode::each::<D, Ip>(deserializer).map(|ip| ip.0)
+    }
+}
+
+/// One occurrence of a [`GoIp`].
+struct Ip(GoIp);
+
+impl<'de> Deserialize<'de> for Ip {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let s = String::deserialize(deserializer)?;
         parse_ip(&s)
-            .map(GoIp)
+            .map(|ip| Ip(GoIp(ip)))
             .ok_or_else(|| de::Error::custom(format!("invalid IP address: {s}")))
     }
+}
+
+/// An IP's `interface`, Go's `*int`: `null` resets it, `-0` and `1.0` are 0 and 1 in a
+/// prevResult (its numbers went through a float), a negative index is refused (Go keeps it;
+/// the top-level README lists this).
+pub(crate) fn interface_index<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<usize>, D::Error> {
+    match crate::decode::nullable::<D, i64>(deserializer)? {
+        None => Ok(None),
+        Some(index) => usize::try_from(index)
+            .map(Some)
+            .map_err(|_| de::Error::custom(format!("negative interface index {index}"))),
+    }
+}
+
+/// A result's `interfaces`, Go's `[]*T`: a `null` element is a nil pointer there, which Go
+/// prints back as `null` where a plugin passes the result on untouched and crashes on where
+/// one reads it. Our model has no nil element: such a result is refused, naming the element
+/// (the top-level README lists this).
+pub(crate) fn pointers<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct Element<T>(Option<T>);
+
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Element<T> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            crate::decode::nullable(deserializer).map(Element)
+        }
+    }
+
+    // A slice: a later `null` resets it, after its earlier occurrences decoded.
+    crate::decode::nullable::<D, Vec<Element<T>>>(deserializer)?
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(i, element)| {
+            element
+                .0
+                .ok_or_else(|| de::Error::custom(format!("element {i} is null")))
+        })
+        .collect()
+}
+
+/// A value of a Go type that decodes itself (`UnmarshalJSON`: `types.Route` and each era's
+/// `IPConfig`), building the value afresh from each occurrence: of several (keys differing in
+/// case, or the same element of several arrays) each is decoded and the last is the value,
+/// where a plain struct would merge them.
+struct Whole<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Whole<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        crate::decode::each(deserializer).map(Whole)
+    }
+}
+
+/// A result's `ips` or `routes`, Go's `[]*T` of a type that decodes itself ([`Whole`]);
+/// otherwise as [`pointers`].
+pub(crate) fn whole_pointers<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    pointers::<D, Whole<T>>(deserializer).map(|v| v.into_iter().map(|w| w.0).collect())
+}
+
+/// A 0.2.0 block's `routes`, Go's `[]types.Route` ([`Whole`] elements; a `null` one is a
+/// zero route, which our model refuses: it has no `dst`).
+pub(crate) fn wholes<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    crate::decode::nullable::<D, Vec<Whole<T>>>(deserializer)
+        .map(|v| v.unwrap_or_default().into_iter().map(|w| w.0).collect())
+}
+
+/// A 0.2.0 result's `ip4` or `ip6`, Go's `*IPConfig` ([`Whole`]): `null` resets it.
+pub(crate) fn whole_pointer<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    crate::decode::nullable::<D, Whole<T>>(deserializer).map(|o| o.map(|w| w.0))
 }
 
 pub(crate) fn is_zero(n: &u32) -> bool {
