@@ -745,35 +745,14 @@ impl<S: Stage> Suite<S> {
                 bail!("two {} cases are called {:?}", self.plugin, case.name);
             }
         }
-        let read = |path: &Path| {
-            std::fs::read_to_string(path)
-                .with_context(|| format!("failed to read {}", path.display()))
-        };
-        let readme_path = readme(self.plugin);
-        let readme = read(&readme_path)?;
-        let top_path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join("README.md");
-        let top = read(&top_path)?;
-        // Rows are compared with whitespace runs collapsed: a README wraps its lines.
-        let collapse = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
-        let plugin_rows = collapse(
-            readme
-                .split_once("## Differences")
-                .map_or("", |(_, rest)| rest),
-        );
-        let skel_rows = collapse(top.split_once(SKEL_DIFFERENCES).map_or("", |(_, rest)| {
-            rest.split("\n## ").next().unwrap_or_default()
-        }));
+        let rows = DifferenceRows::of(self.plugin)?;
         for case in cases {
             for row in case.readme_rows() {
-                let row = collapse(row);
-                if !plugin_rows.contains(&row) && !skel_rows.contains(&row) {
+                if !rows.has(row) {
                     bail!(
-                        "case {:?} cites a row that is neither in {}'s differences table nor in {}'s {SKEL_DIFFERENCES:?}: {row:?}",
+                        "case {:?} cites a row that is neither in {}'s differences table nor in the top-level README's {SKEL_DIFFERENCES:?}: {row:?}",
                         case.name,
-                        readme_path.display(),
-                        top_path.display()
+                        readme(self.plugin).display(),
                     );
                 }
             }
@@ -978,6 +957,54 @@ impl<S: Stage> Suite<S> {
             json,
         })
     }
+}
+
+/// The rows of the differences tables a plugin's differences may cite: its README's, and the
+/// top-level README's [`SKEL_DIFFERENCES`], each with whitespace runs collapsed (a README wraps
+/// its lines).
+#[derive(Debug)]
+pub struct DifferenceRows {
+    plugin: String,
+    skel: String,
+}
+
+impl DifferenceRows {
+    /// The tables `plugin` may cite.
+    ///
+    /// # Errors
+    /// A README that cannot be read.
+    pub fn of(plugin: &str) -> Result<DifferenceRows> {
+        let read = |path: &Path| {
+            std::fs::read_to_string(path)
+                .with_context(|| format!("failed to read {}", path.display()))
+        };
+        let plugin_readme = read(&readme(plugin))?;
+        let top = read(
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("README.md"),
+        )?;
+        Ok(DifferenceRows {
+            plugin: collapse(
+                plugin_readme
+                    .split_once("## Differences")
+                    .map_or("", |(_, rest)| rest),
+            ),
+            skel: collapse(top.split_once(SKEL_DIFFERENCES).map_or("", |(_, rest)| {
+                rest.split("\n## ").next().unwrap_or_default()
+            })),
+        })
+    }
+
+    /// Whether `row` (a part of a row's text) is in one of the tables.
+    pub fn has(&self, row: &str) -> bool {
+        let row = collapse(row);
+        self.plugin.contains(&row) || self.skel.contains(&row)
+    }
+}
+
+fn collapse(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// MAC of the host end of [`Namespaces`]' veth.
@@ -1326,7 +1353,7 @@ pub fn compare_snapshots(go: &Snapshot, ours: &Snapshot, exceptions: &[Exception
 
 /// A result Debian's 1.1.1 printed, as HEAD prints the same result: HEAD leaves an empty `dns`
 /// out of 1.x results (`reference-behaviour.md` §1.8), 1.1.1 prints `"dns": {}`.
-fn as_head_prints(result: &Value) -> Value {
+pub fn as_head_prints(result: &Value) -> Value {
     let mut result = result.clone();
     let one_x = result["cniVersion"]
         .as_str()

@@ -32,6 +32,7 @@ pub mod bench;
 pub mod bins;
 pub mod cleanup;
 pub mod differential;
+pub mod generated;
 pub mod iptables_layout;
 pub mod main_plugin;
 pub mod mounts;

@@ -19,9 +19,10 @@ use anyhow::{Result, ensure};
 use serde_json::{Value, json};
 use tests::Runtime;
 use tests::differential::{
-    self, By, Case, Impl, Namespaces, Stage, Step, Suite, Want, config, in_version, skel_cases,
-    without,
+    self, By, Case, Impl, Namespaces, Stage, Step, Suite, Want, Why, config, in_version,
+    skel_cases, without,
 };
+use tests::generated::{self, Field, Go};
 use tests::snapshot::{self, Snapshot};
 
 const NETWORK: &str = "bwdiff";
@@ -35,10 +36,11 @@ const IFB_TXQLEN: &str = "IFB txqueuelen 0";
 const IFB_ALIAS: &str = "IFB without alias";
 const DEL_VALIDATES: &str = "DEL parses and validates the limits (an invalid config fails DEL)";
 const PANIC: &str = "ADD with no limits and no prevResult panics (exit 2, no JSON)";
+/// README row: the reference's message for a netns that cannot be opened.
+const NETNS_MSG: &str = "a netns that cannot be opened: `failed to open netns %!q(<nil>): …`";
 const REPEATED_ADD: &str = "ADD uses \"add\": a second ADD fails with \"file exists\"; no rollback";
 const ONLY_VETH: &str = "only veth main plugins work; otherwise ADD fails";
 const PEER_LISTED: &str = "host veth must be listed in prevResult";
-const NULL_KEY: &str = "a `null` for one of the four keys still selects the top-level set";
 const WRAPS: &str = "buffer/limit silently wrap on overflow; rates < 8 bit/s divide by zero";
 const COLLIDE: &str =
     "a second interface of one container on the same network collides on the IFB name";
@@ -240,10 +242,10 @@ fn cases() -> Result<Vec<Case<BandwidthStage>>> {
         }))).snap()),
         Case::new("config: an invalid config on DEL")
             .step(Step::del(conf(json!({"ingressRate": 8000}))).readme(DEL_VALIDATES, Want::Silent)),
-        Case::new("config: a null key").step(Step::add(conf(json!({"ingressRate": null, "runtimeConfig": {"bandwidth": limits()}}))).readme(
-            NULL_KEY,
-            ok_with_tbf("tc vethbw0"),
-        )),
+        // Issue 26: a `null` for one of the four keys makes Go allocate the embedded entry,
+        // which then wins over runtimeConfig (all zero: no shaping).
+        Case::new("config: a null key selects the top-level set")
+            .step(Step::add(conf(json!({"ingressRate": null, "runtimeConfig": {"bandwidth": limits()}}))).snap()),
         Case::new("config: a rate below 8 bit/s").step(Step::add(conf(json!({"ingressRate": 4, "ingressBurst": 8}))).readme(
             WRAPS,
             Want::Check(Box::new(|out, _| {
@@ -418,4 +420,99 @@ fn cases() -> Result<Vec<Case<BandwidthStage>>> {
 #[test]
 fn bandwidth_answers_and_shaping_match_the_go_plugin() -> Result<()> {
     suite().run(cases()?)
+}
+
+/// Debian's 1.1.1 configuration struct of the plugin, as Go declares it.
+const BANDWIDTH_SCHEMA: generated::Schema = generated::Schema {
+    fields: &[
+        Field {
+            key: "ingressRate",
+            go: Go::Uint(0, 100_000_000),
+        },
+        Field {
+            key: "ingressBurst",
+            go: Go::Uint(0, 1_000_000),
+        },
+        Field {
+            key: "egressRate",
+            go: Go::Uint(0, 100_000_000),
+        },
+        Field {
+            key: "egressBurst",
+            go: Go::Uint(0, 1_000_000),
+        },
+        Field {
+            key: "runtimeConfig",
+            go: Go::Struct(&[Field {
+                key: "bandwidth",
+                go: Go::Ptr(&Go::Struct(&[
+                    Field {
+                        key: "ingressRate",
+                        go: Go::Uint(0, 100_000_000),
+                    },
+                    Field {
+                        key: "ingressBurst",
+                        go: Go::Uint(0, 1_000_000),
+                    },
+                    Field {
+                        key: "egressRate",
+                        go: Go::Uint(0, 100_000_000),
+                    },
+                    Field {
+                        key: "egressBurst",
+                        go: Go::Uint(0, 1_000_000),
+                    },
+                ])),
+            }]),
+        },
+    ],
+};
+
+/// Issue 26 item 4: generated configurations decode as Go decodes them (see
+/// `tests::generated`).
+#[test]
+fn generated_configurations_are_decoded_and_applied_as_go_does() -> Result<()> {
+    let plan = generated::Plan {
+        plugin: "bandwidth",
+        schema: BANDWIDTH_SCHEMA,
+        base: |version| generated::base_in(&conf(json!({})), version),
+        env: generated::decode_env(ID, "eth0"),
+        known: vec![
+            generated::Known {
+                why: Why::Readme(NETNS_MSG),
+                applies: |_, go, ours| {
+                    generated::msg(go)
+                        .strip_prefix("failed to open netns %!q(<nil>): ")
+                        .is_some_and(|rest| rest == generated::msg(ours))
+                },
+            },
+            generated::Known {
+                why: Why::Readme(PANIC),
+                applies: |_, go, ours| generated::go_crashed(go) && !ours.success(),
+            },
+        ],
+        decoded: generated::past_decoding,
+        // A prevResult that does not list the host veth is the README's (`no interfaces
+        // provided`, `no veth peer of container interface found in host ns`).
+        kernel_fits: |stdin| {
+            serde_json::from_str::<serde_json::Value>(stdin).is_ok_and(|conf| {
+                generated::go_key(&conf, "prevResult")
+                    .and_then(|prev| generated::go_key(prev, "interfaces"))
+                    .and_then(serde_json::Value::as_array)
+                    .is_some_and(|interfaces| {
+                        // The host veth listed (else README: ONLY_VETH's neighbour row).
+                        interfaces
+                            .iter()
+                            .any(|i| generated::go_key(i, "name") == Some(&json!("vethbw0")))
+                    })
+            })
+        },
+        count: 450,
+        kernel: 8,
+    };
+    generated::run(&plan, &suite(), |name, stdin| {
+        with_ifb_rows(generated::add_then_del(name, stdin, |del| {
+            del.snap_except(&format!("tc {HOST_IF}"), "", DEL_KEEPS_QDISCS)
+        }))
+    })
 }

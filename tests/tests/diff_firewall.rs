@@ -18,9 +18,10 @@ use anyhow::{Result, ensure};
 use serde_json::{Value, json};
 use tests::Runtime;
 use tests::differential::{
-    self, By, Case, Impl, Namespaces, Stage, Step, Suite, Want, config, in_version, skel_cases,
-    without,
+    self, By, Case, Impl, Namespaces, Stage, Step, Suite, Want, Why, config, in_version,
+    skel_cases, without,
 };
+use tests::generated::{self, Field, Go};
 use tests::snapshot::{self, Snapshot};
 
 const NETWORK: &str = "fwdiff";
@@ -148,6 +149,10 @@ fn cases() -> Result<Vec<Case<FirewallStage>>> {
     let second = |ips: &[(&str, Option<u64>)]| conf(json!({"prevResult": prev_with(ips)}));
     cases.extend([
         Case::new("prevResult: missing on ADD").step(Step::add(without(conf(json!({})), "prevResult"))),
+        // The reference looks at the prevResult before the policy.
+        Case::new("prevResult: missing on ADD, and an unknown ingress policy").step(Step::add(
+            without(conf(json!({"ingressPolicy": "closed"})), "prevResult"),
+        )),
         Case::new("prevResult: of the 1.x family in a 0.4.0 config").step(Step::add({
             let mut c = conf(json!({}));
             c["cniVersion"] = json!("0.4.0");
@@ -417,4 +422,46 @@ fn cases() -> Result<Vec<Case<FirewallStage>>> {
 #[test]
 fn firewall_answers_and_filter_rules_match_the_go_plugin() -> Result<()> {
     suite().run(cases()?)
+}
+
+/// Debian's 1.1.1 configuration struct of the plugin, as Go declares it.
+const FIREWALL_SCHEMA: generated::Schema = generated::Schema {
+    fields: &[
+        Field {
+            key: "backend",
+            go: Go::Str(&["iptables"]),
+        },
+        Field {
+            key: "iptablesAdminChainName",
+            go: Go::Str(&["", "CNI-ADMIN", "MY-ADMIN"]),
+        },
+        Field {
+            key: "ingressPolicy",
+            go: Go::Str(&["", "open", "same-bridge"]),
+        },
+    ],
+};
+
+/// Issue 26 item 4: generated configurations decode as Go decodes them (see
+/// `tests::generated`).
+#[test]
+fn generated_configurations_are_decoded_and_applied_as_go_does() -> Result<()> {
+    let plan = generated::Plan {
+        plugin: "firewall",
+        schema: FIREWALL_SCHEMA,
+        base: |version| generated::base_in(&conf(json!({})), version),
+        env: generated::decode_env(ID, "eth0"),
+        known: vec![generated::Known {
+            why: Why::Readme(UNKNOWN_BACKEND),
+            // Ours refuses it where Go goes on, to success or a later failure.
+            applies: |_, _, ours| generated::msg(ours).starts_with("invalid backend"),
+        }],
+        decoded: generated::past_decoding,
+        kernel_fits: generated::any,
+        count: 300,
+        kernel: 8,
+    };
+    generated::run(&plan, &suite(), |name, stdin| {
+        generated::add_then_del(name, stdin, |del| del)
+    })
 }

@@ -20,9 +20,10 @@ use anyhow::{Result, ensure};
 use serde_json::{Value, json};
 use tests::Runtime;
 use tests::differential::{
-    self, By, Case, Impl, Namespaces, Stage, Step, Suite, Want, config, in_version,
+    self, By, Case, Impl, Namespaces, Stage, Step, Suite, Want, Why, config, in_version,
     result_in_version, skel_cases, with_keys, without,
 };
+use tests::generated::{self, Field, Go};
 use tests::snapshot::{self, Snapshot};
 
 const NETWORK: &str = "pmdiff";
@@ -45,6 +46,12 @@ const DEL_WITHOUT_MAPPINGS: &str = "DEL with no `runtimeConfig.portMappings` doe
 const WORK_MESSAGES: &str = "messages of the work itself";
 /// README row: the nftables layout.
 const NFT_LAYOUT: &str = "table `cni_portmap` with maps";
+/// README row: the messages of the kernel work.
+const WORK_MESSAGES: &str = "messages of the work itself";
+/// README row: an empty iptables condition.
+/// README row: a failed ADD leaves what it made so far.
+const FAILED_ADD: &str = "a failed ADD leaves what it made so far";
+const EMPTY_CONDITION: &str = "an empty entry in an iptables `conditionsV4`/`conditionsV6`";
 
 /// What 1.1.1 lacks and HEAD has.
 const HEAD_110: &str = "reference-behaviour.md §1.1/§1.7: HEAD takes 1.1.0, whose result is 1.0.0's with another cniVersion";
@@ -211,6 +218,27 @@ fn cases() -> Result<Vec<Case<PortmapStage>>> {
     // The validation table of reference-behaviour.md §2.1 (parsing: ADD, CHECK and DEL alike).
     cases.extend([
         Case::new("config: snat of the wrong JSON type").step(Step::add(conf(json!({"snat": "yes"})))),
+        // Issue 26 item 4: Go's decoder in its corners. (a) A later `null` resets a pointer:
+        // snat is nil, so true.
+        Case::new("config: a later null resets snat").step(
+            Step::raw(
+                Some("ADD"),
+                &conf(json!({"snat": false}))
+                    .to_string()
+                    .replacen("\"snat\":false", r#""snat":false,"SNAT":null"#, 1),
+            )
+            .snap(),
+        ),
+        // (c) A `null` element of a slice of structs is the zero struct.
+        Case::new("config: a null port mapping is the zero mapping")
+            .step(Step::add(mapped(json!([null]), json!({})))),
+        // (d) A number no float64 holds, anywhere in prevResult.
+        Case::new("prevResult: a number beyond float64").step(Step::raw(
+            Some("ADD"),
+            &conf(json!({}))
+                .to_string()
+                .replacen("\"prevResult\":{", r#""prevResult":{"x-extra":[1e400],"#, 1),
+        )),
         // CHECK returns the decode error without ADD's and DEL's `failed to parse config:`.
         Case::new("config: a JSON type error on CHECK").step(Step::check(conf(json!({"snat": "yes"})))),
         Case::new("config: a JSON type error fails DEL too")
@@ -558,4 +586,134 @@ fn cases() -> Result<Vec<Case<PortmapStage>>> {
 #[test]
 fn portmap_answers_and_kernel_objects_match_the_go_plugin() -> Result<()> {
     suite().run(cases()?)
+}
+
+/// Debian's 1.1.1 configuration struct of the plugin, as Go declares it.
+const PORTMAP_SCHEMA: generated::Schema = generated::Schema {
+    fields: &[
+        Field {
+            key: "snat",
+            go: Go::Ptr(&Go::Bool),
+        },
+        Field {
+            key: "conditionsV4",
+            go: Go::Ptr(&Go::Slice(&Go::Str(&["-s", "10.0.0.0/8"]))),
+        },
+        Field {
+            key: "markMasqBit",
+            go: Go::Ptr(&Go::Int(0, 31)),
+        },
+        Field {
+            key: "externalSetMarkChain",
+            go: Go::Ptr(&Go::Str(&["KUBE-MARK-MASQ"])),
+        },
+        Field {
+            key: "runtimeConfig",
+            go: Go::Struct(&[Field {
+                key: "portMappings",
+                go: Go::Slice(&Go::Struct(&[
+                    Field {
+                        key: "hostPort",
+                        go: Go::Int(1, 65535),
+                    },
+                    Field {
+                        key: "containerPort",
+                        go: Go::Int(1, 65535),
+                    },
+                    Field {
+                        key: "protocol",
+                        go: Go::Str(&["tcp", "udp", "TCP"]),
+                    },
+                    Field {
+                        key: "hostIP",
+                        go: Go::Str(&["", "10.96.0.1", "fd96::1"]),
+                    },
+                ])),
+            }]),
+        },
+    ],
+};
+
+/// Issue 26 item 4: generated configurations decode as Go decodes them (see
+/// `tests::generated`).
+#[test]
+fn generated_configurations_are_decoded_and_applied_as_go_does() -> Result<()> {
+    let plan = generated::Plan {
+        plugin: "portmap",
+        schema: PORTMAP_SCHEMA,
+        base: |version| generated::base_in(&conf(json!({})), version),
+        env: generated::decode_env(ID, "gen0"),
+        known: vec![
+            generated::Known {
+                why: Why::Readme(VALIDATED),
+                applies: |_, go, ours| {
+                    // Go takes the value, or leaves it to iptables to refuse.
+                    (go.success() || generated::msg(go).starts_with("unable to setup DNAT: "))
+                        && ours.error().is_some_and(|e| e.code == 7)
+                },
+            },
+            generated::Known {
+                // The decode tier's ADDs of a worker share its namespace, without DELs.
+                why: Why::Readme(CONFLICTS),
+                applies: |_, go, ours| {
+                    (go.success() || generated::msg(go).starts_with("unable to setup DNAT: "))
+                        && generated::msg(ours).contains(" is already mapped by ")
+                },
+            },
+            generated::Known {
+                why: Why::Readme(FAILED_ADD),
+                applies: |_, go, ours| {
+                    generated::msg(go).contains("does not exist")
+                        && generated::msg(ours).starts_with("unable to set up ")
+                },
+            },
+            generated::Known {
+                why: Why::Readme(EMPTY_CONDITION),
+                applies: |_, go, ours| {
+                    let g = generated::msg(go);
+                    (go.success()
+                        || g.contains("Bad argument `'")
+                        || g == "must be called as chained plugin")
+                        && generated::msg(ours).contains("empty iptables condition in ")
+                },
+            },
+            generated::Known {
+                why: Why::Readme(WORK_MESSAGES),
+                applies: |_, go, ours| {
+                    generated::msg(go).starts_with("unable to setup DNAT: running [")
+                        && generated::msg(ours).starts_with("unable to set up ")
+                },
+            },
+            generated::Known {
+                why: Why::Head(HEAD_BACKEND),
+                applies: |_, _, ours| {
+                    let o = generated::msg(ours);
+                    o.contains("nftables condition") || o.contains("iptables-specific")
+                },
+            },
+        ],
+        decoded: generated::past_decoding,
+        // The stage has no chain for `externalSetMarkChain` to name, and iptables refuses
+        // conditions the generator strings together at random: such an ADD fails, Go's
+        // leaving what it made (the README's `FAILED_ADD` row). The kernel tier plays the
+        // others.
+        kernel_fits: |stdin| {
+            let fits = |v: &serde_json::Value| {
+                v.is_null() || v == &json!([]) || v == &json!(["-s", "10.0.0.0/8"])
+            };
+            serde_json::from_str::<serde_json::Value>(stdin).is_ok_and(|conf| {
+                generated::go_values(&conf, "externalSetMarkChain")
+                    .iter()
+                    .all(|chain| chain.is_null())
+                    && generated::go_values(&conf, "conditionsV4")
+                        .iter()
+                        .all(|c| fits(c))
+            })
+        },
+        count: 400,
+        kernel: 8,
+    };
+    generated::run(&plan, &suite(), |name, stdin| {
+        generated::add_then_del(name, stdin, |del| del)
+    })
 }

@@ -19,12 +19,15 @@ use anyhow::{Result, ensure};
 use serde_json::{Value, json};
 use tests::Runtime;
 use tests::differential::{
-    self, By, Case, Impl, Namespaces, SHARED_VERSIONS, Stage, Step, Suite, Want, config,
+    self, By, Case, Impl, Namespaces, SHARED_VERSIONS, Stage, Step, Suite, Want, Why, config,
     in_version, skel_cases, without,
 };
+use tests::generated;
 use tests::snapshot::{self, Snapshot};
 
 const NETWORK: &str = "sbrdiff";
+/// README row: the reference's lock on the `CNI_NETNS` path.
+const LOCK_CREATES: &str = "the lock opens `CNI_NETNS` with `O_CREAT`";
 const ID: &str = "sbr-diff-1";
 
 /// README rows.
@@ -462,4 +465,48 @@ fn cases() -> Result<Vec<Case<SbrStage>>> {
 #[test]
 fn sbr_answers_rules_and_routes_match_the_go_plugin() -> Result<()> {
     suite().run(cases()?)
+}
+
+/// Debian's 1.1.1 configuration struct of the plugin, as Go declares it.
+const SBR_SCHEMA: generated::Schema = generated::Schema { fields: &[] };
+
+/// Issue 26 item 4: generated configurations decode as Go decodes them (see
+/// `tests::generated`).
+#[test]
+fn generated_configurations_are_decoded_and_applied_as_go_does() -> Result<()> {
+    let plan = generated::Plan {
+        plugin: "sbr",
+        schema: SBR_SCHEMA,
+        base: |version| generated::base_in(&conf(json!({})), version),
+        env: generated::decode_env(ID, "eth0"),
+        known: vec![
+            generated::Known {
+                why: Why::Readme(LOCK_CREATES),
+                applies: |_, go, ours| {
+                    generated::msg(go) == "no such file or directory"
+                        && generated::failed_at_netns(ours)
+                },
+            },
+            generated::Known {
+                why: Why::Readme(PREV_VERSION),
+                // Ours takes the config's version and goes on, to whatever follows.
+                applies: |_, go, _| {
+                    generated::msg(go).ends_with("but unmarshalled CNIVersion is \"\"")
+                },
+            },
+        ],
+        decoded: |go, ours| {
+            (go.success() && ours.success())
+                || (generated::msg(go) == "no such file or directory"
+                    && generated::failed_at_netns(ours))
+        },
+        kernel_fits: generated::any,
+        count: 400,
+        kernel: 6,
+    };
+    generated::run(&plan, &suite(), |name, stdin| {
+        generated::add_then_del(name, stdin, |del| {
+            del.snap_except("routes", "", DEL_RULES_ONLY)
+        })
+    })
 }

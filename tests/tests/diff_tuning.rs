@@ -23,9 +23,10 @@ use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 use tests::Runtime;
 use tests::differential::{
-    self, By, Case, Impl, Namespaces, SHARED_VERSIONS, Stage, Step, Suite, Want, config,
+    self, By, Case, Impl, Namespaces, SHARED_VERSIONS, Stage, Step, Suite, Want, Why, config,
     in_version, result_in_version, skel_cases, with_keys, without,
 };
+use tests::generated::{self, Field, Go};
 use tests::snapshot::{self, Snapshot};
 
 const NETWORK: &str = "tndiff";
@@ -52,6 +53,10 @@ const PROMISC_FALSE: &str =
 const IFNAME_CHECK: &str = "Debian's Go 1.1.1 CHECK does not substitute `IFNAME`";
 const REPEATED_ADD: &str = "a repeated ADD overwrites the backup with already-changed values";
 const PANIC: &str = "`args.cni.sysctl` without top-level `sysctl` panics (exit 2, no JSON)";
+const ORDER_OF_STEPS: &str =
+    "the first refusal of a config with several faults follows its order of steps";
+const BAD_MTU: &str =
+    "a bad `mtu` fails with the kernel's `invalid argument` after earlier changes were made";
 const DOT_COMPONENTS: &str = "a key with an empty, `.` or `..` component that stays under `net/`";
 const DEL_DECODES: &str = "DEL fails on bad `CNI_ARGS` or bad plugin keys";
 const K8S_ARGS: &str = "`CNI_ARGS` with `K8S_*` keys and no `IgnoreUnknown` fails every verb";
@@ -254,6 +259,22 @@ fn cases() -> Result<Vec<Case<TuningStage>>> {
             )
             .snap(),
         ),
+        // Issue 26 item 4b: Go decodes each object of a key written twice into the one map.
+        Case::new("config: sysctl objects under two spellings of the key merge")
+            .except("files", "", SYSCTL_BACKUP)
+            .step(
+                Step::raw(
+                    Some("ADD"),
+                    &conf(json!({"sysctl": {"net.ipv4.conf.eth0.arp_ignore": "1"}}))
+                        .to_string()
+                        .replacen(
+                            "\"sysctl\":{",
+                            r#""Sysctl":{"net.ipv4.conf.all.arp_announce":"2"},"sysctl":{"#,
+                            1,
+                        ),
+                )
+                .snap(),
+            ),
         Case::new("config: mtu of the wrong JSON type").step(Step::add(conf(json!({"mtu": "big"})))),
         Case::new("config: a fractional mtu").step(Step::add(conf(json!({"mtu": 1500.5})))),
         Case::new("config: a sysctl value of the wrong JSON type").step(Step::add(conf(json!({"sysctl": {"net.ipv4.conf.IFNAME.rp_filter": 1}})))),
@@ -607,4 +628,144 @@ fn the_sysctl_allowlist_is_read_as_the_reference_reads_it() -> Result<()> {
         (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
         (Err(a), Err(b)) => Err(anyhow::anyhow!("{a:#}\n{b:#}")),
     }
+}
+
+/// Debian's 1.1.1 `TuningConf`, as Go declares it.
+/// Whether every sysctl in `value` (a `net.` key anywhere) is given a number.
+fn numeric_sysctls(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Object(map) => map.iter().all(|(key, v)| {
+            if key.starts_with("net.") {
+                v.as_str()
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            } else {
+                numeric_sysctls(v)
+            }
+        }),
+        serde_json::Value::Array(items) => items.iter().all(numeric_sysctls),
+        _ => true,
+    }
+}
+
+const TUNING_SCHEMA: generated::Schema = generated::Schema {
+    fields: &[
+        Field {
+            key: "sysctl",
+            go: Go::Map(
+                &[
+                    "net.ipv4.conf.IFNAME.arp_ignore",
+                    "net.ipv4.conf.eth0.arp_filter",
+                    "net.ipv4.conf.all.arp_announce",
+                    "net.core.somaxconn",
+                ],
+                &Go::Str(&["0", "1", "2"]),
+            ),
+        },
+        Field {
+            key: "mac",
+            go: Go::Str(&["02:aa:bb:cc:dd:01", "02:AA:BB:CC:DD:02"]),
+        },
+        Field {
+            key: "promisc",
+            go: Go::Bool,
+        },
+        Field {
+            key: "mtu",
+            go: Go::Int(1280, 1500),
+        },
+        Field {
+            key: "allmulti",
+            go: Go::Ptr(&Go::Bool),
+        },
+        Field {
+            key: "runtimeConfig",
+            go: Go::Struct(&[Field {
+                key: "mac",
+                go: Go::Str(&["02:aa:bb:cc:dd:03"]),
+            }]),
+        },
+        Field {
+            key: "args",
+            go: Go::Ptr(&Go::Struct(&[Field {
+                key: "cni",
+                go: Go::Ptr(&Go::Struct(&[
+                    Field {
+                        key: "mac",
+                        go: Go::Ptr(&Go::Str(&["02:aa:bb:cc:dd:04"])),
+                    },
+                    Field {
+                        key: "mtu",
+                        go: Go::Ptr(&Go::Int(1280, 1500)),
+                    },
+                    Field {
+                        key: "promisc",
+                        go: Go::Ptr(&Go::Bool),
+                    },
+                    Field {
+                        key: "allmulti",
+                        go: Go::Ptr(&Go::Bool),
+                    },
+                ])),
+            }])),
+        },
+    ],
+};
+
+/// Issue 26 item 4: generated configurations decode as Go decodes them (see
+/// `tests::generated`).
+#[test]
+fn generated_configurations_are_decoded_and_applied_as_go_does() -> Result<()> {
+    let plan = generated::Plan {
+        plugin: "tuning",
+        schema: TUNING_SCHEMA,
+        base: |version| generated::base_in(&conf(json!({})), version),
+        env: generated::decode_env(ID, "eth0"),
+        known: vec![
+            generated::Known {
+                why: Why::Head(HEAD_DUPLICATES),
+                applies: |_, go, ours| {
+                    generated::msg(ours) == "duplicated sysctl keys are not allowed"
+                        && generated::msg(go) != generated::msg(ours)
+                },
+            },
+            generated::Known {
+                why: Why::Readme(PANIC),
+                applies: |_, go, ours| generated::go_crashed(go) && !ours.success(),
+            },
+            generated::Known {
+                why: Why::Readme(ORDER_OF_STEPS),
+                applies: |_, go, ours| !go.success() && ours.error().is_some_and(|e| e.code == 7),
+            },
+            generated::Known {
+                why: Why::Readme(BAD_MTU),
+                applies: |_, go, ours| {
+                    generated::failed_at_netns(go) && generated::msg(ours) == "invalid argument"
+                },
+            },
+        ],
+        decoded: generated::past_decoding,
+        // `args.cni.mac: ""` cancels the MAC change in Go, ours takes it for unset (the
+        // top-level README's row of `""`): such configurations are the decode tier's.
+        // A sysctl value the kernel refuses fails the ADD after Go wrote the sysctls before it
+        // (in random order), ours before writing any (README: ROLLBACK).
+        kernel_fits: |stdin| {
+            !generated::folded(stdin).contains("\"mac\": \"\"")
+                && serde_json::from_str::<serde_json::Value>(stdin)
+                    .is_ok_and(|conf| numeric_sysctls(&conf))
+        },
+        count: 500,
+        kernel: 8,
+    };
+    generated::run(&plan, &suite(), |name, stdin| {
+        // Ours restores the sysctls on DEL, Go does not (README).
+        let case = generated::add_then_del(name, stdin, |del| {
+            del.snap_except("sysctl", "", SYSCTLS_RESTORED)
+        });
+        // Ours keeps a backup for sysctls too (README).
+        if generated::folded(stdin).contains("\"sysctl\": {\"") {
+            case.except("files", "", SYSCTL_BACKUP)
+        } else {
+            case
+        }
+    })
 }
