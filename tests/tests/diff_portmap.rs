@@ -46,11 +46,9 @@ const DEL_WITHOUT_MAPPINGS: &str = "DEL with no `runtimeConfig.portMappings` doe
 const WORK_MESSAGES: &str = "messages of the work itself";
 /// README row: the nftables layout.
 const NFT_LAYOUT: &str = "table `cni_portmap` with maps";
-/// README row: the messages of the kernel work.
-const WORK_MESSAGES: &str = "messages of the work itself";
-/// README row: an empty iptables condition.
 /// README row: a failed ADD leaves what it made so far.
 const FAILED_ADD: &str = "a failed ADD leaves what it made so far";
+/// README row: an empty iptables condition.
 const EMPTY_CONDITION: &str = "an empty entry in an iptables `conditionsV4`/`conditionsV6`";
 
 /// What 1.1.1 lacks and HEAD has.
