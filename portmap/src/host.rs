@@ -49,10 +49,10 @@ pub fn flush_udp(mappings: &[PortMapping], families: &[IpFamily]) {
     }
 }
 
-/// Whether this namespace tracks no connection at all, so there is nothing to flush. A
-/// conntrack dump walks the kernel's whole hash table, shared by every namespace (several
-/// milliseconds), even when this namespace has no entry. Without the counter (no conntrack
-/// module) nothing can be tracked either.
+/// Whether this namespace tracks no connection at all, so there is nothing to flush. Before
+/// Linux 6.12 a flush is a filtered dump, which locks every bucket of the kernel's hash table,
+/// shared by every namespace (about 25 ms here), even when this namespace has no entry. Without
+/// the counter (no conntrack module) nothing can be tracked either.
 fn conntrack_is_empty() -> bool {
     match std::fs::read_to_string(names::CONNTRACK_COUNT) {
         Ok(n) => n.trim() == "0",

@@ -99,7 +99,7 @@
 mod batch;
 pub mod expr;
 mod probe;
-mod raw;
+pub(crate) mod raw;
 mod rule;
 mod set;
 mod userdata;
