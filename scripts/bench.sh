@@ -11,10 +11,14 @@
 #                            firewall's own and portmap's iptables layout (default 1000; 5000
 #                            adds over an hour); larger sizes have the other series only
 #   --only x,y               suites to run (tuning, bandwidth, sbr, firewall, nft,
-#                            iptables-native, portmap, memory)
+#                            iptables-native, portmap, memory, busy)
 #   --memory-sizes a,b       stdin sizes of the memory suite, KB or with M for MB (default
 #                            1M,4M,16M)
 #   --memory-shapes a,b      its stdin shapes: array, nesting, routes (default all)
+#   --busy-conntrack a,b     the busy node's conntrack table sizes, after its levels of 1 entry
+#                            (default 20000,100000)
+#   --busy-veths N           the veths on its bridge (default 100)
+#   --busy-kube-rules N      the kube-proxy-style rules in its nat table (default 5000)
 #   --out DIR                also write DIR/BENCHMARKS.md, DIR/bench-scale.png (gnuplot), its
 #                            data and script, and every sample in DIR/bench-data.json
 # The full default run takes 20-30 minutes on 2 cores; BENCHMARKS.md is made with

@@ -16,11 +16,13 @@ use anyhow::{Context as _, Result, ensure};
 use serde_json::Value;
 use tests::bench::report::{DATA_FILE, MARKDOWN_FILE, PLOT_DATA_FILE, PLOT_FILE};
 use tests::bench::targets::{self, Measure};
-use tests::bench::{GO_IPTABLES, OURS_IPTABLES, OURS_NFTABLES, SUITES, remove_namespaces_of};
+use tests::bench::{
+    GO_IPTABLES, OURS_IPTABLES, OURS_NFTABLES, SUITES, busy, portmap, remove_namespaces_of,
+};
 use tests::process;
 
-/// A hung bench is killed after this long (it takes about 15 s in a debug build).
-const DEADLINE: Duration = Duration::from_secs(120);
+/// A hung bench is killed after this long (it takes about 30 s in a debug build).
+const DEADLINE: Duration = Duration::from_secs(180);
 const ITERATIONS: usize = 2;
 const SIZES: [usize; 2] = [0, 1];
 /// The memory suite's stdin: 16 KB, far from the sizes its targets name.
@@ -28,6 +30,10 @@ const MEMORY_SIZES: &str = "16K";
 const SCALE_SUITES: [&str; 2] = ["firewall", "portmap"];
 const SERIES: [&str; 3] = [OURS_NFTABLES, OURS_IPTABLES, GO_IPTABLES];
 const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+/// The busy node's tiny sizes: conntrack levels, veths, kube-proxy rules.
+const BUSY_CONNTRACK: [usize; 1] = [20];
+const BUSY_VETHS: usize = 3;
+const BUSY_KUBE_RULES: usize = 40;
 
 /// The rows of the markdown table under `heading`, as cells.
 fn table(markdown: &str, heading: &str) -> Result<Vec<Vec<String>>> {
@@ -91,6 +97,12 @@ fn run_bench(out: &Path) -> Result<(bool, String, Vec<String>)> {
         .args(["--iterations", &ITERATIONS.to_string()])
         .args(["--sizes", &sizes.join(",")])
         .args(["--memory-sizes", MEMORY_SIZES])
+        .args([
+            "--busy-conntrack",
+            &BUSY_CONNTRACK.map(|n| n.to_string()).join(","),
+        ])
+        .args(["--busy-veths", &BUSY_VETHS.to_string()])
+        .args(["--busy-kube-rules", &BUSY_KUBE_RULES.to_string()])
         .arg("--out")
         .arg(out)
         .stdout(log.try_clone()?)
@@ -135,7 +147,7 @@ fn the_bench_runs_every_suite_and_writes_a_consistent_report() -> Result<()> {
     // Per verb: every suite has rows, every cell that should be a number is one, and each
     // median is that of the raw samples.
     let verbs = table(&md, "## Per verb")?;
-    for (suite, _) in SUITES {
+    for (suite, _) in SUITES.iter().filter(|(s, _)| *s != busy::SUITE) {
         assert!(
             verbs.iter().any(|r| r[0] == *suite),
             "no {suite} row:\n{md}"
@@ -231,8 +243,63 @@ fn the_bench_runs_every_suite_and_writes_a_consistent_report() -> Result<()> {
     assert_eq!(blocks.len(), SCALE_SUITES.len() * SERIES.len(), "{dat}");
     assert!(blocks.values().all(|&n| n == SIZES.len()), "{dat}");
 
+    // The busy node: every level, and at each the rows it must have; figures as in the JSON.
+    let busy_rows = table(&md, "## Busy node")?;
+    let json_busy = data["busy"].as_array().context("no busy")?;
+    assert_eq!(busy_rows.len(), json_busy.len(), "{md}");
+    let mut levels = vec![(1, 0), (1, BUSY_KUBE_RULES)];
+    levels.extend(BUSY_CONNTRACK.map(|n| (n, BUSY_KUBE_RULES)));
+    for (conntrack, kube) in levels {
+        let at: Vec<&Vec<String>> = busy_rows
+            .iter()
+            .filter(|r| r[0] == conntrack.to_string() && r[1] == kube.to_string())
+            .collect();
+        let has = |suite: &str, case: &str, step: &str| {
+            at.iter()
+                .any(|r| r[2] == suite && r[3] == case && r[4] == step)
+        };
+        for case in [portmap::CASE_NFTABLES, portmap::CASE_IPTABLES] {
+            for step in ["ADD", "CHECK", "DEL"] {
+                assert!(
+                    has("portmap", case, step),
+                    "no {case} {step} at {conntrack}:\n{md}"
+                );
+            }
+        }
+        for step in ["ADD", "DEL"] {
+            assert!(has("portmap", busy::CASE_KERNEL_COMMIT, step), "{md}");
+        }
+        assert!(
+            has(busy::CONNTRACK, busy::CASE_FLUSH_BY_DUMP, "flush"),
+            "{md}"
+        );
+        assert!(has(busy::CONNTRACK, busy::CASE_DUMP_ALL, "dump"), "{md}");
+        let others = ["tuning", "bandwidth", "sbr", "firewall"];
+        for suite in others {
+            let present = at.iter().any(|r| r[2] == suite);
+            assert_eq!(present, conntrack > 1, "{suite} at {conntrack}:\n{md}");
+        }
+    }
+    for (row, json) in busy_rows.iter().zip(json_busy) {
+        assert_eq!(row.len(), 13, "{row:?}");
+        assert_eq!(json["conntrack"].as_f64(), Some(number(&row[0])?));
+        assert_eq!(json["veths"].as_u64(), Some(BUSY_VETHS as u64));
+        for (cell, key) in row[2..5].iter().zip(["suite", "case", "step"]) {
+            assert_eq!(json[key], cell.as_str(), "{row:?}");
+        }
+        assert!((number(&row[5])? - median_ms(&json["ours"])?).abs() < 0.0015);
+        let go = json["reference"]["ns"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty());
+        assert_eq!(go, row[12] != "–", "{row:?}");
+        if go {
+            assert!((number(&row[9])? - median_ms(&json["reference"])?).abs() < 0.0015);
+            assert_eq!(count(&json["reference"])?, ITERATIONS, "{json}");
+        }
+    }
+
     // Targets: every one is listed; every ratio and time is measured (its row exists), and the
-    // growth and memory targets, whose sizes this run leaves out, say so.
+    // growth, memory and busy targets, whose sizes this run leaves out, say so.
     let targets = table(&md, "## Targets")?;
     assert_eq!(targets.len(), targets::all().count(), "{md}");
     for (row, target) in targets.iter().zip(targets::all()) {
@@ -242,7 +309,11 @@ fn the_bench_runs_every_suite_and_writes_a_consistent_report() -> Result<()> {
                 number(&row[1])?;
                 assert!(["met", "**missed**"].contains(&row[3].as_str()), "{row:?}");
             }
-            Measure::Growth { .. } | Measure::Memory { .. } => {
+            Measure::Growth { .. }
+            | Measure::Memory { .. }
+            | Measure::Busy { .. }
+            | Measure::BusyGrowth { .. }
+            | Measure::BusyUserSpace { .. } => {
                 assert!(row[3].starts_with("not measured"), "{row:?}");
             }
         }

@@ -19,7 +19,7 @@
 use anyhow::{Context, Result};
 use serde_json::json;
 
-use super::{Exec, Lifecycle, Options, Results, Samples, time_exec};
+use super::{Exec, Lifecycle, Options, Results, Row, Samples, time_exec};
 use crate::bins::{plugin_binary, reference_binary};
 use crate::netns::{TestNetns, veth_pair};
 
@@ -32,17 +32,19 @@ pub const CASE: &str = "ingress+egress";
 /// When a namespace cannot be made or a plugin exec fails.
 pub fn run(options: &Options) -> Result<Results> {
     let host = TestNetns::new("benchbw-h")?;
+    Ok(rows_in(&host, options.iterations)?.into())
+}
+
+/// The case's rows, `iterations` lifecycles of each plugin, with `host` as the plugins' host
+/// namespace; the other attachment is removed from it at the end.
+///
+/// # Errors
+/// When the namespaces cannot be made or a plugin fails.
+pub fn rows_in(host: &TestNetns, iterations: usize) -> Result<Vec<Row>> {
     let container = TestNetns::new("benchbw-c")?;
-    veth_pair(
-        &host,
-        "veth-bw0",
-        &[],
-        &container,
-        "eth0",
-        &["10.93.0.2/24"],
-    )?;
+    veth_pair(host, "veth-bw0", &[], &container, "eth0", &["10.93.0.2/24"])?;
     let other = TestNetns::new("benchbw-o")?;
-    veth_pair(&host, "veth-bw1", &[], &other, "eth0", &["10.93.1.2/24"])?;
+    veth_pair(host, "veth-bw1", &[], &other, "eth0", &["10.93.1.2/24"])?;
     let netns = container.path().to_path_buf();
     let config = |netns: &std::path::Path, veth: &str, ip: &str| {
         json!({
@@ -62,18 +64,18 @@ pub fn run(options: &Options) -> Result<Results> {
         })
     };
     let ours = plugin_binary("bandwidth")?;
-    time_exec(
-        &host.netns()?,
-        &Exec::plugin(
-            &ours,
-            "ADD",
+    let other_binary = ours.clone();
+    let other_exec = |command: &str| {
+        Exec::plugin(
+            &other_binary,
+            command,
             "bench-other",
             other.path(),
             "eth0",
             &config(other.path(), "veth-bw1", "10.93.1.2/24"),
-        ),
-    )
-    .context("shaping the other attachment")?;
+        )
+    };
+    time_exec(&host.netns()?, &other_exec("ADD")).context("shaping the other attachment")?;
     let lifecycle = Lifecycle {
         plugin: "bandwidth".into(),
         case: CASE.into(),
@@ -103,7 +105,7 @@ pub fn run(options: &Options) -> Result<Results> {
         lifecycle.cycle(binary, id)?;
         settle();
     }
-    for i in 0..options.iterations.max(1) {
+    for i in 0..iterations.max(1) {
         let order = if i % 2 == 0 {
             [true, false]
         } else {
@@ -122,5 +124,6 @@ pub fn run(options: &Options) -> Result<Results> {
             }
         }
     }
-    Ok(lifecycle.rows(ours, reference).into())
+    time_exec(&host.netns()?, &other_exec("DEL")).context("unshaping the other attachment")?;
+    Ok(lifecycle.rows(ours, reference))
 }

@@ -64,33 +64,47 @@ fn config(backend: &str, n: usize) -> Value {
 /// # Errors
 /// When a namespace cannot be made or any exec fails.
 pub fn run(options: &Options) -> Result<Results> {
-    let ours = plugin_binary("firewall")?;
-    let reference = reference_binary("firewall")?;
     let mut results = Results::default();
-    for (backend, case) in [("iptables", CASE_IPTABLES), ("nftables", CASE_NFTABLES)] {
+    for backend in ["iptables", "nftables"] {
         let host = TestNetns::new("bench-fw")?;
         let _state = StateDirs::of(&host)?;
-        let ctr = TestNetns::new("bench-fwc")?;
-        let lifecycle = Lifecycle {
-            plugin: "firewall".to_owned(),
-            case: case.to_owned(),
-            ours: ours.clone(),
-            reference: reference.clone(),
-            host: host.netns()?,
-            netns: ctr.path().to_owned(),
-            ifname: "eth0".to_owned(),
-            args: String::new(),
-            config: config(backend, 0),
-            check: true,
-        };
-        results.rows.extend(
-            lifecycle
-                .run(options.iterations)
-                .with_context(|| format!("firewall {backend} lifecycle"))?,
-        );
+        results
+            .rows
+            .extend(rows_in(&host, backend, options.iterations)?);
     }
+    let ours = plugin_binary("firewall")?;
+    let reference = reference_binary("firewall")?;
     results.extend(scale(options, &ours, &reference)?);
     Ok(results)
+}
+
+/// The lifecycle rows of our `backend` against Go, `iterations` each, with `host` as the
+/// plugins' host namespace (whose state directories the caller keeps).
+///
+/// # Errors
+/// When the container cannot be made or an exec fails.
+pub fn rows_in(host: &TestNetns, backend: &str, iterations: usize) -> Result<Vec<super::Row>> {
+    let case = if backend == "nftables" {
+        CASE_NFTABLES
+    } else {
+        CASE_IPTABLES
+    };
+    let ctr = TestNetns::new("bench-fwc")?;
+    let lifecycle = Lifecycle {
+        plugin: "firewall".to_owned(),
+        case: case.to_owned(),
+        ours: plugin_binary("firewall")?,
+        reference: reference_binary("firewall")?,
+        host: host.netns()?,
+        netns: ctr.path().to_owned(),
+        ifname: "eth0".to_owned(),
+        args: String::new(),
+        config: config(backend, 0),
+        check: true,
+    };
+    lifecycle
+        .run(iterations)
+        .with_context(|| format!("firewall {backend} lifecycle"))
 }
 
 /// One scale series: an implementation in its own host namespace and its installs so far,

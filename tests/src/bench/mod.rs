@@ -44,6 +44,7 @@
 //! `BENCHMARKS.md`. Nothing here asserts a timing: the bench reports, tests never time.
 
 pub mod bandwidth;
+pub mod busy;
 pub mod firewall;
 pub mod iptables_native;
 pub mod memory;
@@ -97,6 +98,12 @@ pub struct Options {
     pub memory_sizes_kib: Vec<usize>,
     /// The stdin shapes of the memory suite.
     pub memory_shapes: Vec<memory::Shape>,
+    /// The busy suite's conntrack table sizes, after its levels of 1 entry.
+    pub busy_conntrack: Vec<usize>,
+    /// The veths on the busy node's bridge.
+    pub busy_veths: usize,
+    /// The kube-proxy-style rules in the busy node's `nat` table.
+    pub busy_kube_rules: usize,
 }
 
 impl Default for Options {
@@ -107,6 +114,9 @@ impl Default for Options {
             reference_max_size: DEFAULT_REFERENCE_MAX_SIZE,
             memory_sizes_kib: memory::DEFAULT_SIZES_KIB.to_vec(),
             memory_shapes: memory::Shape::ALL.to_vec(),
+            busy_conntrack: busy::DEFAULT_CONNTRACK.to_vec(),
+            busy_veths: busy::DEFAULT_VETHS,
+            busy_kube_rules: busy::DEFAULT_KUBE_RULES,
         }
     }
 }
@@ -145,14 +155,17 @@ pub struct Results {
     pub scale: Vec<ScalePoint>,
     /// Remarks for the report (sizes without a Go point, and why).
     pub notes: Vec<String>,
+    /// Rows measured on the busy node ([`busy`]), each with the node's state.
+    pub busy: Vec<busy::NodeRow>,
 }
 
 impl Results {
-    /// Appends `other`'s rows, points and notes.
+    /// Appends `other`'s rows, points, notes and busy-node rows.
     pub fn extend(&mut self, other: Results) {
         self.rows.extend(other.rows);
         self.scale.extend(other.scale);
         self.notes.extend(other.notes);
+        self.busy.extend(other.busy);
     }
 }
 
@@ -178,6 +191,7 @@ pub const SUITES: &[Suite] = &[
     ("iptables-native", iptables_native::run),
     ("portmap", portmap::run),
     ("memory", memory::run),
+    (busy::SUITE, busy::run),
 ];
 
 /// One timed step: its wall time and, for an exec, the child's peak RSS.

@@ -131,35 +131,9 @@ pub fn run(options: &Options) -> Result<Results> {
     let go = reference_binary("portmap")?;
     let hostns = host.netns()?;
     let mut results = Results::default();
-
-    for (backend, case) in [("nftables", CASE_NFTABLES), ("iptables", CASE_IPTABLES)] {
-        let conf = config(&netns, Some(backend), "10.94.0.2", 8080, 5353);
-        let lifecycle = Lifecycle {
-            plugin: "portmap".into(),
-            case: case.into(),
-            ours: ours.clone(),
-            reference: go.clone(),
-            host: host.netns()?,
-            netns: netns.clone(),
-            ifname: "eth0".into(),
-            args: String::new(),
-            config: conf.clone(),
-            check: false,
-        };
-        results.rows.extend(
-            lifecycle
-                .run(options.iterations)
-                .with_context(|| format!("portmap {backend} lifecycle"))?,
-        );
-        results.rows.push(check_row(
-            &hostns,
-            &netns,
-            [&ours, &go],
-            &conf,
-            options.iterations,
-            case.to_owned(),
-        )?);
-    }
+    results
+        .rows
+        .extend(rows_in(&hostns, &netns, "10.94.0.2", options.iterations)?);
     results
         .rows
         .extend(big_map_rows(options, &ours).context("portmap big-map cases")?);
@@ -174,6 +148,47 @@ pub fn run(options: &Options) -> Result<Results> {
         &go,
     )?);
     Ok(results)
+}
+
+/// The lifecycle rows (ADD and DEL of each backend against Go, then CHECK apart) of the
+/// container at `netns` with address `ip`, `iterations` each, with `host` as the plugins' host
+/// namespace (whose state directories the caller keeps).
+///
+/// # Errors
+/// When an exec fails.
+pub fn rows_in(host: &NetNs, netns: &Path, ip: &str, iterations: usize) -> Result<Vec<Row>> {
+    let ours = plugin_binary("portmap")?;
+    let go = reference_binary("portmap")?;
+    let mut rows = Vec::new();
+    for (backend, case) in [("nftables", CASE_NFTABLES), ("iptables", CASE_IPTABLES)] {
+        let conf = config(netns, Some(backend), ip, 8080, 5353);
+        let lifecycle = Lifecycle {
+            plugin: "portmap".into(),
+            case: case.into(),
+            ours: ours.clone(),
+            reference: go.clone(),
+            host: NetNs::open(host.path())?,
+            netns: netns.to_path_buf(),
+            ifname: "eth0".into(),
+            args: String::new(),
+            config: conf.clone(),
+            check: false,
+        };
+        rows.extend(
+            lifecycle
+                .run(iterations)
+                .with_context(|| format!("portmap {backend} lifecycle"))?,
+        );
+        rows.push(check_row(
+            host,
+            netns,
+            [&ours, &go],
+            &conf,
+            iterations,
+            case.to_owned(),
+        )?);
+    }
+    Ok(rows)
 }
 
 /// The scale series; see the module docs.
@@ -386,6 +401,20 @@ const PROBE: usize = 0xfe_ed;
 /// commit their removal by recorded handle, and to close the socket after it, `iterations`
 /// times after a warm-up; medians.
 fn time_kernel(ns: &NetNs, iterations: usize) -> Result<Kernel> {
+    let [add, del, close] = kernel_samples(ns, iterations)?;
+    Ok(Kernel {
+        add: add.median(),
+        del: del.median(),
+        close: close.median(),
+    })
+}
+
+/// The samples of [`time_kernel`]: the commits adding the attachment, those removing it, and
+/// the closes after the removals.
+///
+/// # Errors
+/// When a commit fails.
+pub fn kernel_samples(ns: &NetNs, iterations: usize) -> Result<[Samples; 3]> {
     use common::iptables::Family;
     use common::iptables::native::NativeTables;
     let (mut add, mut del, mut close) =
@@ -420,11 +449,7 @@ fn time_kernel(ns: &NetNs, iterations: usize) -> Result<Kernel> {
         }
         Ok(())
     })??;
-    Ok(Kernel {
-        add: add.median(),
-        del: del.median(),
-        close: close.median(),
-    })
+    Ok([add, del, close])
 }
 
 /// The report's note on what the kernel alone takes at each size ([`time_kernel`]), beside

@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
+use super::busy::NodeRow;
 use super::spawner;
 use super::targets::Verdict;
 use super::{GO_IPTABLES, OURS_IPTABLES, OURS_NFTABLES, Options, Results, Row, Samples, ratio};
@@ -127,6 +128,39 @@ pub fn verb_table(rows: &[Row]) -> String {
     out
 }
 
+/// The busy node's rows as one markdown table, each with its level (times in milliseconds,
+/// RSS in MiB).
+#[must_use]
+pub fn busy_table(rows: &[NodeRow]) -> String {
+    let mut out = String::from(
+        "| conntrack entries | kube-proxy rules | suite | case | step | ours median ms | ours p90 ms | ours peak RSS MiB | reference | ref median ms | ref p90 ms | ref peak RSS MiB | ours/ref |\n\
+         | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n",
+    );
+    for NodeRow {
+        conntrack,
+        kube_rules,
+        row,
+        ..
+    } in rows
+    {
+        let (ref_median, ref_p90) = median_p90(&row.reference);
+        let _ = writeln!(
+            out,
+            "| {conntrack} | {kube_rules} | {} | {} | {} | {} | {} | {} | {} | {ref_median} | {ref_p90} | {} | {} |",
+            row.suite,
+            row.case,
+            row.step,
+            ms(row.ours.median()),
+            ms(row.ours.p90()),
+            rss(row.ours.peak_rss_kib()),
+            row.reference_label,
+            rss(row.reference.peak_rss_kib()),
+            times(row.ratio()),
+        );
+    }
+    out
+}
+
 /// The scale points as one markdown table.
 #[must_use]
 pub fn scale_table(results: &Results) -> String {
@@ -209,12 +243,17 @@ pub fn markdown(run: &Run<'_>, plot: Option<&str>) -> String {
             mib(Some(kib))
         )
     });
-    let _ = writeln!(
-        out,
-        "## Per verb\n\n{} timed iterations per row after one warm-up.{floor}\n\n{}",
-        o.iterations,
-        verb_table(&run.results.rows)
-    );
+    if !run.results.rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "## Per verb\n\nMeasured on an empty node: each suite's own throwaway host namespace, with \
+         no bridge, no conntrack entry, and nothing in its tables but what the plugins write \
+         (see `## Busy node` for the same rows on a node that looks like production). {} timed \
+         iterations per row after one warm-up.{floor}\n\n{}",
+            o.iterations,
+            verb_table(&run.results.rows)
+        );
+    }
     if !run.results.scale.is_empty() {
         let mut run_sizes: Vec<(&str, BTreeSet<usize>)> = Vec::new();
         for p in &run.results.scale {
@@ -251,6 +290,26 @@ pub fn markdown(run: &Run<'_>, plot: Option<&str>) -> String {
             );
         }
         let _ = writeln!(out, "{}", scale_table(run.results));
+    }
+    if !run.results.busy.is_empty() {
+        let _ = writeln!(
+            out,
+            "## Busy node\n\nMeasured on a node that looks like production (`tests/src/bench/busy.rs`): \
+             one host namespace with a bridge and {} veths on it; from the second level on, {} \
+             kube-proxy-style rules in its `nat` table (`KUBE-SERVICES` → `KUBE-SVC-…` → \
+             `KUBE-SEP-…`); and the conntrack entries of each level (TCP and UDP, IPv4 and \
+             IPv6, inserted over netlink). Each level is timed before the next is made: 1 \
+             entry without, then with the kube-proxy rules (portmap only), then each larger \
+             table (every plugin, with the configs of its own suite). Rows with no reference \
+             are the kernel's share, timed from the bench process: the commit of one \
+             attachment of portmap's iptables layout, and portmap's UDP conntrack flush both \
+             ways the kernel offers it. At most {} timed iterations per row after one \
+             warm-up.\n\n{}",
+            o.busy_veths,
+            o.busy_kube_rules,
+            super::busy::BUSY_ITERATIONS,
+            busy_table(&run.results.busy)
+        );
     }
     if !run.verdicts.is_empty() {
         let met = run
@@ -436,6 +495,21 @@ pub fn json(run: &Run<'_>, machine: &[(&str, String)]) -> Value {
             })
         })
         .collect();
+    let busy: Vec<Value> = run
+        .results
+        .busy
+        .iter()
+        .map(|n| {
+            let r = &n.row;
+            json!({
+                "conntrack": n.conntrack, "kube_rules": n.kube_rules, "veths": n.veths,
+                "suite": r.suite, "case": r.case, "step": r.step,
+                "reference_label": r.reference_label,
+                "ours": samples_json(&r.ours), "reference": samples_json(&r.reference),
+                "ratio": r.ratio(),
+            })
+        })
+        .collect();
     let targets: Vec<Value> = run
         .verdicts
         .iter()
@@ -463,9 +537,13 @@ pub fn json(run: &Run<'_>, machine: &[(&str, String)]) -> Value {
             "reference_max_size": run.options.reference_max_size,
             "scale_iterations": run.options.scale_iterations(),
             "suites": run.suites,
+            "busy_conntrack": run.options.busy_conntrack,
+            "busy_veths": run.options.busy_veths,
+            "busy_kube_rules": run.options.busy_kube_rules,
         },
         "rows": rows,
         "scale": scale,
+        "busy": busy,
         "targets": targets,
         "notes": run.results.notes,
     })
@@ -730,6 +808,19 @@ mod tests {
                 point(GO_IPTABLES, true, 100, 40),
             ],
             notes: vec!["a note".into()],
+            busy: vec![NodeRow {
+                conntrack: 100_000,
+                kube_rules: 5000,
+                veths: 100,
+                row: Row {
+                    suite: "x".into(),
+                    case: "c".into(),
+                    step: "DEL".into(),
+                    ours: ms_samples(&[3]),
+                    reference: ms_samples(&[30]),
+                    reference_label: "Go x".into(),
+                },
+            }],
         }
     }
 
@@ -739,6 +830,17 @@ mod tests {
         assert!(
             table.contains(
                 "| x | c | ADD | 1.000 | 1.000 | 2.0 | Go x | 4.000 | 4.000 | 2.0 | 0.250 |"
+            ),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn the_busy_table_gives_each_rows_level() {
+        let table = busy_table(&results().busy);
+        assert!(
+            table.contains(
+                "| 100000 | 5000 | x | c | DEL | 3.000 | 3.000 | 2.0 | Go x | 30.000 | 30.000 | 2.0 | 0.100 |"
             ),
             "{table}"
         );

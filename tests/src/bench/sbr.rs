@@ -110,9 +110,18 @@ fn fresh_cycle(
 /// When the namespaces cannot be made or a plugin run fails.
 pub fn run(options: &Options) -> Result<Results> {
     let host = TestNetns::new("bench-sbr-host")?;
+    Ok(rows_in(&host, options.iterations)?.into())
+}
+
+/// Both cases' rows, `iterations` cycles of each plugin, with `host` as the plugins' host
+/// namespace.
+///
+/// # Errors
+/// When the container cannot be made or a plugin run fails.
+pub fn rows_in(host: &TestNetns, iterations: usize) -> Result<Vec<Row>> {
     let ctr = TestNetns::new("bench-sbr-ctr")?;
     veth_pair(
-        &host,
+        host,
         "vbsbr0",
         &["10.70.0.1/24"],
         &ctr,
@@ -127,7 +136,7 @@ pub fn run(options: &Options) -> Result<Results> {
     let mut samples: [[Samples; 3]; 2] = Default::default();
     fresh_cycle(&host_ns, &ours, &ctr, &config_gw)?;
     fresh_cycle(&host_ns, &go, &ctr, &config_gw)?;
-    for i in 0..options.iterations {
+    for i in 0..iterations {
         let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
         for which in order {
             let binary = if which == 0 { &ours } else { &go };
@@ -164,6 +173,6 @@ pub fn run(options: &Options) -> Result<Results> {
         config: config(&ctr, false),
         check: true,
     };
-    rows.extend(steady.run(options.iterations)?);
-    Ok(rows.into())
+    rows.extend(steady.run(iterations)?);
+    Ok(rows)
 }

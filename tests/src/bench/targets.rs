@@ -11,7 +11,15 @@
 //!   one step. It is evaluated at exactly N, never at the nearest size run: the scale suites
 //!   run 0 always and add N when the largest requested size reaches it
 //!   ([`super::Options::scale_sizes`]); otherwise the verdict is "not measured".
+//! - [`Measure::Busy`], [`Measure::BusyGrowth`], [`Measure::BusyUserSpace`]: rows of the busy
+//!   node ([`super::busy`]) at one of its levels, named by exactly its conntrack entries and
+//!   kube-proxy rules (a run without that level has them "not measured"). [`busy_targets`]
+//!   holds them: issue 28's, then every plugin's empty-node ratio target again at each busy
+//!   level of the default run.
 
+use std::sync::LazyLock;
+
+use super::busy::{self, NodeRow};
 use super::{OURS_IPTABLES, OURS_NFTABLES, Results, Samples, firewall, memory, portmap, sbr};
 
 /// What a target limits.
@@ -45,6 +53,54 @@ pub enum Measure {
         step: &'static str,
         /// Others installed.
         others: usize,
+    },
+    /// Ours / Go of the medians of the busy node's row (`suite`, `case`, `step`) at the level
+    /// of `conntrack` entries and `kube_rules`.
+    Busy {
+        /// The plugin (or `conntrack`).
+        suite: &'static str,
+        /// The row's case.
+        case: &'static str,
+        /// The verb.
+        step: &'static str,
+        /// The level's conntrack entries.
+        conntrack: usize,
+        /// The level's kube-proxy rules.
+        kube_rules: usize,
+    },
+    /// Our median of the busy node's row at `conntrack` entries over the same at `base`
+    /// entries, with the same `kube_rules`.
+    BusyGrowth {
+        /// The plugin.
+        suite: &'static str,
+        /// The row's case.
+        case: &'static str,
+        /// The verb.
+        step: &'static str,
+        /// The grown level's conntrack entries.
+        conntrack: usize,
+        /// The base level's.
+        base: usize,
+        /// Both levels' kube-proxy rules.
+        kube_rules: usize,
+    },
+    /// Our time less the kernel's share, at the level `grown` over the same at `base` (each a
+    /// level's conntrack entries and kube-proxy rules): the busy node's row (`suite`, `case`,
+    /// `step`) less the row `kernel` (suite, case, step) timing the kernel's part of that
+    /// work alone, at each level.
+    BusyUserSpace {
+        /// The plugin.
+        suite: &'static str,
+        /// The row's case.
+        case: &'static str,
+        /// The verb.
+        step: &'static str,
+        /// The row of the kernel's share: suite, case, step.
+        kernel: (&'static str, &'static str, &'static str),
+        /// The grown level: conntrack entries, kube-proxy rules.
+        grown: (usize, usize),
+        /// The base level.
+        base: (usize, usize),
     },
     /// Ours / Go of `of` in the `memory` suite's row of `plugin`'s ADD with stdin `case`.
     Memory {
@@ -149,9 +205,94 @@ pub const TARGETS: &[Target] = &[
     time("portmap", portmap::CASE_GC, "GC", 100.0),
 ];
 
-/// Every target: [`TARGETS`], then the memory suite's.
+/// The plugins whose empty-node ratio targets hold on the busy node too.
+const BUSY_PLUGINS: [&str; 5] = ["tuning", "bandwidth", "sbr", "firewall", "portmap"];
+
+/// The busy node's targets (issue 28), in report order:
+/// - portmap ADD and DEL with a UDP mapping at 100 000 conntrack entries within 1.5× of the
+///   same at 1 entry, both backends; then the same less the kernel's flush (timed apart),
+///   which shows what is the kernel's;
+/// - portmap's iptables-layout ADD beside 5000 kube-proxy rules: our user-space time (the
+///   ADD less the kernel's commit, timed apart) within 1.3× of that without them;
+/// - every ratio target of [`BUSY_PLUGINS`] in [`TARGETS`], at 20 000 and at 100 000 entries.
+///   portmap's are all at most 0.1× Go, so they hold "at most a tenth of Go's at 100 000" too.
+pub fn busy_targets() -> &'static [Target] {
+    static BUSY: LazyLock<Vec<Target>> = LazyLock::new(|| {
+        let kube_rules = busy::DEFAULT_KUBE_RULES;
+        let largest = busy::DEFAULT_CONNTRACK[busy::DEFAULT_CONNTRACK.len() - 1];
+        let mut targets = Vec::new();
+        for case in [portmap::CASE_NFTABLES, portmap::CASE_IPTABLES] {
+            for step in ["ADD", "DEL"] {
+                targets.push(Target {
+                    measure: Measure::BusyGrowth {
+                        suite: "portmap",
+                        case,
+                        step,
+                        conntrack: largest,
+                        base: busy::BASE_CONNTRACK,
+                        kube_rules,
+                    },
+                    limit: 1.5,
+                });
+            }
+        }
+        // What stops the targets above is the kernel's walk of its conntrack table: the same
+        // calls less the flush the kernel makes, timed apart.
+        for case in [portmap::CASE_NFTABLES, portmap::CASE_IPTABLES] {
+            for step in ["ADD", "DEL"] {
+                targets.push(Target {
+                    measure: Measure::BusyUserSpace {
+                        suite: "portmap",
+                        case,
+                        step,
+                        kernel: (busy::CONNTRACK, busy::CASE_FLUSH_IN_KERNEL, "flush"),
+                        grown: (largest, kube_rules),
+                        base: (busy::BASE_CONNTRACK, kube_rules),
+                    },
+                    limit: 1.5,
+                });
+            }
+        }
+        targets.push(Target {
+            measure: Measure::BusyUserSpace {
+                suite: "portmap",
+                case: portmap::CASE_IPTABLES,
+                step: "ADD",
+                kernel: ("portmap", busy::CASE_KERNEL_COMMIT, "ADD"),
+                grown: (busy::BASE_CONNTRACK, kube_rules),
+                base: (busy::BASE_CONNTRACK, 0),
+            },
+            limit: 1.3,
+        });
+        for conntrack in busy::DEFAULT_CONNTRACK {
+            for t in TARGETS {
+                if let Measure::Ratio { suite, case, step } = t.measure
+                    && BUSY_PLUGINS.contains(&suite)
+                {
+                    targets.push(Target {
+                        measure: Measure::Busy {
+                            suite,
+                            case,
+                            step,
+                            conntrack,
+                            kube_rules,
+                        },
+                        limit: t.limit,
+                    });
+                }
+            }
+        }
+        targets
+    });
+    &BUSY
+}
+
+/// Every target: [`TARGETS`], the memory suite's, then the busy node's.
 pub fn all() -> impl Iterator<Item = &'static Target> {
-    TARGETS.iter().chain(memory::TARGETS.iter())
+    TARGETS
+        .iter()
+        .chain(memory::TARGETS.iter())
+        .chain(busy_targets().iter())
 }
 
 /// The sizes `suite`'s growth targets name.
@@ -177,6 +318,9 @@ impl Target {
             | Measure::Time { suite, .. }
             | Measure::Growth { suite, .. } => suite,
             Measure::Memory { .. } => memory::SUITE,
+            Measure::Busy { .. } | Measure::BusyGrowth { .. } | Measure::BusyUserSpace { .. } => {
+                busy::SUITE
+            }
         }
     }
 
@@ -207,6 +351,49 @@ impl Target {
                     Resource::Time => "time",
                 };
                 format!("{plugin} ADD {what}, ours/Go ({case})")
+            }
+            Measure::Busy {
+                suite,
+                case,
+                step,
+                conntrack,
+                kube_rules,
+            } => format!(
+                "busy node ({conntrack} conntrack entries, {kube_rules} kube-proxy rules): \
+                 {suite} {step}, ours/Go ({case})"
+            ),
+            Measure::BusyGrowth {
+                suite,
+                case,
+                step,
+                conntrack,
+                base,
+                kube_rules,
+            } => format!(
+                "busy node ({kube_rules} kube-proxy rules): {suite} {step}, ours at \
+                 {conntrack} conntrack entries / at {base} ({case})"
+            ),
+            Measure::BusyUserSpace {
+                suite,
+                case,
+                step,
+                kernel: (_, kernel_case, _),
+                grown: (conntrack, kube_rules),
+                base: (base_conntrack, base_kube),
+            } => {
+                let less = if kernel_case == busy::CASE_KERNEL_COMMIT {
+                    "less the kernel's commit"
+                } else {
+                    "less the kernel's conntrack flush"
+                };
+                let level = |(c, k): (usize, usize)| {
+                    format!("{c} conntrack entries and {k} kube-proxy rules")
+                };
+                format!(
+                    "busy node: {suite} {step} {less}, ours at {} / at {} ({case})",
+                    level((conntrack, kube_rules)),
+                    level((base_conntrack, base_kube))
+                )
             }
         }
     }
@@ -256,6 +443,50 @@ impl Target {
                 };
                 super::ratio(grown, base).ok_or_else(|| "not measured: no timings".to_owned())
             }
+            Measure::Busy {
+                suite,
+                case,
+                step,
+                conntrack,
+                kube_rules,
+            } => busy_row(results, (conntrack, kube_rules), suite, case, step)?
+                .ratio()
+                .ok_or_else(|| "not measured: no Go timings".to_owned()),
+            Measure::BusyGrowth {
+                suite,
+                case,
+                step,
+                conntrack,
+                base,
+                kube_rules,
+            } => {
+                let grown = busy_row(results, (conntrack, kube_rules), suite, case, step)?;
+                let base = busy_row(results, (base, kube_rules), suite, case, step)?;
+                super::ratio(&grown.ours, &base.ours)
+                    .ok_or_else(|| "not measured: no timings".to_owned())
+            }
+            Measure::BusyUserSpace {
+                suite,
+                case,
+                step,
+                kernel: (kernel_suite, kernel_case, kernel_step),
+                grown,
+                base,
+            } => {
+                let user = |at: (usize, usize)| -> Result<f64, String> {
+                    let call = busy_row(results, at, suite, case, step)?;
+                    let kernel = busy_row(results, at, kernel_suite, kernel_case, kernel_step)?;
+                    if call.ours.is_empty() || kernel.ours.is_empty() {
+                        return Err("not measured: no timings".to_owned());
+                    }
+                    Ok(call.ours.median().as_secs_f64() - kernel.ours.median().as_secs_f64())
+                };
+                let (grown, base) = (user(grown)?, user(base)?);
+                if base <= 0.0 {
+                    return Err("not measured: the kernel's share outlasts the call".to_owned());
+                }
+                Ok(grown / base)
+            }
             Measure::Memory { plugin, case, of } => {
                 let step = memory::step_name(plugin);
                 let row = results
@@ -294,6 +525,41 @@ fn row<'a>(
         .iter()
         .find(|r| r.suite == suite && r.case == case && r.step == step)
         .ok_or_else(|| format!("not measured: suite {suite} not run"))
+}
+
+/// The busy node's row (`suite`, `case`, `step`) at the level `(conntrack, kube_rules)`, or
+/// why there is none.
+fn busy_row<'a>(
+    results: &'a Results,
+    (conntrack, kube_rules): (usize, usize),
+    suite: &str,
+    case: &str,
+    step: &str,
+) -> Result<&'a super::Row, String> {
+    results
+        .busy
+        .iter()
+        .find(
+            |NodeRow {
+                 conntrack: c,
+                 kube_rules: k,
+                 row,
+                 ..
+             }| {
+                *c == conntrack
+                    && *k == kube_rules
+                    && row.suite == suite
+                    && row.case == case
+                    && row.step == step
+            },
+        )
+        .map(|n| &n.row)
+        .ok_or_else(|| {
+            format!(
+                "not measured: no busy level of {conntrack} conntrack entries and {kube_rules} \
+                 kube-proxy rules (run --busy-conntrack and --busy-kube-rules with them)"
+            )
+        })
 }
 
 /// A target's outcome on one run.
@@ -377,7 +643,10 @@ mod tests {
             let step = match t.measure {
                 Measure::Ratio { step, .. }
                 | Measure::Time { step, .. }
-                | Measure::Growth { step, .. } => step,
+                | Measure::Growth { step, .. }
+                | Measure::Busy { step, .. }
+                | Measure::BusyGrowth { step, .. }
+                | Measure::BusyUserSpace { step, .. } => step,
                 Measure::Memory { .. } => "ADD",
             };
             assert!(["ADD", "CHECK", "DEL", "GC"].contains(&step), "{t:?}");
@@ -406,6 +675,7 @@ mod tests {
                 point(OURS_NFTABLES, 500, 12),
             ],
             notes: Vec::new(),
+            busy: Vec::new(),
         };
         let verdicts = evaluate(&results, &["tuning", "firewall"]);
         let find = |d: &str| {
@@ -444,6 +714,7 @@ mod tests {
             rows: Vec::new(),
             scale: vec![point(OURS_IPTABLES, 0, 10), grown],
             notes: Vec::new(),
+            busy: Vec::new(),
         };
         let verdicts = evaluate(&results, &["firewall"]);
         let ipt = verdicts
@@ -452,5 +723,82 @@ mod tests {
             .unwrap();
         assert_eq!(ipt.value, Ok(14.0 / 12.0), "not 14/10 from the point at 0");
         assert_eq!(ipt.met(), Some(true));
+    }
+
+    fn node_row(conntrack: usize, kube_rules: usize, case: &str, ours: u64, go: u64) -> NodeRow {
+        NodeRow {
+            conntrack,
+            kube_rules,
+            veths: 100,
+            row: Row {
+                suite: "portmap".into(),
+                case: case.into(),
+                step: "ADD".into(),
+                ours: ms(&[ours]),
+                reference: if go == 0 {
+                    Samples::default()
+                } else {
+                    ms(&[go])
+                },
+                reference_label: "Go portmap".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn busy_targets_read_the_rows_of_their_levels() {
+        let results = Results {
+            busy: vec![
+                node_row(1, 0, portmap::CASE_IPTABLES, 10, 100),
+                node_row(1, 0, busy::CASE_KERNEL_COMMIT, 2, 0),
+                node_row(1, 5000, portmap::CASE_IPTABLES, 15, 100),
+                node_row(1, 5000, busy::CASE_KERNEL_COMMIT, 6, 0),
+                node_row(100_000, 5000, portmap::CASE_IPTABLES, 30, 1000),
+            ],
+            ..Results::default()
+        };
+        let verdicts = evaluate(&results, &[busy::SUITE]);
+        let find = |d: &str| verdicts.iter().find(|v| v.target.describe().contains(d));
+        let growth =
+            find("ours at 100000 conntrack entries / at 1 (2 mappings, ours iptables)").unwrap();
+        assert!(
+            growth
+                .target
+                .describe()
+                .starts_with("busy node (5000 kube-proxy rules): portmap ADD")
+        );
+        assert_eq!(growth.value, Ok(2.0), "30 ms over 15 ms");
+        assert_eq!(growth.met(), Some(false));
+        let user = find("less the kernel's commit").unwrap();
+        assert!(user.target.describe().contains(
+            "ours at 1 conntrack entries and 5000 kube-proxy rules / at 1 conntrack entries and 0"
+        ));
+        assert_eq!(user.value, Ok((15.0 - 6.0) / (10.0 - 2.0)));
+        // The flush's share was not timed in this run.
+        let flush = find("less the kernel's conntrack flush").unwrap();
+        assert!(
+            flush.status().starts_with("not measured"),
+            "{}",
+            flush.status()
+        );
+        let ratio = find("busy node (100000 conntrack entries, 5000 kube-proxy rules): portmap ADD, ours/Go (2 mappings, ours iptables)").unwrap();
+        assert_eq!(ratio.value, Ok(0.03));
+        assert_eq!(ratio.met(), Some(true));
+        // The nftables rows, and the level of 20 000 entries, were not run.
+        let missing = find("busy node (20000 conntrack entries, 5000 kube-proxy rules): portmap ADD, ours/Go (2 mappings, ours iptables)").unwrap();
+        assert!(
+            missing
+                .status()
+                .starts_with("not measured: no busy level of 20000"),
+            "{}",
+            missing.status()
+        );
+        // Every plugin's ratio targets come back at each busy level, with their limits.
+        let ratios = TARGETS
+            .iter()
+            .filter(|t| matches!(t.measure, Measure::Ratio { suite, .. } if BUSY_PLUGINS.contains(&suite)))
+            .count();
+        assert_eq!(busy_targets().len(), 9 + 2 * ratios);
+        assert!(verdicts.iter().all(|v| v.target.suite() == busy::SUITE));
     }
 }

@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use serde_json::json;
 
-use crate::bench::{Lifecycle, Options, Results};
+use crate::bench::{Lifecycle, Options, Results, Row};
 use crate::bins;
 use crate::netns::{TestNetns, veth_pair};
 
@@ -18,9 +18,18 @@ pub const CASE: &str = "mac+mtu+promisc+2 sysctls";
 /// When the namespaces cannot be made or a plugin fails.
 pub fn run(options: &Options) -> Result<Results> {
     let host = TestNetns::new("benchtune-h")?;
+    Ok(rows_in(&host, options.iterations)?.into())
+}
+
+/// The case's rows, `iterations` lifecycles of each plugin, with `host` as the plugins' host
+/// namespace (where the container's veth has its other end).
+///
+/// # Errors
+/// When the container cannot be made or a plugin fails.
+pub fn rows_in(host: &TestNetns, iterations: usize) -> Result<Vec<Row>> {
     let container = TestNetns::new("benchtune-c")?;
     veth_pair(
-        &host,
+        host,
         "veth-bench",
         &[],
         &container,
@@ -59,8 +68,5 @@ pub fn run(options: &Options) -> Result<Results> {
         config,
         check: true,
     };
-    Ok(lifecycle
-        .run(options.iterations)
-        .context("tuning lifecycle")?
-        .into())
+    lifecycle.run(iterations).context("tuning lifecycle")
 }

@@ -10,10 +10,14 @@
 //!   Go firewall's own, and portmap's iptables layout (default 1000; larger sizes get the
 //!   other series only, with a note). 5000 adds over an hour to the run.
 //! - `--only x,y`: the suites to run (tuning, bandwidth, sbr, firewall, nft, iptables-native,
-//!   portmap, memory).
+//!   portmap, memory, busy).
 //! - `--memory-sizes a,b`: the stdin sizes of the memory suite, in KB or with an `M` for MB
 //!   (default `1M,4M,16M`).
 //! - `--memory-shapes a,b`: its stdin shapes, of `array`, `nesting`, `routes` (default all).
+//! - `--busy-conntrack a,b`: the busy suite's conntrack table sizes, after its levels of 1
+//!   entry (default 20000,100000).
+//! - `--busy-veths N`: the veths on its bridge (default 100).
+//! - `--busy-kube-rules N`: the kube-proxy-style rules in its `nat` table (default 5000).
 //! - `--out DIR`: also write `DIR/BENCHMARKS.md`, the plot `DIR/bench-scale.png` (with
 //!   `gnuplot`), its data and script, and every sample in `DIR/bench-data.json`.
 //! - `--help`: prints this and exits.
@@ -35,7 +39,8 @@ use tests::cleanup;
 /// What `--help` prints.
 const USAGE: &str = "\
 usage: bench [--iterations N] [--sizes a,b,c] [--reference-max-size N] [--only x,y]
-             [--memory-sizes a,b] [--memory-shapes a,b] [--out DIR]
+             [--memory-sizes a,b] [--memory-shapes a,b] [--busy-conntrack a,b]
+             [--busy-veths N] [--busy-kube-rules N] [--out DIR]
 
 Times our plugins against the Go reference binaries (/usr/lib/cni), interleaved in one run, and
 prints markdown: the per-verb table, the scale series and the target verdicts. Needs root and our
@@ -45,9 +50,12 @@ release binaries beside it (scripts/bench.sh builds them).
   --sizes a,b,c           the scale series' sizes of other attachments (default 0,100,1000,5000)
   --reference-max-size N  largest size for the series that grow with N (default 1000)
   --only x,y              the suites to run: tuning, bandwidth, sbr, firewall, nft,
-                          iptables-native, portmap, memory
+                          iptables-native, portmap, memory, busy
   --memory-sizes a,b      the memory suite's stdin sizes, KB or with M for MB (default 1M,4M,16M)
   --memory-shapes a,b     its stdin shapes: array, nesting, routes (default all)
+  --busy-conntrack a,b    the busy node's conntrack table sizes (default 20000,100000)
+  --busy-veths N          the veths on its bridge (default 100)
+  --busy-kube-rules N     the kube-proxy-style rules in its nat table (default 5000)
   --out DIR               also write DIR/BENCHMARKS.md, the plot, its data and every sample
   --help                  print this
 ";
@@ -127,6 +135,17 @@ fn run() -> Result<()> {
                         })
                     })
                     .collect::<Result<_>>()?;
+            }
+            "--busy-conntrack" => {
+                options.busy_conntrack = value()?
+                    .split(',')
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()
+                    .context("--busy-conntrack")?;
+            }
+            "--busy-veths" => options.busy_veths = value()?.parse().context("--busy-veths")?,
+            "--busy-kube-rules" => {
+                options.busy_kube_rules = value()?.parse().context("--busy-kube-rules")?;
             }
             "--out" => out = Some(PathBuf::from(value()?)),
             other => bail!("unknown argument {other:?}\n{USAGE}"),
