@@ -10,7 +10,8 @@
 //!   nothing copied to user space.
 //! - Linux 5.9–6.11 refuse that request (nothing is deleted): a dump filtered by the kernel
 //!   (`CTA_FILTER` on a dump) returns the matching entries only, which are deleted one exact
-//!   tuple each, in one datagram. A refusal is remembered by the handle, so a call asks once.
+//!   tuple each, a hundred per datagram. A refusal is remembered by the handle, so a call
+//!   asks once.
 //! - Older kernels ignore the dump's filter and send every entry: each entry is checked here
 //!   again, so the result is the same, only slower.
 //!
@@ -31,9 +32,10 @@ use crate::netns::{NetNs, NetnsError};
 use crate::nft::raw::RawMsg;
 use crate::nft::{L4Proto, NfProto};
 
-/// Messages per datagram of a bulk delete or insert: a datagram must fit the socket's send
-/// buffer (about 200 KiB by default), and each message is about 100 bytes.
-const MESSAGES_PER_DATAGRAM: usize = 500;
+/// Messages per datagram of a bulk delete or insert. The kernel answers each refused message
+/// with an error of its own, each about a kilobyte of the receive buffer (about 200 KiB by
+/// default): more refusals than fit would overrun it (`ENOBUFS`).
+const MESSAGES_PER_DATAGRAM: usize = 100;
 
 /// A failed conntrack operation.
 #[derive(Debug, thiserror::Error)]
