@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use common::conntrack::{Conntrack, Deletion, Flow, FlowFilter};
-use common::netns::NetNs;
 use common::nft::{L4Proto, NfProto};
 
 use super::{Options, Results, Row, Samples, bandwidth, firewall, portmap, sbr, tuning};
@@ -334,7 +333,7 @@ pub fn run(options: &Options) -> Result<Results> {
 
     let mut results = Results::default();
     let mut counts = Vec::new();
-    let mut flushes: Vec<(usize, Duration, Option<Duration>)> = Vec::new();
+    let mut flushes: Vec<Flushes> = Vec::new();
     for (conntrack, kube) in levels(options) {
         if kube > node.kube_rules {
             node.install_kube_rules(kube)?;
@@ -347,9 +346,13 @@ pub fn run(options: &Options) -> Result<Results> {
              kube-proxy rules, {} veths",
             node.veths
         );
+        // The kernel's commit is timed before and after portmap's rows, half each, so that
+        // the machine's drift meanwhile weighs on both alike.
+        let first = portmap::kernel_samples(&hostns, iterations.div_ceil(2))?;
         let mut rows = portmap::rows_in(&hostns, pm.path(), "10.95.0.2", iterations)
             .with_context(|| format!("portmap at {conntrack} conntrack entries"))?;
-        rows.extend(kernel_commit_rows(&hostns, iterations)?);
+        let second = portmap::kernel_samples(&hostns, iterations / 2)?;
+        rows.extend(kernel_commit_rows(first, second));
         let conntrack_rows = conntrack_rows(&mut node.conntrack_handle, iterations)?;
         let in_kernel = conntrack_rows
             .iter()
@@ -359,7 +362,24 @@ pub fn run(options: &Options) -> Result<Results> {
             .iter()
             .find(|r| r.case == CASE_FLUSH_BY_DUMP)
             .map_or(Duration::ZERO, |r| r.ours.median());
-        flushes.push((conntrack, by_dump, in_kernel));
+        let portmap_ms = |case: &str, step: &str| {
+            rows.iter()
+                .find(|r| r.suite == "portmap" && r.case == case && r.step == step)
+                .map_or(f64::NAN, |r| r.ours.median().as_secs_f64() * 1e3)
+        };
+        let calls = [
+            portmap_ms(portmap::CASE_NFTABLES, "ADD"),
+            portmap_ms(portmap::CASE_NFTABLES, "DEL"),
+            portmap_ms(portmap::CASE_IPTABLES, "ADD"),
+            portmap_ms(portmap::CASE_IPTABLES, "DEL"),
+        ];
+        flushes.push(Flushes {
+            conntrack,
+            kube,
+            by_dump,
+            in_kernel,
+            calls,
+        });
         rows.extend(conntrack_rows);
         if conntrack > BASE_CONNTRACK {
             rows.extend(every_plugin(&node.host, iterations)?);
@@ -413,13 +433,17 @@ fn alone(suite: &str, case: &str, step: &str, ours: Samples) -> Row {
     }
 }
 
-/// The commit of one attachment of portmap's iptables layout, and of its removal.
-fn kernel_commit_rows(host: &NetNs, iterations: usize) -> Result<Vec<Row>> {
-    let [add, del, _close] = portmap::kernel_samples(host, iterations)?;
-    Ok(vec![
+/// The commit of one attachment of portmap's iptables layout, and of its removal, from the
+/// samples of [`portmap::kernel_samples`] taken twice.
+fn kernel_commit_rows(first: [Samples; 3], second: [Samples; 3]) -> Vec<Row> {
+    let [mut add, mut del, _] = first;
+    let [add2, del2, _] = second;
+    add.0.extend(add2.0);
+    del.0.extend(del2.0);
+    vec![
         alone("portmap", CASE_KERNEL_COMMIT, "ADD", add),
         alone("portmap", CASE_KERNEL_COMMIT, "DEL", del),
-    ])
+    ]
 }
 
 /// The UDP flush of portmap's mapped port (IPv4, any address), as the kernel makes it itself
@@ -477,19 +501,37 @@ fn conntrack_rows(ct: &mut Conntrack, iterations: usize) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// The report's note on the kernel's floor: what one flush takes at each level, both ways.
-fn floor_note(flushes: &[(usize, Duration, Option<Duration>)]) -> String {
+/// What the floor note reports of one level.
+struct Flushes {
+    conntrack: usize,
+    kube: usize,
+    /// The flush by filtered dump.
+    by_dump: Duration,
+    /// The flush the kernel makes itself, where it can.
+    in_kernel: Option<Duration>,
+    /// portmap's medians in ms: nftables ADD, DEL, iptables ADD, DEL.
+    calls: [f64; 4],
+}
+
+/// The report's note on the kernel's floor: what one flush takes at each level, both ways,
+/// beside portmap's ADD and DEL there.
+fn floor_note(flushes: &[Flushes]) -> String {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let figures: Vec<String> = flushes
         .iter()
-        .map(|(n, dump, kernel)| {
-            let kernel = kernel.map_or_else(
+        .map(|f| {
+            let kernel = f.in_kernel.map_or_else(
                 || "no filtered delete on this kernel".to_owned(),
                 |k| format!("{:.2} ms in the kernel", ms(k)),
             );
+            let [nft_add, nft_del, ipt_add, ipt_del] = f.calls;
             format!(
-                "{kernel}, {:.2} ms by filtered dump at {n} entries",
-                ms(*dump)
+                "at {} entries ({} kube-proxy rules) {kernel}, {:.2} ms by filtered dump, \
+                 against portmap ADD / DEL {nft_add:.2} / {nft_del:.2} ms (nftables), \
+                 {ipt_add:.2} / {ipt_del:.2} ms (iptables)",
+                f.conntrack,
+                f.kube,
+                ms(f.by_dump)
             )
         })
         .collect();
@@ -498,11 +540,13 @@ fn floor_note(flushes: &[(usize, Duration, Option<Duration>)]) -> String {
          bench process: {}. Either way the kernel walks its whole conntrack hash table, shared \
          by every namespace, and visits each entry in it: that walk grows with the entries \
          of the table, whatever the flush removes, and no request can avoid it (the table is \
-         hashed on whole tuples, so entries to one port are found only by visiting all). A \
-         filtered dump also takes the lock of each of the table's buckets \
-         (`net.netfilter.nf_conntrack_buckets`), which costs milliseconds even with one entry; \
-         the filtered delete (Linux 6.12+) skips empty buckets. What a portmap call adds to \
-         this is its own work, the same at every level.",
+         hashed on whole tuples, so entries to one port are found only by visiting all). It \
+         is what stops the targets of portmap at 100000 entries over 1: what a call does \
+         besides is the same at every level. A filtered dump also takes the lock of each of \
+         the table's buckets (`net.netfilter.nf_conntrack_buckets`), which costs \
+         milliseconds even with one entry; the filtered delete (Linux 6.12+) skips empty \
+         buckets. Go flushes on ADD only, by a dump of the whole table (the whole-table dump \
+         rows); its DEL flushes nothing, ours does (on ADD and DEL).",
         figures.join("; ")
     )
 }

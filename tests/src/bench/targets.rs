@@ -210,8 +210,9 @@ const BUSY_PLUGINS: [&str; 5] = ["tuning", "bandwidth", "sbr", "firewall", "port
 
 /// The busy node's targets (issue 28), in report order:
 /// - portmap ADD and DEL with a UDP mapping at 100 000 conntrack entries within 1.5× of the
-///   same at 1 entry, both backends; then the same less the kernel's flush (timed apart),
-///   which shows what is the kernel's;
+///   same at 1 entry, both backends (the busy suite's note gives the kernel's flush at each
+///   level beside them: a difference of two medians tens of milliseconds apart on this VM
+///   would be no target);
 /// - portmap's iptables-layout ADD beside 5000 kube-proxy rules: our user-space time (the
 ///   ADD less the kernel's commit, timed apart) within 1.3× of that without them;
 /// - every ratio target of [`BUSY_PLUGINS`] in [`TARGETS`], at 20 000 and at 100 000 entries.
@@ -231,23 +232,6 @@ pub fn busy_targets() -> &'static [Target] {
                         conntrack: largest,
                         base: busy::BASE_CONNTRACK,
                         kube_rules,
-                    },
-                    limit: 1.5,
-                });
-            }
-        }
-        // What stops the targets above is the kernel's walk of its conntrack table: the same
-        // calls less the flush the kernel makes, timed apart.
-        for case in [portmap::CASE_NFTABLES, portmap::CASE_IPTABLES] {
-            for step in ["ADD", "DEL"] {
-                targets.push(Target {
-                    measure: Measure::BusyUserSpace {
-                        suite: "portmap",
-                        case,
-                        step,
-                        kernel: (busy::CONNTRACK, busy::CASE_FLUSH_IN_KERNEL, "flush"),
-                        grown: (largest, kube_rules),
-                        base: (busy::BASE_CONNTRACK, kube_rules),
                     },
                     limit: 1.5,
                 });
@@ -384,7 +368,7 @@ impl Target {
                 let less = if kernel_case == busy::CASE_KERNEL_COMMIT {
                     "less the kernel's commit"
                 } else {
-                    "less the kernel's conntrack flush"
+                    "less the kernel's share"
                 };
                 let level = |(c, k): (usize, usize)| {
                     format!("{c} conntrack entries and {k} kube-proxy rules")
@@ -482,8 +466,11 @@ impl Target {
                     Ok(call.ours.median().as_secs_f64() - kernel.ours.median().as_secs_f64())
                 };
                 let (grown, base) = (user(grown)?, user(base)?);
-                if base <= 0.0 {
-                    return Err("not measured: the kernel's share outlasts the call".to_owned());
+                if grown <= 0.0 || base <= 0.0 {
+                    return Err(
+                        "not measured: the kernel's share, timed apart, outlasts the call"
+                            .to_owned(),
+                    );
                 }
                 Ok(grown / base)
             }
@@ -774,13 +761,15 @@ mod tests {
             "ours at 1 conntrack entries and 5000 kube-proxy rules / at 1 conntrack entries and 0"
         ));
         assert_eq!(user.value, Ok((15.0 - 6.0) / (10.0 - 2.0)));
-        // The flush's share was not timed in this run.
-        let flush = find("less the kernel's conntrack flush").unwrap();
-        assert!(
-            flush.status().starts_with("not measured"),
-            "{}",
-            flush.status()
-        );
+        // A kernel's share timed apart above the whole call is noise, not a flat call.
+        let mut noisy = results.clone();
+        noisy.busy[3] = node_row(1, 5000, busy::CASE_KERNEL_COMMIT, 16, 0);
+        let verdicts = evaluate(&noisy, &[busy::SUITE]);
+        let user = verdicts
+            .iter()
+            .find(|v| v.target.describe().contains("less the kernel's commit"))
+            .unwrap();
+        assert_eq!(user.met(), None, "{}", user.status());
         let ratio = find("busy node (100000 conntrack entries, 5000 kube-proxy rules): portmap ADD, ours/Go (2 mappings, ours iptables)").unwrap();
         assert_eq!(ratio.value, Ok(0.03));
         assert_eq!(ratio.met(), Some(true));
@@ -798,7 +787,7 @@ mod tests {
             .iter()
             .filter(|t| matches!(t.measure, Measure::Ratio { suite, .. } if BUSY_PLUGINS.contains(&suite)))
             .count();
-        assert_eq!(busy_targets().len(), 9 + 2 * ratios);
+        assert_eq!(busy_targets().len(), 5 + 2 * ratios);
         assert!(verdicts.iter().all(|v| v.target.suite() == busy::SUITE));
     }
 }
