@@ -330,6 +330,7 @@ pub fn run(options: &Options) -> Result<Results> {
     let pm = TestNetns::new("benchbusy-pm")?;
     veth_pair(&node.host, "vpm0", &[], &pm, "eth0", &["10.95.0.2/16"])?;
     node.host.ip(&["link", "set", "vpm0", "master", "cni0"])?;
+    portmap::make_shared_chains(&hostns, pm.path(), "10.95.0.2")?;
 
     let mut results = Results::default();
     let mut counts = Vec::new();

@@ -150,6 +150,21 @@ pub fn run(options: &Options) -> Result<Results> {
     Ok(results)
 }
 
+/// One untimed ADD and DEL of ours with the iptables backend for the container at `netns`
+/// with address `ip`: the layout's shared chains stay, as on any node where portmap ran.
+///
+/// # Errors
+/// When an exec fails.
+pub fn make_shared_chains(host: &NetNs, netns: &Path, ip: &str) -> Result<()> {
+    let ours = plugin_binary("portmap")?;
+    let conf = config(netns, Some("iptables"), ip, 8080, 5353);
+    for command in ["ADD", "DEL"] {
+        time_exec(host, &exec(&ours, command, "bench-shared", netns, &conf))
+            .with_context(|| format!("portmap {command} making the shared chains"))?;
+    }
+    Ok(())
+}
+
 /// The lifecycle rows (ADD and DEL of each backend against Go, then CHECK apart) of the
 /// container at `netns` with address `ip`, `iterations` each, with `host` as the plugins' host
 /// namespace (whose state directories the caller keeps).
