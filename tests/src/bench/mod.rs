@@ -595,6 +595,19 @@ impl Lifecycle {
     /// # Errors
     /// When any exec fails.
     pub fn run(&self, iterations: usize) -> Result<Vec<Row>> {
+        self.run_with(iterations, &mut || Ok(()))
+    }
+
+    /// [`Lifecycle::run`], calling `between` after each iteration's two cycles: a step timed
+    /// apart under the same conditions as the cycles (caches, the machine's drift).
+    ///
+    /// # Errors
+    /// When any exec, or `between`, fails.
+    pub fn run_with(
+        &self,
+        iterations: usize,
+        between: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Vec<Row>> {
         let mut ours = [Samples::default(), Samples::default(), Samples::default()];
         let mut reference = ours.clone();
         // One untimed warm-up each, so page cache and lazy kernel module loads don't count.
@@ -617,6 +630,7 @@ impl Lifecycle {
                     s.push(t);
                 }
             }
+            between()?;
         }
         Ok(self.rows(ours, reference))
     }

@@ -131,9 +131,13 @@ pub fn run(options: &Options) -> Result<Results> {
     let go = reference_binary("portmap")?;
     let hostns = host.netns()?;
     let mut results = Results::default();
-    results
-        .rows
-        .extend(rows_in(&hostns, &netns, "10.94.0.2", options.iterations)?);
+    results.rows.extend(rows_in(
+        &hostns,
+        &netns,
+        "10.94.0.2",
+        options.iterations,
+        &mut || Ok(()),
+    )?);
     results
         .rows
         .extend(big_map_rows(options, &ours).context("portmap big-map cases")?);
@@ -167,11 +171,18 @@ pub fn make_shared_chains(host: &NetNs, netns: &Path, ip: &str) -> Result<()> {
 
 /// The lifecycle rows (ADD and DEL of each backend against Go, then CHECK apart) of the
 /// container at `netns` with address `ip`, `iterations` each, with `host` as the plugins' host
-/// namespace (whose state directories the caller keeps).
+/// namespace (whose state directories the caller keeps). `iptables_between` runs after each
+/// iteration of the iptables backend's lifecycle ([`Lifecycle::run_with`]).
 ///
 /// # Errors
 /// When an exec fails.
-pub fn rows_in(host: &NetNs, netns: &Path, ip: &str, iterations: usize) -> Result<Vec<Row>> {
+pub fn rows_in(
+    host: &NetNs,
+    netns: &Path,
+    ip: &str,
+    iterations: usize,
+    iptables_between: &mut dyn FnMut() -> Result<()>,
+) -> Result<Vec<Row>> {
     let ours = plugin_binary("portmap")?;
     let go = reference_binary("portmap")?;
     let mut rows = Vec::new();
@@ -189,9 +200,14 @@ pub fn rows_in(host: &NetNs, netns: &Path, ip: &str, iterations: usize) -> Resul
             config: conf.clone(),
             check: false,
         };
+        let between: &mut dyn FnMut() -> Result<()> = if backend == "iptables" {
+            &mut *iptables_between
+        } else {
+            &mut || Ok(())
+        };
         rows.extend(
             lifecycle
-                .run(iterations)
+                .run_with(iterations, between)
                 .with_context(|| format!("portmap {backend} lifecycle"))?,
         );
         rows.push(check_row(
@@ -416,7 +432,7 @@ const PROBE: usize = 0xfe_ed;
 /// commit their removal by recorded handle, and to close the socket after it, `iterations`
 /// times after a warm-up; medians.
 fn time_kernel(ns: &NetNs, iterations: usize) -> Result<Kernel> {
-    let [add, del, close] = kernel_samples(ns, iterations)?;
+    let [add, del, close] = kernel_samples(ns, iterations, true)?;
     Ok(Kernel {
         add: add.median(),
         del: del.median(),
@@ -425,18 +441,19 @@ fn time_kernel(ns: &NetNs, iterations: usize) -> Result<Kernel> {
 }
 
 /// The samples of [`time_kernel`]: the commits adding the attachment, those removing it, and
-/// the closes after the removals.
+/// the closes after the removals; after an untimed round when `warm_up` (without, the first
+/// commit finds the caches as whatever ran before left them, as a plugin's does).
 ///
 /// # Errors
 /// When a commit fails.
-pub fn kernel_samples(ns: &NetNs, iterations: usize) -> Result<[Samples; 3]> {
+pub fn kernel_samples(ns: &NetNs, iterations: usize, warm_up: bool) -> Result<[Samples; 3]> {
     use common::iptables::Family;
     use common::iptables::native::NativeTables;
     let (mut add, mut del, mut close) =
         (Samples::default(), Samples::default(), Samples::default());
     let dnat = crate::iptables_layout::DNAT;
     ns.run(|| -> Result<()> {
-        for i in 0..=iterations {
+        for i in usize::from(!warm_up)..=iterations {
             let mut tables = NativeTables::open("nat")?;
             let mut tx = tables.transaction();
             let (chain, specs) = super::iptables_native::attachment(Family::V4, PROBE);
