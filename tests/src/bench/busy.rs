@@ -300,6 +300,16 @@ fn kube_proxy_rules(count: usize) -> String {
     script
 }
 
+/// `n` conntrack entries, in words.
+#[must_use]
+pub fn entries(n: usize) -> String {
+    if n == 1 {
+        "1 conntrack entry".to_owned()
+    } else {
+        format!("{n} conntrack entries")
+    }
+}
+
 /// The busy levels as (conntrack entries, kube-proxy rules), in the order they are made.
 fn levels(options: &Options) -> Vec<(usize, usize)> {
     let kube = options.busy_kube_rules;
@@ -343,8 +353,8 @@ pub fn run(options: &Options) -> Result<Results> {
         let counted = node.conntrack_count()?;
         counts.push(format!("{counted} at level {conntrack}"));
         eprintln!(
-            "  busy: level of {conntrack} conntrack entries ({counted} counted), {kube} \
-             kube-proxy rules, {} veths",
+            "  busy: level of {} ({counted} counted), {kube} kube-proxy rules, {} veths",
+            entries(conntrack),
             node.veths
         );
         // The kernel's commit is timed once after each iteration of the iptables backend's
@@ -359,7 +369,7 @@ pub fn run(options: &Options) -> Result<Results> {
             Ok(())
         };
         let mut rows = portmap::rows_in(&hostns, pm.path(), "10.95.0.2", iterations, &mut probe)
-            .with_context(|| format!("portmap at {conntrack} conntrack entries"))?;
+            .with_context(|| format!("portmap at {}", entries(conntrack)))?;
         rows.extend(kernel_commit_rows(commits));
         let conntrack_rows = conntrack_rows(&mut node.conntrack_handle, iterations)?;
         let in_kernel = conntrack_rows
@@ -530,10 +540,10 @@ fn floor_note(flushes: &[Flushes]) -> String {
             );
             let [nft_add, nft_del, ipt_add, ipt_del] = f.calls;
             format!(
-                "at {} entries ({} kube-proxy rules) {kernel}, {:.2} ms by filtered dump, \
+                "at {} ({} kube-proxy rules) {kernel}, {:.2} ms by filtered dump, \
                  against portmap ADD / DEL {nft_add:.2} / {nft_del:.2} ms (nftables), \
                  {ipt_add:.2} / {ipt_del:.2} ms (iptables)",
-                f.conntrack,
+                entries(f.conntrack),
                 f.kube,
                 ms(f.by_dump)
             )

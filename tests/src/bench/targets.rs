@@ -343,8 +343,9 @@ impl Target {
                 conntrack,
                 kube_rules,
             } => format!(
-                "busy node ({conntrack} conntrack entries, {kube_rules} kube-proxy rules): \
-                 {suite} {step}, ours/Go ({case})"
+                "busy node ({}, {kube_rules} kube-proxy rules): \
+                 {suite} {step}, ours/Go ({case})",
+                busy::entries(conntrack)
             ),
             Measure::BusyGrowth {
                 suite,
@@ -354,8 +355,9 @@ impl Target {
                 base,
                 kube_rules,
             } => format!(
-                "busy node ({kube_rules} kube-proxy rules): {suite} {step}, ours at \
-                 {conntrack} conntrack entries / at {base} ({case})"
+                "busy node ({kube_rules} kube-proxy rules): {suite} {step}, ours at {} / at \
+                 {base} ({case})",
+                busy::entries(conntrack)
             ),
             Measure::BusyUserSpace {
                 suite,
@@ -371,7 +373,7 @@ impl Target {
                     "less the kernel's share"
                 };
                 let level = |(c, k): (usize, usize)| {
-                    format!("{c} conntrack entries and {k} kube-proxy rules")
+                    format!("{} and {k} kube-proxy rules", busy::entries(c))
                 };
                 format!(
                     "busy node: {suite} {step} {less}, ours at {} / at {} ({case})",
@@ -543,8 +545,9 @@ fn busy_row<'a>(
         .map(|n| &n.row)
         .ok_or_else(|| {
             format!(
-                "not measured: no busy level of {conntrack} conntrack entries and {kube_rules} \
-                 kube-proxy rules (run --busy-conntrack and --busy-kube-rules with them)"
+                "not measured: no busy level of {} and {kube_rules} \
+                 kube-proxy rules (run --busy-conntrack and --busy-kube-rules with them)",
+                busy::entries(conntrack)
             )
         })
 }
@@ -758,7 +761,7 @@ mod tests {
         assert_eq!(growth.met(), Some(false));
         let user = find("less the kernel's commit").unwrap();
         assert!(user.target.describe().contains(
-            "ours at 1 conntrack entries and 5000 kube-proxy rules / at 1 conntrack entries and 0"
+            "ours at 1 conntrack entry and 5000 kube-proxy rules / at 1 conntrack entry and 0"
         ));
         assert_eq!(user.value, Ok((15.0 - 6.0) / (10.0 - 2.0)));
         // A kernel's share timed apart above the whole call is noise, not a flat call.
