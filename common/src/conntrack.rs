@@ -158,11 +158,6 @@ impl Conntrack {
         self.kernel_flush = on;
     }
 
-    /// Whether [`Conntrack::delete`] will ask the kernel to delete by filter.
-    pub fn kernel_flush(&self) -> bool {
-        self.kernel_flush
-    }
-
     fn entries(
         &mut self,
         version: NfProto,

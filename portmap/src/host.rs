@@ -51,7 +51,7 @@ pub fn flush_udp(mappings: &[PortMapping], families: &[IpFamily]) {
 
 /// Whether this namespace tracks no connection at all, so there is nothing to flush. Before
 /// Linux 6.12 a flush is a filtered dump, which locks every bucket of the kernel's hash table,
-/// shared by every namespace (about 25 ms here), even when this namespace has no entry. Without
+/// shared by every namespace (about 10 ms here), even when this namespace has no entry. Without
 /// the counter (no conntrack module) nothing can be tracked either.
 fn conntrack_is_empty() -> bool {
     match std::fs::read_to_string(names::CONNTRACK_COUNT) {
