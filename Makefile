@@ -11,7 +11,7 @@
 # musl when its Rust standard library is installed (`rustup target add x86_64-unknown-linux-musl`;
 # scripts/setup.sh tries), else the host's glibc. A static glibc spends 0.15-0.25 ms of every
 # start detecting the CPU (each CPUID traps to the hypervisor on a VM) and resolving IFUNCs; musl
-# does neither. The plugins bring their own allocator (common/src/arena.rs), so musl's slower
+# does neither. The plugins bring their own allocator (cni/src/arena.rs), so musl's slower
 # malloc does not matter. `make TARGET=x86_64-unknown-linux-gnu` forces glibc.
 
 PLUGINS     := portmap tuning bandwidth firewall sbr

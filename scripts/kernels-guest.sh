@@ -24,13 +24,13 @@ EOF
 }
 
 # The suites a boot runs by default: the ones whose outcome depends on the kernel's nf_tables
-# (the encodings and the probe in common's unit tests, the nft suite, portmap and firewall end
+# (the encodings and the probe in netfilter's unit tests, the nft suite, portmap and firewall end
 # to end with both backends). Under TCG a suite runs 10-250 times slower than natively, the
 # exec-heavy ones most (the portmap suite: 25 s natively, 5-13 min in a guest), so the other
 # kernel-touching suites are in `--suites all` only:
 all_suites=(
-  common:lib tests:nft tests:portmap tests:firewall
-  portmap:lib firewall:lib tuning:lib tuning:kernel bandwidth:lib sbr:lib
+  netfilter:lib tests:nft tests:portmap tests:firewall
+  netlink:lib host:lib cni:lib portmap:lib firewall:lib tuning:lib tuning:kernel bandwidth:lib sbr:lib
   tests:lib tests:harness tests:tuning tests:bandwidth tests:sbr tests:conformance tests:faults
   tests:iptables_native tests:demo tests:diff_portmap tests:diff_firewall tests:diff_tuning
   tests:diff_bandwidth tests:diff_sbr tests:diff_podman_chain
@@ -41,7 +41,7 @@ all_suites=(
 # firewalld with D-Bus; their kernel use is the nftables and iptables paths the portmap and
 # firewall suites run), tests:memory and tests:bench_smoke (peak RSS and the bench:
 # measurements, not kernel behaviour), tests:packaging (make install: no kernel).
-default_suites=(common:lib tests:nft tests:portmap tests:firewall)
+default_suites=(netfilter:lib tests:nft tests:portmap tests:firewall)
 
 out=
 manifest=

@@ -3,9 +3,9 @@
 
 use std::os::fd::AsFd as _;
 
-use common::netlink::tc::{INGRESS, INGRESS_HANDLE, PROTOCOL_ALL, Psched, ROOT, Tbf};
-use common::netlink::{Link, LinkAlias, Netlink, NetlinkError};
-use common::netns::NetNs;
+use host::netns::NetNs;
+use netlink::tc::{INGRESS, INGRESS_HANDLE, PROTOCOL_ALL, Psched, ROOT, Tbf};
+use netlink::{Link, LinkAlias, Netlink, NetlinkError};
 use netlink_packet_route::tc::TcMirrorActionType;
 
 use crate::error::{BandwidthError, IFB_NOT_FOUND, Step};
@@ -161,7 +161,7 @@ fn add_steps(
         IfbChoice::Reuse(existing) => {
             nl.set_link(
                 existing.link.index,
-                &common::netlink::LinkChange {
+                &netlink::LinkChange {
                     mtu: Some(redirect.mtu),
                     up: Some(true),
                     ..Default::default()
@@ -255,7 +255,7 @@ fn ifbs_named(nl: &mut Netlink, ifb: &IfbIdentity) -> Result<Vec<LinkAlias>, Net
 }
 
 /// True for the redirect filter this plugin (and the reference) puts on a device.
-fn is_redirect(f: &common::netlink::tc::Filter) -> bool {
+fn is_redirect(f: &netlink::tc::Filter) -> bool {
     f.priority == FILTER_PRIORITY
         && f.mirred
             .iter()
@@ -263,7 +263,7 @@ fn is_redirect(f: &common::netlink::tc::Filter) -> bool {
 }
 
 /// The interface the redirect filter in `filters` sends to, if there is one.
-fn target_of(filters: &[common::netlink::tc::Filter]) -> Option<u32> {
+fn target_of(filters: &[netlink::tc::Filter]) -> Option<u32> {
     filters.iter().filter(|f| is_redirect(f)).find_map(|f| {
         f.mirred
             .iter()
@@ -276,7 +276,7 @@ fn target_of(filters: &[common::netlink::tc::Filter]) -> Option<u32> {
 fn ingress_filters(
     nl: &mut Netlink,
     index: u32,
-) -> Result<Option<Vec<common::netlink::tc::Filter>>, NetlinkError> {
+) -> Result<Option<Vec<netlink::tc::Filter>>, NetlinkError> {
     match nl.filters(index, INGRESS_HANDLE) {
         Ok(filters) => Ok(Some(filters)),
         // No ingress qdisc at all.
@@ -511,7 +511,7 @@ pub fn probe(psched: &Psched) -> Result<(), BandwidthError> {
     let tbf = Tbf::compute(125_000, 1514, 25_000, psched)
         .map_err(|e| BandwidthError::Unavailable(e.to_string()))?;
     let unavailable = |e: &dyn std::fmt::Display| BandwidthError::Unavailable(e.to_string());
-    let mut nl = common::netns::in_new_netns(Netlink::new)
+    let mut nl = host::netns::in_new_netns(Netlink::new)
         .map_err(|e| {
             BandwidthError::Unavailable(format!(
                 "cannot create a network namespace to probe in: {e}"

@@ -5,8 +5,8 @@
 //! top-level keys is present (even as 0), the top-level set is used and the runtime's is
 //! ignored. Keys match case-insensitively (containerd sends `IngressRate`).
 
-use common::conf::NetConf;
-use common::error::CniError;
+use cni::conf::NetConf;
+use cni::error::CniError;
 use serde::Deserialize;
 
 use crate::error::BandwidthError;
@@ -30,25 +30,25 @@ pub struct BandwidthKeys {
     /// which then wins over `runtimeConfig.bandwidth` (a `null` alone is 0).
     #[serde(
         rename(deserialize = "ingressRate\0"),
-        deserialize_with = "common::decode::present"
+        deserialize_with = "cni::decode::present"
     )]
     pub ingress_rate: Option<u64>,
     /// Bits of burst into the container.
     #[serde(
         rename(deserialize = "ingressBurst\0"),
-        deserialize_with = "common::decode::present"
+        deserialize_with = "cni::decode::present"
     )]
     pub ingress_burst: Option<u64>,
     /// Bits per second out of the container.
     #[serde(
         rename(deserialize = "egressRate\0"),
-        deserialize_with = "common::decode::present"
+        deserialize_with = "cni::decode::present"
     )]
     pub egress_rate: Option<u64>,
     /// Bits of burst out of the container.
     #[serde(
         rename(deserialize = "egressBurst\0"),
-        deserialize_with = "common::decode::present"
+        deserialize_with = "cni::decode::present"
     )]
     pub egress_burst: Option<u64>,
     /// TBF latency in milliseconds (default 25, as the reference).
@@ -81,7 +81,7 @@ pub struct BandwidthEntry {
 )]
 pub struct RuntimeKeys {
     /// The `bandwidth` capability (a Go pointer).
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     pub bandwidth: Option<BandwidthEntry>,
 }
 
@@ -258,7 +258,7 @@ impl Fields {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::error::ErrorCode;
+    use cni::error::ErrorCode;
     use serde_json::{Value, json};
 
     fn parse(v: Value) -> Result<Config, CniError> {
@@ -441,10 +441,7 @@ mod tests {
             assert_eq!(err.code, ErrorCode::Decode, "{conf}");
             assert_eq!(
                 err.msg,
-                format!(
-                    "{}: json: cannot unmarshal {go}",
-                    common::error::DECODE_LEAD
-                ),
+                format!("{}: json: cannot unmarshal {go}", cni::error::DECODE_LEAD),
                 "{conf}"
             );
         }

@@ -4,9 +4,9 @@
 //! reference's, word for word (scripts match on it), and what we know beyond it (the field and
 //! value, the object, the kernel's answer) goes in the error's `details`.
 
-use common::error::{CniError, ErrorCode};
-use common::netlink::{NetlinkError, OpenError};
-use common::netns::NetnsError;
+use cni::error::{CniError, ErrorCode};
+use host::netns::NetnsError;
+use netlink::{NetlinkError, OpenError};
 
 /// A step of ADD the reference reports with a prefix of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +70,9 @@ pub enum BandwidthError {
         #[source]
         source: NetlinkError,
     },
+    /// `CNI_NETNS` could not be opened (reported in the reference's words).
+    #[error(transparent)]
+    OpenNetns(NetnsError),
     /// The container namespace could not be entered.
     #[error(transparent)]
     Netns(#[from] NetnsError),
@@ -89,7 +92,7 @@ pub enum BandwidthError {
     #[error(transparent)]
     Netlink(#[from] NetlinkError),
     /// The scheduler clock could not be read.
-    #[error("failed to read {path}: {0}", path = common::netlink::tc::PSCHED_PATH)]
+    #[error("failed to read {path}: {0}", path = netlink::tc::PSCHED_PATH)]
     Psched(#[source] std::io::Error),
     /// Both names an IFB of this attachment may have are held by other links.
     #[error("cannot create an ifb device: {names} are held by links of other attachments")]
@@ -183,6 +186,14 @@ fn causes(err: &dyn std::error::Error) -> String {
 impl From<BandwidthError> for CniError {
     fn from(err: BandwidthError) -> Self {
         let code = match &err {
+            BandwidthError::OpenNetns(e) => {
+                let code = if e.is_internal() {
+                    ErrorCode::Internal
+                } else {
+                    ErrorCode::InvalidNetns
+                };
+                return CniError::from_error(code, e).reworded_as(e.reference_msg());
+            }
             BandwidthError::Config { .. } | BandwidthError::NotChained(_) => {
                 ErrorCode::InvalidConfig
             }

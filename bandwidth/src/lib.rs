@@ -34,12 +34,13 @@ pub mod error;
 pub mod names;
 pub mod plan;
 
-use common::conf::NetConf;
-use common::error::CniError;
-use common::netlink::tc::Psched;
-use common::netlink::{Netlink, OpenError};
-use common::skel::{Call, Plugin};
-use common::types::{CniResult, Interface};
+use cni::conf::NetConf;
+use cni::error::CniError;
+use cni::skel::{Call, Plugin};
+use cni::types::{CniResult, Interface};
+use host::netns::NetNs;
+use netlink::tc::Psched;
+use netlink::{Netlink, OpenError};
 
 use crate::apply::Located;
 use crate::config::{BandwidthKeys, Config};
@@ -80,7 +81,11 @@ fn prev_result<T>(conf: &NetConf<T>) -> Result<Option<CniResult>, CniError> {
 /// container namespace is gone (the veth pair and anything inside went with it), `CNI_NETNS`
 /// names something that is no network namespace, or the interface is gone.
 fn locate_for_del(call: &Call) -> Result<Option<Located>, BandwidthError> {
-    let ns = match call.open_netns() {
+    let opened = call
+        .netns_path()
+        .map_err(|e| e.msg)
+        .and_then(|path| NetNs::open(path).map_err(|e| e.to_string()));
+    let ns = match opened {
         Ok(ns) => ns,
         Err(e) => {
             log::info!("DEL without the container namespace: {e}");
@@ -106,7 +111,7 @@ fn locate_and_plan(
     conf: &NetConf<BandwidthKeys>,
     config: &Config,
 ) -> Result<(Located, Plan), CniError> {
-    let ns = call.open_netns()?;
+    let ns = NetNs::open(call.netns_path()?).map_err(BandwidthError::OpenNetns)?;
     let psched = Psched::read().map_err(BandwidthError::Psched)?;
     let located = apply::locate(&ns, &call.ifname)?;
     let plan = plan::plan(
@@ -227,10 +232,7 @@ impl Plugin for Bandwidth {
 
     fn status(&self, _call: &Call) -> Result<(), CniError> {
         let psched = Psched::read().map_err(|e| {
-            BandwidthError::Unavailable(format!(
-                "cannot read {}: {e}",
-                common::netlink::tc::PSCHED_PATH
-            ))
+            BandwidthError::Unavailable(format!("cannot read {}: {e}", netlink::tc::PSCHED_PATH))
         })?;
         Ok(apply::probe(&psched)?)
     }

@@ -2,4 +2,4 @@
 
 #![no_main]
 
-common::plugin_main!("bandwidth", bandwidth::Bandwidth);
+cni::plugin_main!("bandwidth", bandwidth::Bandwidth);

@@ -1,6 +1,6 @@
 //! Kernel-visible names and numbers, and the pure functions deriving per-attachment names.
 
-use common::netlink::tc;
+use netlink::tc;
 use sha2::{Digest, Sha512};
 
 /// Prefix of every IFB device this plugin (or the Go reference) creates. Tools that sweep

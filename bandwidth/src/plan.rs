@@ -10,8 +10,8 @@
 //! | host-side veth peer ([`Side::Host`], as the reference) | traffic into the container | traffic out of it |
 //! | the container's own interface ([`Side::Container`], when there is no host-side veth) | traffic out of the container | traffic into it |
 
-use common::netlink::LinkAlias;
-use common::netlink::tc::{Psched, Tbf, TbfError};
+use netlink::LinkAlias;
+use netlink::tc::{Psched, Tbf, TbfError};
 
 use crate::config::{Config, Limit};
 use crate::error::BandwidthError;
@@ -71,7 +71,7 @@ impl IfbIdentity {
     /// and `up` in one request). No filter points at it yet, so it shapes nothing; DEL
     /// deletes it, ADD leaves it to a DEL (a concurrent ADD may still be making it).
     ///
-    /// [`Netlink::add_ifb`]: common::netlink::Netlink::add_ifb
+    /// [`Netlink::add_ifb`]: netlink::Netlink::add_ifb
     pub fn is_half_made(&self, link: &LinkAlias) -> bool {
         is_ifb(link)
             && link.alias.is_none()
@@ -378,17 +378,17 @@ mod tests {
         // Without derivation, MaxUint32 bits at 10 Mbit/s is 429 s of burst: beyond the
         // kernel's 32-bit tick field, which the Go plugin silently truncates.
         c.derive_sentinel_burst = false;
-        let err = common::error::CniError::from(
+        let err = cni::error::CniError::from(
             plan(&c, Side::Host, device(), &owner(), &psched()).unwrap_err(),
         );
-        assert_eq!(err.code, common::error::ErrorCode::InvalidConfig);
+        assert_eq!(err.code, cni::error::ErrorCode::InvalidConfig);
         assert!(err.msg.starts_with("ingressBurst"), "{err:?}");
         assert!(err.details.contains("2^32"), "{err:?}");
     }
 
     fn link(index: u32, name: &str, kind: &str, alias: Option<&str>) -> LinkAlias {
         LinkAlias {
-            link: common::netlink::Link {
+            link: netlink::Link {
                 index,
                 name: name.into(),
                 mac: None,

@@ -1,6 +1,6 @@
 //! The plugin's keys: wire form (as Go decodes it) → validated [`Config`]. Pure.
 
-use common::error::{CniError, go_quote};
+use cni::error::{CniError, go_quote};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -236,11 +236,11 @@ fn validate_zone(zone: &str) -> Result<(), CniError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::error::ErrorCode;
+    use cni::error::ErrorCode;
     use serde_json::json;
 
     fn conf(v: serde_json::Value) -> Result<Config, CniError> {
-        let wire: WireConf = common::decode::from_value(v).unwrap();
+        let wire: WireConf = cni::decode::from_value(v).unwrap();
         Config::from_wire(&wire)
     }
 
@@ -343,7 +343,7 @@ mod tests {
     #[test]
     fn teardown_reads_only_the_backend_and_zone_and_never_fails() {
         let teardown = |v: serde_json::Value| {
-            let wire: TeardownWire = common::decode::from_value(v).unwrap();
+            let wire: TeardownWire = cni::decode::from_value(v).unwrap();
             Config::for_teardown(&wire)
         };
         let c = teardown(

@@ -4,11 +4,11 @@
 //! word for word (scripts and tests match on it; `reference-behaviour.md` §1.9 and §2.4), and
 //! what we add (the field, the value, where we looked) goes in the error object's `details`.
 
-use common::error::{CniError, ErrorCode};
-use common::iptables::IptablesError;
-use common::lock::LockError;
-use common::nft::NftError;
-use common::store::StoreError;
+use cni::error::{CniError, ErrorCode};
+use host::lock::LockError;
+use host::store::StoreError;
+use netfilter::iptables::IptablesError;
+use netfilter::nft::NftError;
 
 /// Everything that can go wrong in the firewall plugin.
 #[derive(Debug, thiserror::Error)]

@@ -27,10 +27,10 @@ pub mod error;
 pub mod names;
 pub mod plan;
 
-use common::conf::NetConf;
-use common::error::CniError;
-use common::skel::{Call, Plugin};
-use common::types::CniResult;
+use cni::conf::NetConf;
+use cni::error::CniError;
+use cni::skel::{Call, Plugin};
+use cni::types::CniResult;
 
 use backend::firewalld::{self, Firewalld};
 use backend::iptables::Iptables;

@@ -2,4 +2,4 @@
 
 #![no_main]
 
-common::plugin_main!("firewall", firewall::Firewall);
+cni::plugin_main!("firewall", firewall::Firewall);

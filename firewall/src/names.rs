@@ -98,12 +98,12 @@ fn hashed(part: &str) -> String {
 #[must_use]
 pub fn owner_comment(network: &str, container_id: &str, ifname: &str) -> String {
     let plain = format!("{network}/{container_id}/{ifname}");
-    if plain.len() <= common::nft::COMMENT_MAX {
+    if plain.len() <= netfilter::nft::COMMENT_MAX {
         return plain;
     }
     let net = hashed(network);
     let short = format!("{net}/{container_id}/{ifname}");
-    if short.len() <= common::nft::COMMENT_MAX {
+    if short.len() <= netfilter::nft::COMMENT_MAX {
         return short;
     }
     format!("{net}/{}", hashed(&format!("{container_id}/{ifname}")))
@@ -119,10 +119,10 @@ pub fn owned_by_network(comment: &str, network: &str) -> bool {
 
 /// The state file of an attachment (IPs it was given), for DEL without prevResult and GC:
 /// `<network>:<containerID>:<ifname>`, which no two attachments share
-/// ([`common::store::attachment_name`]).
+/// ([`host::store::attachment_name`]).
 #[must_use]
 pub fn state_name(network: &str, container_id: &str, ifname: &str) -> String {
-    common::store::attachment_name(network, container_id, ifname)
+    host::store::attachment_name(network, container_id, ifname)
 }
 
 #[cfg(test)]

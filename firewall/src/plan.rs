@@ -3,8 +3,8 @@
 
 use std::net::IpAddr;
 
-use common::iptables::{Family, IptablesError, TableDump, restore_line};
-use common::types::CniResult;
+use cni::types::CniResult;
+use netfilter::iptables::{Family, IptablesError, TableDump, restore_line};
 
 use crate::config::{Config, IngressPolicy};
 use crate::error::FirewallError;
@@ -693,7 +693,7 @@ COMMIT
             r#"interface needs to be set for ingress policy "isolated", make sure to chain "firewall" plugin with "bridge""#
         );
         let unnamed = CniResult {
-            interfaces: vec![common::types::Interface::default()],
+            interfaces: vec![cni::types::Interface::default()],
             ..CniResult::default()
         };
         let err = Target::from_result(&unnamed, &config(IngressPolicy::SameBridge)).unwrap_err();

@@ -2,11 +2,11 @@
 
 use std::net::IpAddr;
 
-use common::conf::NetConf;
-use common::error::CniError;
-use common::nft::L4Proto;
-use common::types::CniResult;
+use cni::conf::NetConf;
+use cni::error::CniError;
+use cni::types::CniResult;
 use ipnet::IpNet;
+use netfilter::nft::L4Proto;
 use serde::Deserialize;
 
 use crate::error::PortmapError;
@@ -17,22 +17,22 @@ use crate::error::PortmapError;
 #[serde(default, rename = "PortMapConf")]
 pub struct PortmapKeys {
     // Go pointers (a later null resets them), but `masqAll`, a bool.
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     backend: Option<String>,
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     snat: Option<bool>,
     #[serde(rename = "masqAll")]
     masq_all: Option<bool>,
-    #[serde(rename = "markMasqBit", deserialize_with = "common::decode::nullable")]
+    #[serde(rename = "markMasqBit", deserialize_with = "cni::decode::nullable")]
     mark_masq_bit: Option<i64>,
     #[serde(
         rename = "externalSetMarkChain",
-        deserialize_with = "common::decode::nullable"
+        deserialize_with = "cni::decode::nullable"
     )]
     external_set_mark_chain: Option<String>,
-    #[serde(rename = "conditionsV4", deserialize_with = "common::decode::nullable")]
+    #[serde(rename = "conditionsV4", deserialize_with = "cni::decode::nullable")]
     conditions_v4: Option<Vec<String>>,
-    #[serde(rename = "conditionsV6", deserialize_with = "common::decode::nullable")]
+    #[serde(rename = "conditionsV6", deserialize_with = "cni::decode::nullable")]
     conditions_v6: Option<Vec<String>>,
     /// Decoded with the rest, as Go decodes its struct: of two values of the wrong type, one
     /// here and one elsewhere, the first in the document is the one reported.
@@ -47,7 +47,7 @@ pub struct PortmapKeys {
 )]
 struct RuntimeConfig {
     // A Go slice: a `null` resets it.
-    #[serde(rename = "portMappings", deserialize_with = "common::decode::nullable")]
+    #[serde(rename = "portMappings", deserialize_with = "cni::decode::nullable")]
     port_mappings: Option<Vec<WireMapping>>,
 }
 
@@ -157,50 +157,50 @@ impl IpFamily {
 }
 
 /// The nf_tables table family holding a family's mappings (`ip`, `ip6`).
-impl From<IpFamily> for common::nft::Family {
+impl From<IpFamily> for netfilter::nft::Family {
     fn from(family: IpFamily) -> Self {
         match family {
-            IpFamily::V4 => common::nft::Family::Ip,
-            IpFamily::V6 => common::nft::Family::Ip6,
+            IpFamily::V4 => netfilter::nft::Family::Ip,
+            IpFamily::V6 => netfilter::nft::Family::Ip6,
         }
     }
 }
 
 /// The IP version of rule expressions and NAT statements.
-impl From<IpFamily> for common::nft::NfProto {
+impl From<IpFamily> for netfilter::nft::NfProto {
     fn from(family: IpFamily) -> Self {
         match family {
-            IpFamily::V4 => common::nft::NfProto::Ipv4,
-            IpFamily::V6 => common::nft::NfProto::Ipv6,
+            IpFamily::V4 => netfilter::nft::NfProto::Ipv4,
+            IpFamily::V6 => netfilter::nft::NfProto::Ipv6,
         }
     }
 }
 
 /// The address type of a family's keys (`ipv4_addr`, `ipv6_addr`).
-impl From<IpFamily> for common::nft::DataType {
+impl From<IpFamily> for netfilter::nft::DataType {
     fn from(family: IpFamily) -> Self {
         match family {
-            IpFamily::V4 => common::nft::DataType::Ipv4Addr,
-            IpFamily::V6 => common::nft::DataType::Ipv6Addr,
+            IpFamily::V4 => netfilter::nft::DataType::Ipv4Addr,
+            IpFamily::V6 => netfilter::nft::DataType::Ipv6Addr,
         }
     }
 }
 
 /// The iptables tools of a family (`iptables`, `ip6tables`).
-impl From<IpFamily> for common::iptables::Family {
+impl From<IpFamily> for netfilter::iptables::Family {
     fn from(family: IpFamily) -> Self {
         match family {
-            IpFamily::V4 => common::iptables::Family::V4,
-            IpFamily::V6 => common::iptables::Family::V6,
+            IpFamily::V4 => netfilter::iptables::Family::V4,
+            IpFamily::V6 => netfilter::iptables::Family::V6,
         }
     }
 }
 
-impl From<common::iptables::Family> for IpFamily {
-    fn from(family: common::iptables::Family) -> Self {
+impl From<netfilter::iptables::Family> for IpFamily {
+    fn from(family: netfilter::iptables::Family) -> Self {
         match family {
-            common::iptables::Family::V4 => IpFamily::V4,
-            common::iptables::Family::V6 => IpFamily::V6,
+            netfilter::iptables::Family::V4 => IpFamily::V4,
+            netfilter::iptables::Family::V6 => IpFamily::V6,
         }
     }
 }
@@ -422,7 +422,7 @@ pub fn del_mappings<T>(conf: &NetConf<T>) -> Vec<PortMapping> {
     #[serde(default)]
     struct Entries {
         #[serde(rename = "portMappings")]
-        port_mappings: Vec<common::decode::RawJson>,
+        port_mappings: Vec<cni::decode::RawJson>,
     }
     let entries = conf
         .runtime_config

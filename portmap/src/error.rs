@@ -1,8 +1,8 @@
 //! The plugin's errors and their CNI codes.
 
-use common::error::{CniError, ErrorCode};
-use common::skel::Command;
-use common::types::CniResult;
+use cni::error::{CniError, ErrorCode};
+use cni::skel::Command;
+use cni::types::CniResult;
 
 /// A portmap failure.
 #[derive(Debug, thiserror::Error)]
@@ -26,16 +26,16 @@ pub enum PortmapError {
     },
     /// nftables refused or failed.
     #[error("unable to set up nftables rules for port mappings: {0}")]
-    Nft(#[source] common::nft::NftError),
+    Nft(#[source] netfilter::nft::NftError),
     /// The kernel has no nf_tables, or not what our layout needs: why.
     #[error("unable to set up nftables rules for port mappings: {0}")]
     NftUnusable(String),
     /// iptables failed.
     #[error("unable to set up iptables port mappings: {0}")]
-    Iptables(#[source] common::iptables::IptablesError),
+    Iptables(#[source] netfilter::iptables::IptablesError),
     /// The iptables layout could not be read or written over nf_tables.
     #[error("unable to set up iptables port mappings: {0}")]
-    Native(#[source] common::iptables::native::NativeError),
+    Native(#[source] netfilter::iptables::native::NativeError),
     /// An attachment's iptables chain could not be removed from one family (`ipv4`,
     /// `ipv6`), as the reference words it.
     #[error("could not teardown {family} dnat: {cause}")]
@@ -47,7 +47,7 @@ pub enum PortmapError {
     },
     /// Our iptables lock could not be taken.
     #[error(transparent)]
-    Lock(#[from] common::lock::LockError),
+    Lock(#[from] host::lock::LockError),
     /// CHECK found drift.
     #[error("{0}")]
     Check(String),
@@ -64,7 +64,7 @@ pub enum PortmapError {
     RouteLocalnet(String),
     /// The state store failed.
     #[error("portmap state: {0}")]
-    Store(#[source] common::store::StoreError),
+    Store(#[source] host::store::StoreError),
     /// No backend is usable (STATUS).
     #[error("{0}")]
     Unavailable(String),
@@ -72,7 +72,7 @@ pub enum PortmapError {
 
 impl From<PortmapError> for CniError {
     fn from(err: PortmapError) -> Self {
-        use common::iptables::IptablesError;
+        use netfilter::iptables::IptablesError;
         let code = match &err {
             PortmapError::Config { msg, details } => {
                 return CniError::invalid_config(msg.clone()).with_details(details.clone());
@@ -81,7 +81,7 @@ impl From<PortmapError> for CniError {
                 return CniError::new(ErrorCode::Internal, msg.clone())
                     .with_details(details.clone());
             }
-            PortmapError::Lock(common::lock::LockError::Timeout { .. })
+            PortmapError::Lock(host::lock::LockError::Timeout { .. })
             | PortmapError::Iptables(
                 IptablesError::Locked { .. } | IptablesError::Timeout { .. },
             ) => ErrorCode::TryAgainLater,

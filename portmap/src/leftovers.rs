@@ -7,13 +7,13 @@
 //! the nf_tables tables `iptables-nft` keeps `nat` in, and with `iptables-save` only where the
 //! legacy `nat` table is loaded.
 
-use common::nft::{Batch, LazyNft, Nft, NftError, Table};
+use netfilter::nft::{Batch, LazyNft, Nft, NftError, Table};
 
 use crate::backend::iptables;
 use crate::config::IpFamily;
 use crate::error::PortmapError;
-use crate::host;
 use crate::names;
+use crate::node;
 use crate::plan::Attachment;
 
 /// Removes the Go plugin's objects of `att`; with `iptables_done`, the chain was already torn
@@ -50,8 +50,8 @@ pub fn remove(nft: &mut LazyNft, att: &Attachment, iptables_done: bool) -> Vec<P
 /// `iptables-nft` keeps its `nat` table in nf_tables; the legacy tools leave `nat` in
 /// `/proc/net/ip*_tables_names` (then only the dump can tell, so say yes).
 pub fn iptables_chain_may_exist(nft: &mut Nft, family: IpFamily, chain: &str) -> bool {
-    let table = common::iptables::native::nft_table(family.into(), names::IPT_NAT);
-    nft.chain_exists(&table, chain).unwrap_or(false) || host::legacy_nat_loaded(family)
+    let table = netfilter::iptables::native::nft_table(family.into(), names::IPT_NAT);
+    nft.chain_exists(&table, chain).unwrap_or(false) || node::legacy_nat_loaded(family)
 }
 
 /// Removes the Go plugin's nftables rules of this container (comment == container ID) from

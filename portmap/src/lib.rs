@@ -29,22 +29,22 @@
 pub mod backend;
 pub mod config;
 pub mod error;
-pub mod host;
 pub mod leftovers;
 pub mod names;
+pub mod node;
 pub mod plan;
 pub mod state;
 
-use common::conf::NetConf;
-use common::error::{CniError, ErrorCode};
-use common::skel::{Call, Plugin};
-use common::types::CniResult;
+use cni::conf::NetConf;
+use cni::error::{CniError, ErrorCode};
+use cni::skel::{Call, Plugin};
+use cni::types::CniResult;
 
 use crate::config::{Backend, Config, IpFamily, PortmapKeys};
 use crate::error::PortmapError;
 use crate::plan::Attachment;
 use crate::state::State;
-use common::nft::LazyNft;
+use netfilter::nft::LazyNft;
 
 /// The plugin.
 #[derive(Debug, Clone, Copy)]
@@ -130,7 +130,7 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
         .inspect(|_| made = true)
         .and_then(|added| {
             match ips.iter().find(|ip| ip.addr().is_ipv4()) {
-                Some(ip) if config.snat => host::enable_route_localnet(ip.addr())?,
+                Some(ip) if config.snat => node::enable_route_localnet(ip.addr())?,
                 _ => {}
             }
             Ok(added)
@@ -169,7 +169,7 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
     {
         log::warn!("failed to remove the earlier record {old_file}: {e}");
     }
-    host::flush_udp(&config.mappings, &plan::families(&ips));
+    node::flush_udp(&config.mappings, &plan::families(&ips));
     Ok(prev)
 }
 
@@ -226,8 +226,8 @@ fn del(call: &Call) -> Result<(), CniError> {
         .is_some_and(|r| r.backend == Backend::Iptables);
     errors.extend(leftovers::remove(&mut nft, &att, iptables_done));
     match &recorded {
-        Some(record) => host::flush_udp(&record.mappings, &record.families()),
-        None => host::flush_udp(&mappings, &IpFamily::BOTH),
+        Some(record) => node::flush_udp(&record.mappings, &record.families()),
+        None => node::flush_udp(&mappings, &IpFamily::BOTH),
     }
     // The record goes once its objects are gone (also without a record: an ADD killed before
     // the rename of its state file leaves the temporary file, which this removes). A store
@@ -288,7 +288,7 @@ impl Plugin for Portmap {
     }
 
     fn supported_versions(&self) -> &'static [&'static str] {
-        common::version::ALL
+        cni::version::ALL
     }
 
     // Works in the plugin's own namespace: the skel does not open `CNI_NETNS`; ADD opens it

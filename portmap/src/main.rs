@@ -2,4 +2,4 @@
 
 #![no_main]
 
-common::plugin_main!("portmap", portmap::Portmap);
+cni::plugin_main!("portmap", portmap::Portmap);

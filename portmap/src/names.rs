@@ -111,12 +111,12 @@ pub fn ipt_entry_comment(name: &str, id: &str) -> String {
 /// cannot be parsed back by GC, which then relies on the state files).
 pub fn owner_comment(network: &str, id: &str, ifname: &str) -> String {
     let full = format!("{network}/{id}/{ifname}");
-    if full.len() <= common::nft::COMMENT_MAX {
+    if full.len() <= netfilter::nft::COMMENT_MAX {
         return full;
     }
     let digest = Sha512::digest(full.as_bytes());
     let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
-    let mut cut = common::nft::COMMENT_MAX - 33;
+    let mut cut = netfilter::nft::COMMENT_MAX - 33;
     while !full.is_char_boundary(cut) {
         cut -= 1;
     }
@@ -161,16 +161,16 @@ pub fn port_index_entry(key: &crate::plan::PortKey) -> String {
 pub const PORT_INDEX_PREFIX: &str = ".port-";
 
 /// The state file of an attachment: `<network>:<containerID>:<ifname>.json`, a name no other
-/// attachment has ([`common::store::attachment_name`]).
+/// attachment has ([`host::store::attachment_name`]).
 pub fn state_file(network: &str, id: &str, ifname: &str) -> String {
-    let mut name = common::store::attachment_name(network, id, ifname);
+    let mut name = host::store::attachment_name(network, id, ifname);
     name.push_str(".json");
     name
 }
 
 /// The start of the state files of `network`'s container `id` ([`state_file`]).
 pub fn state_file_prefix(network: &str, id: &str) -> String {
-    common::store::attachment_prefix(network, Some(id))
+    host::store::attachment_prefix(network, Some(id))
 }
 
 /// The state file earlier versions named an attachment's, `<network>_<containerID>_<ifname>.json`,
@@ -208,7 +208,7 @@ mod tests {
         let long_net = "n".repeat(100);
         let a = owner_comment(&long_net, LONG_ID, "eth0");
         let b = owner_comment(&long_net, LONG_ID, "eth1");
-        assert_eq!(a.len(), common::nft::COMMENT_MAX);
+        assert_eq!(a.len(), netfilter::nft::COMMENT_MAX);
         assert_ne!(a, b);
     }
 

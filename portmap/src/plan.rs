@@ -9,9 +9,9 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use common::nft::{Element, ElementData, Rule, Value, Verdict};
-use common::types::CniResult;
+use cni::types::CniResult;
 use ipnet::IpNet;
+use netfilter::nft::{Element, ElementData, Rule, Value, Verdict};
 
 #[cfg(test)]
 use crate::config::HostIp;
@@ -338,7 +338,7 @@ pub fn nft_add(
                         owner: if have_owner.is_empty() {
                             format!(
                                 "an element without owner in {} {} {map}",
-                                common::nft::Family::from(family).name(),
+                                netfilter::nft::Family::from(family).name(),
                                 names::NFT_TABLE
                             )
                         } else {

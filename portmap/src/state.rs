@@ -10,11 +10,12 @@ use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use common::iptables::native::Recorded;
-use common::netns::NetNs;
-use common::netns::census::{Census, NsIdentity, Presence, Remembered};
-use common::store::StateStore;
+use host::netns::NetNs;
+use host::netns::NsIdentity;
+use host::store::StateStore;
 use ipnet::IpNet;
+use netfilter::iptables::native::Recorded;
+use netlink::census::{Census, Presence, Remembered};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Fate, Holders};
@@ -72,7 +73,7 @@ pub struct State {
 /// The owner's network namespace as ADD saw it: the `CNI_NETNS` path, and what identifies the
 /// namespace whatever becomes of the path ([`Remembered`]: its nsfs device and inode, its
 /// cookie, the id the plugin's namespace gives it). Whether it is gone is told from the
-/// kernel's accounts of these, never from the path alone ([`common::netns::census`]).
+/// kernel's accounts of these, never from the path alone ([`netlink::census`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetnsId {
     /// `CNI_NETNS`.
@@ -234,7 +235,7 @@ impl State {
 
     /// The recorded entry rules of `family`, if any.
     pub fn recorded(&self, family: IpFamily) -> Option<&Recorded> {
-        let family = common::iptables::Family::from(family);
+        let family = netfilter::iptables::Family::from(family);
         self.iptables_rules.iter().find(|r| r.family == family)
     }
 
@@ -469,7 +470,7 @@ impl<'s> PortIndex<'s> {
     fn owner_at(&self, link: &Path) -> Option<Attachment> {
         // Never through a planted symlink, never waiting on a planted FIFO (with our iptables
         // lock held): anything but a regular file is no entry.
-        let common::store::Regular::File(file) = common::store::open_regular(link).ok()? else {
+        let host::store::Regular::File(file) = host::store::open_regular(link).ok()? else {
             return None;
         };
         let meta = file.metadata().ok()?;
@@ -569,7 +570,7 @@ fn remove_entry(link: &Path) -> Result<(), PortmapError> {
 }
 
 fn index_error(op: &'static str, path: PathBuf, source: std::io::Error) -> PortmapError {
-    PortmapError::Store(common::store::StoreError::Io { op, path, source })
+    PortmapError::Store(host::store::StoreError::Io { op, path, source })
 }
 
 /// Removes the records of attachments an ADD took host ports over from (their namespaces
@@ -602,7 +603,7 @@ pub fn forget_taken(store: &StateStore, taken: &[State]) {
 pub fn store() -> Result<StateStore, PortmapError> {
     let ino = std::fs::metadata("/proc/self/ns/net")
         .map_err(|e| {
-            PortmapError::Store(common::store::StoreError::Io {
+            PortmapError::Store(host::store::StoreError::Io {
                 op: "identify the network namespace of",
                 path: "/proc/self/ns/net".into(),
                 source: e,
@@ -661,7 +662,7 @@ mod tests {
 
     /// Runs `f` in a network namespace of its own (where the ids `NetnsId::of` gives go).
     fn isolated(f: impl FnOnce() + Send) {
-        common::netns::in_new_netns(f).expect("a network namespace of our own needs root");
+        host::netns::in_new_netns(f).expect("a network namespace of our own needs root");
     }
 
     /// Whether `id` is gone, once the kernel has settled (a namespace whose last holder let
@@ -683,7 +684,7 @@ mod tests {
             let (tx, rx) = std::sync::mpsc::channel::<()>();
             let (ready, got) = std::sync::mpsc::channel();
             let inside = std::thread::spawn(move || {
-                common::netns::in_new_netns(move || {
+                host::netns::in_new_netns(move || {
                     let child = std::process::Command::new("sleep")
                         .arg("1000")
                         .spawn()

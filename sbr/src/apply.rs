@@ -10,10 +10,10 @@ use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use common::lock::{DEFAULT_WAIT, FileLock};
-use common::netlink::{Netlink, NetlinkError, OpenError};
-use common::netns::{NetNs, NetnsError};
-use common::types::{IpConfig, Route as ResultRoute};
+use cni::types::{IpConfig, Route as ResultRoute};
+use host::lock::{DEFAULT_WAIT, FileLock};
+use host::netns::{NetNs, NetnsError};
+use netlink::{Netlink, NetlinkError, OpenError};
 
 use crate::config::Config;
 use crate::error::SbrError;
@@ -76,14 +76,14 @@ impl Container {
             })
     }
 
-    fn rules(&mut self, lead: &str) -> Result<Vec<common::netlink::Rule>, SbrError> {
+    fn rules(&mut self, lead: &str) -> Result<Vec<netlink::Rule>, SbrError> {
         self.nl.rules().map_err(|source| SbrError::Kernel {
             lead: lead.to_owned(),
             source,
         })
     }
 
-    fn routes(&mut self, lead: &str) -> Result<Vec<common::netlink::Route>, SbrError> {
+    fn routes(&mut self, lead: &str) -> Result<Vec<netlink::Route>, SbrError> {
         self.nl.routes().map_err(|source| SbrError::Kernel {
             lead: lead.to_owned(),
             source,
@@ -300,7 +300,7 @@ pub fn del(
                 // The reference keeps going and returns its last rule failure, so worded.
                 reference = Some(format!(
                     "Failed to delete rule {}",
-                    common::error::go_errno(&e.source)
+                    cni::error::go_errno(&e.source)
                 ));
             }
             failures.push(e.to_string());
@@ -326,7 +326,7 @@ mod tests {
     /// with `10.1.0.5/24` and `fd01::5/64`, a default route via `10.1.0.1` and one via
     /// `fd01::1`.
     fn in_container<T: Send>(body: impl FnOnce(NetNs) -> T + Send) -> T {
-        common::netns::in_new_netns(|| {
+        host::netns::in_new_netns(|| {
             for cmd in [
                 "link add net1 type veth peer name peer1",
                 "link set peer1 up",
@@ -434,7 +434,7 @@ mod tests {
             );
             // The reference's words for the step, the kernel's answer as Go prints it.
             assert_eq!(
-                common::error::CniError::from(err).msg,
+                cni::error::CniError::from(err).msg,
                 "Failed to add default route to 192.0.2.1: network is unreachable"
             );
             assert_eq!(state(), before);
@@ -447,7 +447,7 @@ mod tests {
             let before = state();
             let ips = [ipcfg("10.1.0.5/24", "10.1.0.1")];
             let err = add(&ns, "nope0", &Config::default(), &ips, &[]).unwrap_err();
-            let cni = common::error::CniError::from(err);
+            let cni = cni::error::CniError::from(err);
             assert_eq!(cni.code.as_u32(), 3);
             assert_eq!(
                 cni.msg,
@@ -511,7 +511,7 @@ mod tests {
             )
             .unwrap_err();
             assert!(
-                matches!(err, common::lock::LockError::Timeout { .. }),
+                matches!(err, host::lock::LockError::Timeout { .. }),
                 "{err}"
             );
             drop(held);

@@ -3,23 +3,23 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use common::types::{CniResult, IpConfig};
+use cni::types::{CniResult, IpConfig};
 use serde::Deserialize;
 
 use crate::error::SbrError;
 use crate::names::RESERVED_TABLES;
 
-/// The plugin's keys as they arrive on stdin (matched case-insensitively by `common::decode`;
+/// The plugin's keys as they arrive on stdin (matched case-insensitively by `cni::decode`;
 /// the serde name is the reference's Go type, which Go's decode errors name).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename = "PluginConf")]
 pub struct SbrKeys {
     /// Fixed table: only rules are added, pointing at it; routes are left alone (a Go
     /// pointer).
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     pub table: Option<i64>,
     /// Static gateways, at most one per family, overriding the prevResult's (a Go slice).
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     pub gateways: Option<Vec<String>>,
     /// Keep the subnet routes in main with a `src` hint instead of removing every main route.
     #[serde(rename = "addSourceHints")]
@@ -32,7 +32,7 @@ pub struct SbrKeys {
 #[serde(default, rename = "PluginConf")]
 pub struct DelKeys {
     /// `table`.
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     pub table: Option<i64>,
 }
 
@@ -147,10 +147,10 @@ pub fn select_ips(result: &CniResult, ifname: &str) -> Result<Vec<IpConfig>, Sbr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::types::Interface;
+    use cni::types::Interface;
 
     fn keys(json: &str) -> SbrKeys {
-        common::decode::from_value(serde_json::from_str(json).unwrap()).unwrap()
+        cni::decode::from_value(serde_json::from_str(json).unwrap()).unwrap()
     }
 
     #[test]
@@ -170,7 +170,7 @@ mod tests {
     fn invalid_tables_are_code_7_naming_the_key_and_value() {
         for bad in ["0", "-1", "253", "254", "255", "4294967296"] {
             let err = Config::from_keys(&keys(&format!(r#"{{"table": {bad}}}"#))).unwrap_err();
-            let cni: common::error::CniError = err.into();
+            let cni: cni::error::CniError = err.into();
             assert_eq!(cni.code.as_u32(), 7, "{bad}");
             assert!(
                 cni.msg.starts_with("table:") && cni.msg.contains(bad),
@@ -236,7 +236,7 @@ mod tests {
         ];
         for (list, msg, details) in cases {
             let err = Config::from_keys(&keys(&format!(r#"{{"gateways": {list}}}"#))).unwrap_err();
-            let cni: common::error::CniError = err.into();
+            let cni: cni::error::CniError = err.into();
             assert_eq!(cni.code.as_u32(), 7);
             assert_eq!(cni.msg, msg, "{list}");
             assert!(cni.details.contains(details), "{list}: {}", cni.details);
@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(picked, ["10.0.1.2/24", "10.0.2.2/24", "10.0.3.2/24"]);
         let err = select_ips(&CniResult::default(), "net1").unwrap_err();
         assert_eq!(
-            common::error::CniError::from(err).msg,
+            cni::error::CniError::from(err).msg,
             "No IP addresses supplied on interface: net1"
         );
     }

@@ -7,10 +7,10 @@
 
 use std::net::IpAddr;
 
-use common::error::{CniError, ErrorCode, go_errno};
-use common::lock::LockError;
-use common::netlink::NetlinkError;
-use common::netns::NetnsError;
+use cni::error::{CniError, ErrorCode, go_errno};
+use host::lock::LockError;
+use host::netns::NetnsError;
+use netlink::NetlinkError;
 
 /// Everything that can go wrong in sbr.
 #[derive(Debug, thiserror::Error)]
@@ -157,8 +157,22 @@ impl SbrError {
 impl From<SbrError> for CniError {
     fn from(err: SbrError) -> Self {
         let err = match err {
-            SbrError::Netns(e) => return e.into(),
-            SbrError::Lock(e) => return e.into(),
+            SbrError::Netns(e) => {
+                let code = if e.is_internal() {
+                    ErrorCode::Internal
+                } else {
+                    ErrorCode::InvalidNetns
+                };
+                return CniError::from_error(code, &e).reworded_as(e.reference_msg());
+            }
+            SbrError::Lock(e) => {
+                let code = if matches!(e, host::lock::LockError::Timeout { .. }) {
+                    ErrorCode::TryAgainLater
+                } else {
+                    ErrorCode::Io
+                };
+                return CniError::from_error(code, &e);
+            }
             other => other,
         };
         let code = match err {

@@ -24,10 +24,11 @@ pub mod error;
 pub mod names;
 pub mod plan;
 
-use common::conf::NetConf;
-use common::error::CniError;
-use common::skel::{Call, Plugin};
-use common::types::CniResult;
+use cni::conf::NetConf;
+use cni::error::CniError;
+use cni::skel::{Call, Plugin};
+use cni::types::CniResult;
+use host::netns::NetNs;
 
 use crate::config::{Config, DelKeys, SbrKeys, select_ips};
 use crate::error::SbrError;
@@ -49,7 +50,7 @@ fn load_conf<T: serde::de::DeserializeOwned>(call: &Call) -> Result<NetConf<T>, 
 
 /// ADD's and CHECK's inputs, checked in the reference's order: the prevResult and its
 /// addresses first, then the plugin's keys (which it validates only once in the namespace).
-fn load(call: &Call) -> Result<(Config, CniResult, Vec<common::types::IpConfig>), CniError> {
+fn load(call: &Call) -> Result<(Config, CniResult, Vec<cni::types::IpConfig>), CniError> {
     let conf: NetConf<SbrKeys> = load_conf(call)?;
     let prev = conf.prev_result()?.ok_or(SbrError::NotChained)?;
     let ips = select_ips(&prev, &call.ifname)?;
@@ -68,14 +69,14 @@ impl Plugin for Sbr {
 
     fn add(&self, call: &Call) -> Result<CniResult, CniError> {
         let (config, prev, ips) = load(call)?;
-        let ns = call.open_netns()?;
+        let ns = NetNs::open(call.netns_path()?).map_err(SbrError::Netns)?;
         apply::add(&ns, &call.ifname, &config, &ips, &prev.routes)?;
         Ok(prev)
     }
 
     fn check(&self, call: &Call) -> Result<(), CniError> {
         let (config, prev, ips) = load(call)?;
-        let ns = call.open_netns()?;
+        let ns = NetNs::open(call.netns_path()?).map_err(SbrError::Netns)?;
         Ok(apply::check(
             &ns,
             &call.ifname,

@@ -2,4 +2,4 @@
 
 #![no_main]
 
-common::plugin_main!("sbr", sbr::Sbr);
+cni::plugin_main!("sbr", sbr::Sbr);

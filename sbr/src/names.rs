@@ -10,9 +10,9 @@ pub const FIRST_TABLE: u32 = 100;
 /// Tables sbr never allocates, moves routes into or removes: `default` (253), `main` (254) and
 /// `local` (255).
 pub const RESERVED_TABLES: [u32; 3] = [
-    common::netlink::TABLE_DEFAULT,
-    common::netlink::TABLE_MAIN,
-    common::netlink::TABLE_LOCAL,
+    netlink::TABLE_DEFAULT,
+    netlink::TABLE_MAIN,
+    netlink::TABLE_LOCAL,
 ];
 
 /// The `from` selector of an address's rule: the address alone, `/32` or `/128` (a wider mask

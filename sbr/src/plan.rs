@@ -15,9 +15,9 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use common::netlink::{Route, Rule, TABLE_MAIN};
-use common::types::{IpConfig, Route as ResultRoute};
+use cni::types::{IpConfig, Route as ResultRoute};
 use ipnet::IpNet;
+use netlink::{Route, Rule, TABLE_MAIN};
 use netlink_packet_route::route::{RouteFlags, RouteScope, RouteType};
 use netlink_packet_route::rule::RuleAction;
 

@@ -1464,12 +1464,12 @@ pub fn line_diff(a: &[String], b: &[String]) -> Vec<String> {
 }
 
 /// The prevResult `result` (any version) as a plugin of `version` would print it, converted by
-/// `common::types` (so both sides get the same input in every version).
+/// `cni::types` (so both sides get the same input in every version).
 ///
 /// # Errors
 /// When `result` does not parse or cannot be converted (0.x without addresses).
 pub fn result_in_version(result: &Value, version: &str) -> Result<Value> {
-    let (_, model) = common::types::CniResult::parse(result)?;
+    let (_, model) = cni::types::CniResult::parse(result)?;
     Ok(serde_json::from_str(&model.to_json(version)?)?)
 }
 

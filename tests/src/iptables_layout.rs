@@ -1,5 +1,5 @@
 //! The reference portmap's iptables layout in `iptables-save`'s words, for the tests and the
-//! bench of `common::iptables::native`: the shared chains and their rules (snat, mark bit 13),
+//! bench of `netfilter::iptables::native`: the shared chains and their rules (snat, mark bit 13),
 //! as portmap's iptables backend computes them; every form the codec writes, and the check
 //! that a release's tools read ours as their own ([`forms_read_alike`]).
 
@@ -7,8 +7,8 @@ use std::process::Output;
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
-use common::iptables::Family;
-use common::iptables::native::RuleSpec;
+use netfilter::iptables::Family;
+use netfilter::iptables::native::RuleSpec;
 
 use crate::netns::TestNetns;
 
@@ -24,7 +24,7 @@ pub const SHARED_CHAINS: [&str; 3] = [SETMARK, MASQ, DNAT];
 /// A rule's arguments from one line in the tools' words (double quotes group).
 #[must_use]
 pub fn words(line: &str) -> Vec<String> {
-    common::iptables::split_args(line).unwrap_or_default()
+    netfilter::iptables::split_args(line).unwrap_or_default()
 }
 
 /// The shared chains' rules and the jumps into them from the built-in chains.
@@ -139,7 +139,7 @@ fn ok(out: Output, what: &str) -> Result<String> {
 }
 
 /// Every form of [`nat_forms`], both families, written in an empty `nat` table of `ns` by
-/// `tools`' `iptables-restore` and by our encoder (`common::iptables::native::encode`), and
+/// `tools`' `iptables-restore` and by our encoder (`netfilter::iptables::native::encode`), and
 /// read: `tools`' `iptables-save` prints each of ours as the line it prints for its own
 /// (`iptables-save`'s canonical form of the words, `canonical`), its `iptables -C` finds each
 /// of ours, and our decoder reads each of its rules as that line. With `same_expressions`
@@ -149,8 +149,8 @@ fn ok(out: Output, what: &str) -> Result<String> {
 /// # Errors
 /// The first form that is not read alike, naming it.
 pub fn forms_read_alike(ns: &TestNetns, tools: &Tools<'_>, same_expressions: bool) -> Result<()> {
-    use common::iptables::native::{canonical, decode, encode, nft_table};
-    use common::iptables::{TableDump, restore_line};
+    use netfilter::iptables::native::{canonical, decode, encode, nft_table};
+    use netfilter::iptables::{TableDump, restore_line};
     for family in Family::BOTH {
         let tool = family.to_string();
         let forms: Vec<Vec<String>> = nat_forms(family).iter().map(|f| words(f)).collect();
@@ -170,13 +170,13 @@ pub fn forms_read_alike(ns: &TestNetns, tools: &Tools<'_>, same_expressions: boo
             &restore,
         )?;
         let table = nft_table(family, "nat");
-        let listed = ns.run(|| -> Result<Vec<common::nft::ListedRule>> {
-            let mut batch = common::nft::Batch::new();
+        let listed = ns.run(|| -> Result<Vec<netfilter::nft::ListedRule>> {
+            let mut batch = netfilter::nft::Batch::new();
             for form in &forms {
                 let rule = encode(family, form).map_err(|e| anyhow::anyhow!("{e}"))?;
                 batch.add_rule(&table, "T", &rule);
             }
-            let mut nft = common::nft::Nft::new()?;
+            let mut nft = netfilter::nft::Nft::new()?;
             nft.apply(&batch)?;
             Ok(nft.rules(&table, "T")?)
         })??;

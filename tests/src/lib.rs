@@ -17,7 +17,7 @@
 //!   nfnetlink, or with nfnetlink but without the nf_tables subsystem.
 //! - [`cleanup`]: what a harness binary made, removed on a signal or a panic as well.
 //! - [`iptables_layout`]: the reference portmap's shared iptables chains and rules, for the
-//!   tests and bench of `common::iptables::native`.
+//!   tests and bench of `netfilter::iptables::native`.
 //! - [`snapshot`]: normalised snapshots of the kernel objects and files plugins leave behind.
 //! - [`differential`]: the same calls to a Go reference plugin and to ours, compared.
 //! - [`userland`]: Debian 11, 12 and 13 root filesystems (their own iptables, nft and Go
@@ -47,7 +47,7 @@ pub mod userland;
 
 pub use netns::{TestNetns, Topology, veth_pair};
 pub use runtime::{
-    Attachment, CniErrorObject, NetworkConfigList, PluginFailure, PluginOutput, Runtime,
+    CniErrorObject, GcAttachment, NetworkConfigList, PluginFailure, PluginOutput, Runtime,
     RuntimeConf, RuntimeError,
 };
 

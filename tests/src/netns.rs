@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use common::netns::{NetNs, THREAD_NETNS};
-use common::sysctl::{Sysctl, SysctlKey};
+use host::netns::{NetNs, THREAD_NETNS};
+use host::sysctl::{Sysctl, SysctlKey};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, unshare};
 
@@ -140,7 +140,7 @@ impl TestNetns {
                 // A kernel without IPv6 has no such key, and no DAD either.
                 Err(e)
                     if e.chain().any(|c| {
-                        c.downcast_ref::<common::sysctl::SysctlError>()
+                        c.downcast_ref::<host::sysctl::SysctlError>()
                             .is_some_and(|s| s.is_not_found())
                     }) => {}
                 Err(e) => return Err(e),

@@ -11,7 +11,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use common::netns::NetNs;
+use host::netns::NetNs;
 
 /// How often a running child is polled for exit.
 const POLL: Duration = Duration::from_millis(5);

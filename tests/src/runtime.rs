@@ -26,8 +26,8 @@ use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-pub use common::conf::Attachment;
-use common::netns::NetNs;
+pub use cni::conf::GcAttachment;
+use host::netns::NetNs;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -223,8 +223,8 @@ impl RuntimeConf {
     }
 
     /// The attachment key GC uses.
-    pub fn attachment(&self) -> Attachment {
-        Attachment {
+    pub fn attachment(&self) -> GcAttachment {
+        GcAttachment {
             container_id: self.container_id.clone(),
             ifname: self.ifname.clone(),
         }
@@ -706,7 +706,7 @@ impl Runtime {
     pub fn gc(
         &self,
         list: &NetworkConfigList,
-        valid: Option<&[Attachment]>,
+        valid: Option<&[GcAttachment]>,
     ) -> Result<(), RuntimeError> {
         if list.disable_gc {
             return Ok(());
@@ -716,11 +716,11 @@ impl Runtime {
             .into_iter()
             .filter(|a| a.network == list.name)
             .collect();
-        let valid: Vec<Attachment> = match valid {
+        let valid: Vec<GcAttachment> = match valid {
             Some(v) => v.to_vec(),
             None => cached.iter().map(|a| a.rt.attachment()).collect(),
         };
-        let valid_set: HashSet<&Attachment> = valid.iter().collect();
+        let valid_set: HashSet<&GcAttachment> = valid.iter().collect();
         let mut errors = Vec::new();
         for stale in cached
             .iter()

@@ -581,8 +581,8 @@ mod tests {
     fn only_netfilter_netlink_sockets_are_refused_and_only_on_the_filtered_thread() {
         let (nft, route) = without_nf_tables(|| {
             (
-                common::nft::Nft::new().map(drop),
-                common::netlink::Netlink::new().map(drop),
+                netfilter::nft::Nft::new().map(drop),
+                netlink::Netlink::new().map(drop),
             )
         })
         .unwrap();
@@ -591,12 +591,12 @@ mod tests {
         assert!(err.is_unsupported(), "{err}");
         route.unwrap();
         // The calling thread is not filtered.
-        common::nft::Nft::new().unwrap();
+        netfilter::nft::Nft::new().unwrap();
     }
 
     #[test]
     fn a_child_of_a_filtered_command_cannot_reach_nf_tables() {
-        let out = common::netns::in_new_netns(|| {
+        let out = host::netns::in_new_netns(|| {
             let mut cmd = Command::new("nft");
             cmd.args(["list", "tables"]);
             deny_nf_tables(&mut cmd).output()
@@ -663,9 +663,9 @@ mod tests {
     /// outside the filtered thread.
     #[test]
     fn without_the_subsystem_the_kernel_refuses_nf_tables_itself_and_nothing_else() {
-        use common::nft::{Batch, Family, Feature, Nft, Table};
+        use netfilter::nft::{Batch, Family, Feature, Nft, Table};
         let t = Table::new(Family::Inet, "standin");
-        common::netns::in_new_netns(|| {
+        host::netns::in_new_netns(|| {
             let (lookup, batch, available, probe, route, conntrack, nft_cli) =
                 without_nf_tables_subsystem(|| {
                     let mut nft = Nft::new().unwrap();
@@ -675,11 +675,11 @@ mod tests {
                     let batch = nft.apply(&b);
                     let available = nft.is_available().unwrap();
                     let probe = nft.missing_features(Family::Ip, &[Feature::Fib]).map(drop);
-                    let route = common::netlink::Netlink::new()
+                    let route = netlink::Netlink::new()
                         .and_then(|mut nl| nl.link_by_name("lo"))
                         .map(drop);
-                    let conntrack = common::conntrack::Conntrack::new()
-                        .and_then(|mut ct| ct.flows(common::nft::NfProto::Ipv4))
+                    let conntrack = netfilter::conntrack::Conntrack::new()
+                        .and_then(|mut ct| ct.flows(netfilter::nft::NfProto::Ipv4))
                         .map(drop);
                     let nft_cli = Command::new("nft")
                         .args(["add", "table", "inet", "standin"])

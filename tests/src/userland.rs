@@ -179,7 +179,7 @@ pub fn rootfs(release: &Release) -> Result<PathBuf> {
     }
     std::fs::create_dir_all(&cache)
         .with_context(|| format!("failed to create {}", cache.display()))?;
-    let _lock = common::lock::FileLock::acquire(
+    let _lock = host::lock::FileLock::acquire(
         cache.join(format!("{}.lock", release.codename)),
         DEBOOTSTRAP_TIMEOUT,
     )

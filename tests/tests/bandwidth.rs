@@ -564,7 +564,7 @@ fn differential_results_equal_the_go_plugins_in_every_shared_version() -> Result
             json!({"ingressRate": INGRESS_RATE, "ingressBurst": burst_for(INGRESS_RATE)}),
         ] {
             let mut conf = limits.clone();
-            let (_, model) = common::types::CniResult::parse(&prev)?;
+            let (_, model) = cni::types::CniResult::parse(&prev)?;
             conf["prevResult"] = serde_json::from_str(&model.to_json(version)?)?;
             let mut outputs = Vec::new();
             for runtime in [&go, &ours] {

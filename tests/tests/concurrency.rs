@@ -388,7 +388,7 @@ fn file_names(dir: &Path, skip: &[&str]) -> Result<Vec<String>> {
     let mut names = Vec::new();
     for entry in entries {
         let name = entry?.file_name().to_string_lossy().into_owned();
-        if name != common::store::TEMP_DIR && !skip.contains(&name.as_str()) {
+        if name != host::store::TEMP_DIR && !skip.contains(&name.as_str()) {
             names.push(name);
         }
     }

@@ -30,12 +30,12 @@ fn subjects() -> Vec<Subject> {
     vec![
         Subject {
             name: "passthrough",
-            versions: common::version::ALL,
+            versions: cni::version::ALL,
             keys: |scratch| json!({ "dataDir": scratch.join("passthrough") }),
         },
         Subject {
             name: "tuning",
-            versions: common::version::ALL,
+            versions: cni::version::ALL,
             keys: |scratch| {
                 json!({
                     "dataDir": scratch.join("tuning"),
@@ -46,7 +46,7 @@ fn subjects() -> Vec<Subject> {
         },
         Subject {
             name: "sbr",
-            versions: common::version::ALL,
+            versions: cni::version::ALL,
             // A fixed table leaves the routes alone: bridge's own CHECK looks for its default
             // route in main, which the default mode moves (sbr's end-to-end tests cover it).
             keys: |_| json!({ "table": 1000 }),
@@ -67,7 +67,7 @@ fn subjects() -> Vec<Subject> {
         },
         Subject {
             name: "portmap",
-            versions: common::version::ALL,
+            versions: cni::version::ALL,
             // A static runtimeConfig reaches the plugin (no capability argument replaces it),
             // so every case programs and removes a real mapping.
             keys: |_| {

@@ -6,7 +6,7 @@
 //! `route_localnet` lookup finds a route. The kernel objects compared are the host's
 //! `iptables-save`/`ip6tables-save` of `nat` and `filter`, `nft list ruleset` and the
 //! `route_localnet` sysctls. The prevResult is written here (dual-stack unless a case says
-//! otherwise) and converted to each version by `common::types`.
+//! otherwise) and converted to each version by `cni::types`.
 //!
 //! Where Debian's 1.1.1 is not the reference: it has no `backend` key (it ignores it and always
 //! uses iptables, HEAD's default), no nftables backend, no `masqAll`, no `1.1.0`; its CHECK fails

@@ -373,7 +373,7 @@ fn cases() -> Result<Vec<Case<TuningStage>>> {
         .iter()
         .flat_map(|p| SHARED_VERSIONS.iter().map(move |c| (*p, *c)));
     for (prev_version, conf_version) in
-        pairs.filter(|(p, c)| common::version::Era::of(p) == common::version::Era::of(c))
+        pairs.filter(|(p, c)| cni::version::Era::of(p) == cni::version::Era::of(c))
     {
         let mut c = conf(json!({}));
         c["cniVersion"] = json!(conf_version);

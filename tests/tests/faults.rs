@@ -16,7 +16,7 @@
 //!   put back by the test): sbr's DEL cannot tell a table was sbr's once its rule is gone, nor
 //!   give main back the default route whose moved copy was removed; portmap's nftables ADD
 //!   recreates a missing table but does not repair one whose rules were removed.
-//! - **The iptables tools are missing** from `PATH` (`common::iptables` runs them by name): the
+//! - **The iptables tools are missing** from `PATH` (`netfilter::iptables` runs them by name): the
 //!   iptables backends of portmap and firewall fail naming the missing tool and change nothing;
 //!   the nftables backends ADD, CHECK and DEL with the same `PATH`.
 //! - **Another process holds the plugin's lock** (the test takes the same `flock`): ADD and DEL
@@ -64,7 +64,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use common::lock::FileLock;
+use host::lock::FileLock;
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use serde_json::{Value, json};
 use tests::mounts::{bind, with_private_mounts};
@@ -1434,7 +1434,7 @@ fn check_names_each_removed_object_sbr() -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // The iptables tools are missing.
 
-/// An empty directory: as `PATH`, no tool is found (`common::iptables` runs them by name).
+/// An empty directory: as `PATH`, no tool is found (`netfilter::iptables` runs them by name).
 fn empty_path() -> Result<(tempfile::TempDir, String)> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().to_string_lossy().into_owned();
@@ -1803,7 +1803,7 @@ fn full_data_dir_tuning_del_restores_and_removes_the_backup() -> Result<()> {
                 .filter_map(Result::ok)
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 // The store keeps its temporaries directory while other files are there.
-                .filter(|name| name != common::store::TEMP_DIR)
+                .filter(|name| name != host::store::TEMP_DIR)
                 .collect();
             left.sort();
             ensure!(left == fillers, "left in the data dir: {left:?}");

@@ -1,4 +1,4 @@
-//! `common::iptables::native` against Debian's Go `portmap` (1.1.1, its iptables layout): the
+//! `netfilter::iptables::native` against Debian's Go `portmap` (1.1.1, its iptables layout): the
 //! reference's layout for one attachment, written natively, is what the Go ADD writes (the
 //! same `iptables-save` text, both families), the Go CHECK accepts it and the Go DEL removes
 //! it; and what the Go ADD wrote is found, read back and removed natively. This is the
@@ -12,8 +12,8 @@
 #[cfg(test)]
 #[allow(dead_code)] // each test binary uses a different part
 use anyhow::{Context, Result, ensure};
-use common::iptables::Family;
-use common::iptables::native::{self, NativeTables, RuleSpec};
+use netfilter::iptables::Family;
+use netfilter::iptables::native::{self, NativeTables, RuleSpec};
 use serde_json::{Value, json};
 use tests::iptables_layout::{DNAT, SETMARK, SHARED_CHAINS, skeleton, words};
 use tests::{PluginOutput, Runtime, TestNetns, bins};

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use common::netns::NetNs;
+use host::netns::NetNs;
 use serde_json::Value;
 use tests::bench::memory::{Fixture, PLUGINS, Shape, write_stdin};
 use tests::bench::spawner::command;

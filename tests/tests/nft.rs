@@ -1,4 +1,4 @@
-//! `common::nft` end to end: a DNAT map rule made over netlink forwards real TCP connections
+//! `netfilter::nft` end to end: a DNAT map rule made over netlink forwards real TCP connections
 //! between namespaces, and stops when its element is deleted; transactions far larger than a
 //! netlink attribute and than a socket's default send buffer apply whole, or not at all.
 
@@ -8,7 +8,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use common::nft::{
+use netfilter::nft::{
     Batch, Chain, ChainHook, ChainType, DataType as T, Element, Family, L4Proto, NfProto, Nft,
     NftError, Rule, Selector::*, Set, Table, Value, priority,
 };
@@ -173,7 +173,7 @@ fn nft_count(t: &Table) -> anyhow::Result<usize> {
 #[test]
 fn ten_thousand_mappings_go_in_one_transaction_and_a_listing_deletes_them_in_one() {
     const N: u16 = 12_000;
-    common::netns::in_new_netns(|| {
+    host::netns::in_new_netns(|| {
         let t = Table::new(Family::Ip, "cni_nft_big");
         let mut nft = Nft::new().unwrap();
         nft.apply(&ports_map(&t)).unwrap();

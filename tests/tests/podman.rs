@@ -46,7 +46,7 @@ mod podman {
 
     use anyhow::{Context, Result, bail, ensure};
     use bandwidth::names::{Owner, reference_ifb_name};
-    use common::netns::NetNs;
+    use host::netns::NetNs;
     use nix::mount::{MntFlags, umount2};
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;

@@ -1124,7 +1124,7 @@ fn lock_contention_gives_code_11_and_changes_nothing() -> Result<()> {
             )
         },
         || {
-            let _held = common::lock::FileLock::acquire(
+            let _held = host::lock::FileLock::acquire(
                 run_dir.path().join("iptables.lock"),
                 Duration::from_secs(1),
             )?;
@@ -1370,7 +1370,7 @@ fn a_port_the_other_layout_maps_is_refused() -> Result<()> {
 #[test]
 fn the_go_plugin_checks_and_deletes_our_iptables_layout_and_ours_its() -> Result<()> {
     ensure!(
-        common::iptables::native::writes_nf_tables(common::iptables::Family::V4),
+        netfilter::iptables::native::writes_nf_tables(netfilter::iptables::Family::V4),
         "this test needs iptables-nft"
     );
     let f = Fixture::new("iptables");

@@ -41,8 +41,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use common::conntrack::{Conntrack, Flow};
-use common::nft::{L4Proto, NfProto};
+use netfilter::conntrack::{Conntrack, Flow};
+use netfilter::nft::{L4Proto, NfProto};
 use serde_json::{Value, json};
 use tests::netns::HOST_UPLINK_V4;
 use tests::netns::StateDirs;

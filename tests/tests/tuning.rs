@@ -249,7 +249,7 @@ impl Alone {
             "ips": [{"interface": 0, "address": "10.94.0.2/24"}]
         });
         // The prevResult as a plugin of `version` would have printed it.
-        let prev = common::types::CniResult::parse(&prev)
+        let prev = cni::types::CniResult::parse(&prev)
             .and_then(|(_, r)| r.to_json(version))
             .ok()
             .and_then(|text| serde_json::from_str::<Value>(&text).ok())
@@ -469,7 +469,7 @@ fn status_reports_an_unusable_data_dir_as_code_50() -> Result<()> {
 #[test]
 fn every_version_from_0_1_0_to_1_1_0_prints_the_mac_into_its_result() -> Result<()> {
     let stage = Alone::new("tunever")?;
-    for version in common::version::ALL {
+    for version in cni::version::ALL {
         let conf = stage.conf(version, json!({"mac": MAC}));
         let out = stage.exec("ADD", "ver-1", &conf)?;
         ensure!(out.status.success(), "{version}: {out:?}");

@@ -7,9 +7,9 @@
 
 use std::io;
 
-use common::netlink::Netlink;
-use common::netns::NetNs;
-use common::sysctl::{Sysctl, SysctlError};
+use host::netns::NetNs;
+use host::sysctl::{Sysctl, SysctlError};
+use netlink::Netlink;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 
@@ -369,7 +369,7 @@ fn missing_or(e: SysctlError, setting: &SysctlSetting) -> TuningError {
 mod tests {
     use super::*;
     use crate::config::resolve_sysctl;
-    use common::error::{CniError, ErrorCode};
+    use cni::error::{CniError, ErrorCode};
 
     #[test]
     fn a_sysctl_key_naming_a_directory_is_code_7() {

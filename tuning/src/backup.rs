@@ -7,14 +7,14 @@
 //! `containerID` and `ifname` (for GC, since `_` may appear in both a container ID and an
 //! interface name).
 //!
-//! Writes are atomic (a fresh temporary file, then rename; see [`common::store`]) but not
+//! Writes are atomic (a fresh temporary file, then rename; see [`host::store`]) but not
 //! fsynced: the file describes kernel state that does not survive a reboot, so durability buys
 //! nothing, and `/run` is a tmpfs.
 
 use std::path::{Path, PathBuf};
 
-use common::lock::{DEFAULT_WAIT, FileLock};
-use common::store::{StateStore, StoreError};
+use host::lock::{DEFAULT_WAIT, FileLock};
+use host::store::{StateStore, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::error::TuningError;
@@ -99,7 +99,7 @@ impl Backup {
     /// # Errors
     /// A message when the bytes are not a backup object.
     pub fn from_bytes(bytes: &[u8]) -> Result<Backup, String> {
-        common::decode::from_slice(bytes).map_err(|e| e.to_string())
+        cni::decode::from_slice(bytes).map_err(|e| e.to_string())
     }
 }
 

@@ -8,9 +8,9 @@
 
 use std::path::PathBuf;
 
-use common::args::CniArgs;
-use common::conf::NetConf;
-use common::sysctl::SysctlKey;
+use cni::args::CniArgs;
+use cni::conf::NetConf;
+use host::sysctl::SysctlKey;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -30,7 +30,7 @@ pub const MAX_MTU: i64 = 65535;
 #[serde(default, rename_all = "camelCase", rename = "TuningConf")]
 pub struct TuningKeys {
     /// `sysctl`: key → value, in document order (Go's map: a later null resets it).
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     pub sysctl: Option<SysctlMap>,
     /// `mac`.
     pub mac: Option<String>,
@@ -39,17 +39,17 @@ pub struct TuningKeys {
     /// `mtu` (0: unchanged).
     pub mtu: Option<i64>,
     /// `allmulti` (a Go pointer).
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     pub allmulti: Option<bool>,
     /// `txQLen` (a Go pointer).
-    #[serde(rename = "txQLen", deserialize_with = "common::decode::nullable")]
+    #[serde(rename = "txQLen", deserialize_with = "cni::decode::nullable")]
     pub tx_qlen: Option<i64>,
     /// `dataDir`.
     pub data_dir: Option<PathBuf>,
     /// `runtimeConfig`.
     runtime_config: RuntimeKeys,
     /// `args` (a Go pointer).
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     args: Option<ArgsKeys>,
 }
 
@@ -83,7 +83,7 @@ struct RuntimeKeys {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, rename = "struct { A *main.IPAMArgs \"json:\\\"cni\\\"\" }")]
 struct ArgsKeys {
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     cni: Option<ArgsCni>,
 }
 
@@ -91,17 +91,17 @@ struct ArgsKeys {
 #[serde(default, rename_all = "camelCase", rename = "main.IPAMArgs")]
 struct ArgsCni {
     // All Go pointers.
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     sysctl: Option<SysctlMap>,
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     mac: Option<String>,
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     promisc: Option<bool>,
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     mtu: Option<i64>,
-    #[serde(deserialize_with = "common::decode::nullable")]
+    #[serde(deserialize_with = "cni::decode::nullable")]
     allmulti: Option<bool>,
-    #[serde(rename = "txQLen", deserialize_with = "common::decode::nullable")]
+    #[serde(rename = "txQLen", deserialize_with = "cni::decode::nullable")]
     tx_qlen: Option<i64>,
 }
 
@@ -532,11 +532,11 @@ fn merge_sysctls(
 /// # Errors
 /// Why the key is refused.
 pub fn resolve_sysctl(raw: &str, ifname: &str) -> Result<SysctlKey, String> {
-    let reason = |e: common::sysctl::SysctlKeyError| match e {
-        common::sysctl::SysctlKeyError::NotNet(_) => {
+    let reason = |e: host::sysctl::SysctlKeyError| match e {
+        host::sysctl::SysctlKeyError::NotNet(_) => {
             "only network sysctls (net.*) can be set".to_string()
         }
-        common::sysctl::SysctlKeyError::BadComponent(_) => {
+        host::sysctl::SysctlKeyError::BadComponent(_) => {
             "it has an empty, \".\" or \"..\" component".to_string()
         }
     };
@@ -693,7 +693,7 @@ impl Allowlist {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::error::{CniError, ErrorCode};
+    use cni::error::{CniError, ErrorCode};
     use serde_json::json;
 
     fn load(conf: Value, args: &str, ifname: &str) -> Result<Config, TuningError> {
@@ -1054,10 +1054,7 @@ mod tests {
             assert_eq!(err.code, ErrorCode::Decode, "{conf}");
             assert_eq!(
                 err.msg,
-                format!(
-                    "{}: json: cannot unmarshal {go}",
-                    common::error::DECODE_LEAD
-                ),
+                format!("{}: json: cannot unmarshal {go}", cni::error::DECODE_LEAD),
                 "{conf}"
             );
         }

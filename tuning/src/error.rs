@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use common::error::{CniError, ErrorCode, go_errno, go_quote};
+use cni::error::{CniError, ErrorCode, go_errno, go_quote};
 
 /// A tuning failure, naming the key, value, file or interface involved.
 #[derive(Debug, thiserror::Error)]
@@ -111,13 +111,13 @@ pub enum TuningError {
     },
     /// `CNI_ARGS` is malformed or has unknown keys.
     #[error(transparent)]
-    Args(#[from] common::args::ArgsError),
+    Args(#[from] cni::args::ArgsError),
     /// ADD or CHECK without a `prevResult`.
     #[error("tuning must be called as a chained plugin: prevResult is missing")]
     MissingPrevResult,
     /// The container namespace cannot be opened or entered.
     #[error(transparent)]
-    Netns(#[from] common::netns::NetnsError),
+    Netns(#[from] host::netns::NetnsError),
     /// `CNI_IFNAME` does not exist in the container (ADD).
     #[error("interface {ifname:?} not found in the container netns")]
     LinkNotFound {
@@ -132,7 +132,7 @@ pub enum TuningError {
     },
     /// A netlink request failed.
     #[error(transparent)]
-    Netlink(#[from] common::netlink::NetlinkError),
+    Netlink(#[from] netlink::NetlinkError),
     /// A sysctl of the config does not exist in the container.
     #[error("{origin} key {key:?} (value {value:?}) does not exist in the container netns")]
     SysctlMissing {
@@ -147,7 +147,7 @@ pub enum TuningError {
     },
     /// A sysctl read or write failed.
     #[error(transparent)]
-    Sysctl(#[from] common::sysctl::SysctlError),
+    Sysctl(#[from] host::sysctl::SysctlError),
     /// A backup file operation failed.
     #[error("failed to {op} backup file {path:?}: {source}")]
     Backup {
@@ -169,7 +169,7 @@ pub enum TuningError {
     },
     /// The data dir lock could not be taken.
     #[error(transparent)]
-    Lock(#[from] common::lock::LockError),
+    Lock(#[from] host::lock::LockError),
     /// CHECK found a live value different from the configured one.
     #[error("{ours}")]
     Drift {
@@ -315,7 +315,14 @@ impl From<TuningError> for CniError {
     fn from(err: TuningError) -> Self {
         let err = match err {
             TuningError::Args(e) => return e.into(),
-            TuningError::Netns(e) => return e.into(),
+            TuningError::Netns(e) => {
+                let code = if e.is_internal() {
+                    ErrorCode::Internal
+                } else {
+                    ErrorCode::InvalidNetns
+                };
+                return CniError::from_error(code, &e).reworded_as(e.reference_msg());
+            }
             other => other,
         };
         let code = match &err {
@@ -334,7 +341,7 @@ impl From<TuningError> for CniError {
             TuningError::LinkNotFound { .. } | TuningError::CheckLinkNotFound { .. } => {
                 ErrorCode::UnknownContainer
             }
-            TuningError::Lock(common::lock::LockError::Timeout { .. }) => ErrorCode::TryAgainLater,
+            TuningError::Lock(host::lock::LockError::Timeout { .. }) => ErrorCode::TryAgainLater,
             TuningError::AllowlistRead { .. }
             | TuningError::Backup { .. }
             | TuningError::Lock(_) => ErrorCode::Io,
@@ -480,7 +487,7 @@ mod tests {
                 "does not exist in the container netns",
             ),
             (
-                TuningError::Netlink(common::netlink::NetlinkError {
+                TuningError::Netlink(netlink::NetlinkError {
                     op: "set link 3".into(),
                     source: io(libc::EBUSY),
                 }),
@@ -518,7 +525,7 @@ mod tests {
         assert_eq!(e.msg, "invalid txQLen -1: must be between 0 and 4294967295");
         // A rollback that failed too is reported with the reference's words for the cause.
         let e = cni(TuningError::RollbackFailed {
-            cause: Box::new(TuningError::Netlink(common::netlink::NetlinkError {
+            cause: Box::new(TuningError::Netlink(netlink::NetlinkError {
                 op: "set link 3".into(),
                 source: std::io::Error::from_raw_os_error(libc::EINVAL),
             })),

@@ -24,11 +24,11 @@ pub mod error;
 pub mod names;
 pub mod plan;
 
-use common::conf::NetConf;
-use common::error::{CniError, ErrorCode};
-use common::netns::NetNs;
-use common::skel::{Call, Plugin};
-use common::types::CniResult;
+use cni::conf::NetConf;
+use cni::error::{CniError, ErrorCode};
+use cni::skel::{Call, Plugin};
+use cni::types::CniResult;
+use host::netns::NetNs;
 
 use crate::backup::BackupStore;
 use crate::config::{Allowlist, Config, DataDirKeys, TuningKeys};
@@ -68,7 +68,7 @@ impl Plugin for Tuning {
     }
 
     fn supported_versions(&self) -> &'static [&'static str] {
-        common::version::ALL
+        cni::version::ALL
     }
 
     fn add(&self, call: &Call) -> Result<CniResult, CniError> {
@@ -81,7 +81,7 @@ impl Plugin for Tuning {
         let mut result = conf.prev_result()?.ok_or(TuningError::MissingPrevResult)?;
         // Opened also with nothing to set, as the reference enters it whatever it sets: a
         // `CNI_NETNS` that is no namespace fails the same way.
-        let ns = call.open_netns()?;
+        let ns = NetNs::open(call.netns_path()?).map_err(TuningError::Netns)?;
         if !config.is_empty() {
             let store = BackupStore::new(&config.data_dir);
             apply::add(&ns, &config, attachment(&conf.name, call), &store)?;
@@ -106,7 +106,11 @@ impl Plugin for Tuning {
         if config.is_empty() {
             return Ok(());
         }
-        apply::check(&call.open_netns()?, &config, &call.ifname)?;
+        apply::check(
+            &NetNs::open(call.netns_path()?).map_err(TuningError::Netns)?,
+            &config,
+            &call.ifname,
+        )?;
         Ok(())
     }
 
@@ -124,7 +128,7 @@ impl Plugin for Tuning {
                 // Gone, left behind as a plain file, or no network namespace at all
                 // (`/proc/self/status`, a path with a trailing slash): nothing to restore in it.
                 Err(e) if e.is_absent() => None,
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(TuningError::Netns(e).into()),
             },
         };
         apply::del(ns.as_ref(), attachment(&conf.name, call), &store)?;

@@ -2,4 +2,4 @@
 
 #![no_main]
 
-common::plugin_main!("tuning", tuning::Tuning);
+cni::plugin_main!("tuning", tuning::Tuning);

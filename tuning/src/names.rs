@@ -19,11 +19,11 @@ pub fn backup_file_name(container_id: &str, ifname: &str) -> String {
 }
 
 /// The backup file of an attachment whose reference name ([`backup_file_name`]) holds the
-/// backup of another one: `:<containerID>:<ifname>.json` ([`common::store::attachment_name`]
+/// backup of another one: `:<containerID>:<ifname>.json` ([`host::store::attachment_name`]
 /// with no network), which no two attachments share and no reference name is (those hold no
 /// `:`). Only we read it.
 pub fn own_backup_file_name(container_id: &str, ifname: &str) -> String {
-    let mut name = common::store::attachment_name("", container_id, ifname);
+    let mut name = host::store::attachment_name("", container_id, ifname);
     name.push_str(".json");
     name
 }

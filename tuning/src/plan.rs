@@ -1,8 +1,8 @@
 //! What to change, save, compare or restore, decided from the config and what the kernel shows
 //! (pure).
 
-use common::netlink::{LinkChange, format_mac};
-use common::sysctl::SysctlKey;
+use host::sysctl::SysctlKey;
+use netlink::{LinkChange, format_mac};
 
 use crate::backup::{Backup, SavedSysctl};
 use crate::config::{Config, SysctlSetting, parse_mac};
@@ -463,8 +463,8 @@ mod tests {
                 "{err}"
             );
             assert_eq!(
-                common::error::CniError::from(err).code,
-                common::error::ErrorCode::InvalidConfig
+                cni::error::CniError::from(err).code,
+                cni::error::ErrorCode::InvalidConfig
             );
         }
     }
@@ -596,7 +596,7 @@ mod tests {
         );
         assert!(err.to_string().contains("32768 60999"), "{err}");
         assert_eq!(
-            common::error::CniError::from(err).msg,
+            cni::error::CniError::from(err).msg,
             "Error: Tuning configured value of /proc/sys/net/ipv4/ip_local_port_range is 32768 \
              60999, current value is 1024\t65535"
         );
@@ -655,7 +655,7 @@ mod tests {
             drift(&mut l);
             let err = check_link(&c, "eth0", &l).unwrap_err();
             assert!(err.to_string().starts_with(ours), "{err}");
-            let cni = common::error::CniError::from(err);
+            let cni = cni::error::CniError::from(err);
             assert_eq!(cni.msg, reference);
             assert!(cni.details.starts_with(ours), "{}", cni.details);
         }

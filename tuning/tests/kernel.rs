@@ -10,9 +10,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use common::args::CniArgs;
-use common::conf::NetConf;
-use common::netns::NetNs;
+use cni::args::CniArgs;
+use cni::conf::NetConf;
+use host::netns::NetNs;
 use serde_json::{Value, json};
 use tuning::apply::{self, Restored};
 use tuning::backup::BackupStore;
@@ -22,7 +22,7 @@ use tuning::plan::Attachment;
 
 /// Runs `body` on a thread in a fresh network namespace of its own.
 fn in_fresh_netns<T: Send>(body: impl FnOnce() -> T + Send) -> T {
-    common::netns::in_new_netns(body).expect("a fresh network namespace needs root")
+    host::netns::in_new_netns(body).expect("a fresh network namespace needs root")
 }
 
 /// `ip` in the calling thread's namespace (children inherit the thread's netns).

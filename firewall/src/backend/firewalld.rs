@@ -4,9 +4,9 @@
 
 use std::net::IpAddr;
 
-use common::conf::Attachment;
-use common::error::go_errno;
-use common::iptables::Iptables as Tools;
+use cni::conf::GcAttachment;
+use cni::error::go_errno;
+use netfilter::iptables::Iptables as Tools;
 use zbus::address::Transport;
 use zbus::address::transport::UnixSocket;
 use zbus::blocking::Connection;
@@ -334,7 +334,7 @@ impl FirewallBackend for Firewalld {
         self.remove(&name, &ips)
     }
 
-    fn gc(&mut self, network: &str, valid: &[Attachment]) -> Result<(), FirewallError> {
+    fn gc(&mut self, network: &str, valid: &[GcAttachment]) -> Result<(), FirewallError> {
         let _lock = self.state.lock_for_teardown()?;
         let mut first_error = None;
         for name in self.state.attachments_of(network)? {

@@ -15,10 +15,10 @@
 
 use std::net::IpAddr;
 
-use common::conf::Attachment;
-use common::iptables::native::{self, Wanted};
-use common::iptables::{Family, Iptables as Tools, IptablesError, TableDump, restore_line};
-use common::nft::{Batch, LazyNft, Nft, NftError, addr_bytes};
+use cni::conf::GcAttachment;
+use netfilter::iptables::native::{self, Wanted};
+use netfilter::iptables::{Family, Iptables as Tools, IptablesError, TableDump, restore_line};
+use netfilter::nft::{Batch, LazyNft, Nft, NftError, addr_bytes};
 
 use super::state::{Accept, State};
 use super::{FirewallBackend, Owner};
@@ -542,7 +542,7 @@ impl FirewallBackend for Iptables {
         self.remove(&name, &record.ips, &record.accepts)
     }
 
-    fn gc(&mut self, network: &str, valid: &[Attachment]) -> Result<(), FirewallError> {
+    fn gc(&mut self, network: &str, valid: &[GcAttachment]) -> Result<(), FirewallError> {
         let _lock = self.state.lock_for_teardown()?;
         let mut first_error = None;
         for name in self.state.attachments_of(network)? {

@@ -5,7 +5,7 @@ pub mod iptables;
 pub mod nftables;
 pub mod state;
 
-use common::conf::Attachment;
+use cni::conf::GcAttachment;
 
 use crate::error::FirewallError;
 use crate::names::{owner_comment, state_name};
@@ -37,7 +37,7 @@ impl Owner {
 
     /// Whether `attachment` is this one.
     #[must_use]
-    pub fn is(&self, attachment: &Attachment) -> bool {
+    pub fn is(&self, attachment: &GcAttachment) -> bool {
         attachment.container_id == self.container_id && attachment.ifname == self.ifname
     }
 }
@@ -70,7 +70,7 @@ pub trait FirewallBackend {
     ///
     /// # Errors
     /// When removal fails.
-    fn gc(&mut self, network: &str, valid: &[Attachment]) -> Result<(), FirewallError>;
+    fn gc(&mut self, network: &str, valid: &[GcAttachment]) -> Result<(), FirewallError>;
 
     /// Whether the backend is usable.
     ///

@@ -32,8 +32,8 @@
 
 use std::net::IpAddr;
 
-use common::conf::Attachment;
-use common::nft::{
+use cni::conf::GcAttachment;
+use netfilter::nft::{
     Batch, Chain, ChainHook, ChainType, CtStateFlags, DataType, Element, Family, LazyNft,
     ListedRule, NfProto, Nft, NftError, Rule, Selector, Set, Table, Value,
 };
@@ -466,7 +466,7 @@ impl Nftables {
     }
 
     /// GC: the elements of `network` whose attachment is not in `valid`.
-    fn gc_elements(&mut self, network: &str, valid: &[Attachment]) -> Result<(), FirewallError> {
+    fn gc_elements(&mut self, network: &str, valid: &[GcAttachment]) -> Result<(), FirewallError> {
         let _lock = self.state.lock_for_teardown()?;
         let live: Vec<String> = valid
             .iter()
@@ -496,7 +496,7 @@ impl FirewallBackend for Nftables {
         nothing_where_absent(self.del_elements(owner, target))
     }
 
-    fn gc(&mut self, network: &str, valid: &[Attachment]) -> Result<(), FirewallError> {
+    fn gc(&mut self, network: &str, valid: &[GcAttachment]) -> Result<(), FirewallError> {
         nothing_where_absent(self.gc_elements(network, valid))
     }
 

@@ -11,8 +11,8 @@ use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use common::lock::FileLock;
-use common::store::StateStore;
+use host::lock::FileLock;
+use host::store::StateStore;
 use serde::{Deserialize, Serialize};
 
 use crate::error::FirewallError;
@@ -248,7 +248,7 @@ impl State {
     /// # Errors
     /// An unreadable state directory.
     pub fn attachments_of(&self, network: &str) -> Result<Vec<String>, FirewallError> {
-        let prefix = common::store::attachment_prefix(network, None);
+        let prefix = host::store::attachment_prefix(network, None);
         Ok(self
             .attachments
             .list()?

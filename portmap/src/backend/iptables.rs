@@ -2,7 +2,7 @@
 //! family, whichever its tools allow:
 //!
 //! - **native** ([`native`]): where the tools are `iptables-nft`
-//!   ([`common::iptables::native::variant`]), the `nat` table is an nf_tables table, and the
+//!   ([`netfilter::iptables::native::variant`]), the `nat` table is an nf_tables table, and the
 //!   attachment's chain, its rules and its entry rules are read and written over nf_tables
 //!   netlink, encoded as `iptables-nft` encodes them, in one transaction for both families.
 //!   A call reads only the chains it needs (the shared chains, its own) and deletes by handle
@@ -25,10 +25,10 @@ mod restore;
 
 use std::net::IpAddr;
 
-use common::conf::Attachment as Valid;
-use common::iptables::native::{RuleSpec, Variant, variant};
-use common::nft::LazyNft;
+use cni::conf::GcAttachment as Valid;
 use ipnet::IpNet;
+use netfilter::iptables::native::{RuleSpec, Variant, variant};
+use netfilter::nft::LazyNft;
 
 use super::{Holders, PortmapBackend};
 use crate::config::{Backend, Conditions, Config, IpFamily, PortMapping, Proto};
@@ -401,7 +401,7 @@ pub fn check_error(
         format!("[{}]", inner.join(" "))
     };
     let missing_rule = |chain: &str, rule: &[String]| {
-        let line = common::iptables::restore_line("-A", chain, rule)
+        let line = netfilter::iptables::restore_line("-A", chain, rule)
             .unwrap_or_else(|_| format!("-A {chain} {}", rule.join(" ")));
         format!("rule {line} not found")
     };
@@ -438,7 +438,7 @@ fn shared_missing(spec: Option<&RuleSpec>, chain: Option<&str>) -> Missing {
     match (chain, spec) {
         (Some(chain), _) => Missing::Shared(format!("chain {chain}")),
         (None, Some(spec)) => {
-            let line = common::iptables::restore_line("-A", &spec.chain, &spec.args)
+            let line = netfilter::iptables::restore_line("-A", &spec.chain, &spec.args)
                 .unwrap_or_else(|_| format!("-A {} {}", spec.chain, spec.args.join(" ")));
             Missing::Shared(format!("rule {line}"))
         }
@@ -489,13 +489,13 @@ fn stale_containers<'c>(
 /// # Errors
 /// nf_tables failures other than "not found" and an nf_tables the kernel does not have.
 pub fn indexed_holders(
-    nft: &mut common::nft::Nft,
+    nft: &mut netfilter::nft::Nft,
     att: &Attachment,
     config: &Config,
     family: IpFamily,
     holders: &dyn Holders,
 ) -> Result<Vec<(State, PortMapping)>, PortmapError> {
-    let table = common::iptables::native::nft_table(family.into(), NAT);
+    let table = netfilter::iptables::native::nft_table(family.into(), NAT);
     // The records the index names, each read once (one attachment may hold thousands).
     let mut records: std::collections::HashMap<Attachment, Option<State>> =
         std::collections::HashMap::new();
@@ -890,7 +890,7 @@ mod tests {
         assert_eq!(specs[2].chain, "POSTROUTING");
         assert_eq!(
             specs[2].position,
-            common::iptables::native::Position::Insert
+            netfilter::iptables::native::Position::Insert
         );
         c.external_set_mark_chain = Some("KUBE-MARK-MASQ".into());
         assert_eq!(shared_chains(&c), [names::IPT_TOPLEVEL_DNAT]);

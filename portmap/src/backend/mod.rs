@@ -4,15 +4,15 @@
 pub mod iptables;
 pub mod nftables;
 
-use common::conf::Attachment as Valid;
-use common::iptables::native::Recorded;
-use common::nft::{Feature, LazyNft};
-use common::store::StateStore;
+use cni::conf::GcAttachment as Valid;
+use host::store::StateStore;
 use ipnet::IpNet;
+use netfilter::iptables::native::Recorded;
+use netfilter::nft::{Feature, LazyNft};
 
 use crate::config::{Backend, BackendChoice, Config, PortMapping};
 use crate::error::PortmapError;
-use crate::host;
+use crate::node;
 use crate::plan::{Attachment, PortKey};
 use crate::state::{self, State};
 
@@ -135,7 +135,7 @@ pub trait PortmapBackend {
 /// What the iptables tools offer here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IptablesTools {
-    /// The tools and their kernel side answer ([`host::iptables_usable`]).
+    /// The tools and their kernel side answer ([`node::iptables_usable`]).
     pub usable: bool,
     /// `iptables-restore` and `iptables-save` are on `PATH` (the legacy ones may still need
     /// their module loaded, which their first run does).
@@ -188,7 +188,7 @@ pub fn nft_support(nft: &mut LazyNft) -> NftSupport {
         Ok(false) => {}
         Err(e) => return NftSupport::Absent(e.to_string()),
     }
-    match nft.missing_features(common::nft::Family::Ip, &NFT_FEATURES) {
+    match nft.missing_features(netfilter::nft::Family::Ip, &NFT_FEATURES) {
         Ok(missing) if missing.is_empty() => NftSupport::Usable,
         Ok(missing) => {
             let what: Vec<String> = missing.iter().map(|f| f.describe()).collect();
@@ -206,8 +206,8 @@ pub fn select(config: &Config, nft: &mut LazyNft) -> Backend {
         return backend;
     }
     let tools = IptablesTools {
-        usable: host::iptables_usable(|| nft_answers(nft), host::legacy_probe),
-        on_path: host::iptables_on_path(),
+        usable: node::iptables_usable(|| nft_answers(nft), node::legacy_probe),
+        on_path: node::iptables_on_path(),
     };
     choose_auto(tools, || nft_support(nft))
 }

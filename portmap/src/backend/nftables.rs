@@ -32,12 +32,12 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use common::conf::Attachment as Valid;
-use common::nft::{
+use cni::conf::GcAttachment as Valid;
+use ipnet::IpNet;
+use netfilter::nft::{
     Batch, Chain, ChainHook, ChainType, CtStatusFlags, DataType, Element, ElementData, LazyNft,
     Nft, NftError, Rule, Selector, Set, Table, Value, Verdict, priority,
 };
-use ipnet::IpNet;
 
 use super::{Added, Fate, Holders, PortmapBackend, Unrecorded, iptables};
 use crate::config::{Backend, Config, IpFamily, PortMapping};
@@ -387,9 +387,9 @@ impl Nftables {
         if missing.is_empty() {
             return Ok(());
         }
-        let _lock = common::lock::FileLock::acquire(
+        let _lock = host::lock::FileLock::acquire(
             std::path::Path::new(names::STATE_DIR).join("nft-skeleton.lock"),
-            common::lock::DEFAULT_WAIT,
+            host::lock::DEFAULT_WAIT,
         )?;
         let mut batch = Batch::new();
         for f in missing {
@@ -405,7 +405,7 @@ impl Nftables {
     fn check_skeleton(&mut self, family: IpFamily) -> Result<(), PortmapError> {
         let nft = self.nft()?;
         let t = table(family);
-        let mut listed: Vec<(&str, Vec<common::nft::ListedRule>)> = Vec::new();
+        let mut listed: Vec<(&str, Vec<netfilter::nft::ListedRule>)> = Vec::new();
         for (chain, rule) in skeleton_rules(family) {
             if !listed.iter().any(|(c, _)| *c == chain) {
                 let rules = nft

@@ -9,7 +9,7 @@
 //!   `iptables-restore --noflush`: `PREROUTING`/`OUTPUT` → `KUBE-SERVICES` → one
 //!   `KUBE-SVC-…` per service (the masquerade mark, then a random pick of two endpoints) →
 //!   `KUBE-SEP-…` (mark, DNAT), and `KUBE-POSTROUTING`;
-//! - conntrack entries inserted over netlink ([`common::conntrack::Conntrack::insert`]): three
+//! - conntrack entries inserted over netlink ([`netfilter::conntrack::Conntrack::insert`]): three
 //!   in four TCP, one in four UDP, one in ten IPv6, to service and pod ports (never portmap's
 //!   measured UDP port, so no flush shrinks the table), with a timeout longer than any run.
 //!
@@ -30,8 +30,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use common::conntrack::{Conntrack, Deletion, Flow, FlowFilter};
-use common::nft::{L4Proto, NfProto};
+use netfilter::conntrack::{Conntrack, Deletion, Flow, FlowFilter};
+use netfilter::nft::{L4Proto, NfProto};
 
 use super::{Options, Results, Row, Samples, bandwidth, firewall, portmap, sbr, tuning};
 use crate::netns::{StateDirs, TestNetns, veth_pair};

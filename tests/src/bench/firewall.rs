@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use common::netns::NetNs;
+use host::netns::NetNs;
 use serde_json::{Value, json};
 
 use super::{
@@ -165,9 +165,9 @@ const PROBE_V6: &str = "fd71::ffff/128";
 /// so that no plugin start is in them (nor the handles' look-up, nor the wait for the kernel
 /// to free what was deleted).
 fn time_kernel_commits(ns: &NetNs, iterations: usize) -> Result<[Duration; 2]> {
-    use common::iptables::{Family, native};
-    use common::nft::{Batch, Nft, addr_bytes};
-    let accepts = |family: Family, cidr: &str| -> Result<Vec<common::nft::Rule>> {
+    use netfilter::iptables::{Family, native};
+    use netfilter::nft::{Batch, Nft, addr_bytes};
+    let accepts = |family: Family, cidr: &str| -> Result<Vec<netfilter::nft::Rule>> {
         let forms = [
             vec![
                 "-d",

@@ -1,4 +1,4 @@
-//! `common::iptables::native` against the `iptables-restore` path it replaces, for portmap's
+//! `netfilter::iptables::native` against the `iptables-restore` path it replaces, for portmap's
 //! iptables layout: the ADD and DEL of one attachment (2 mappings, 8080/tcp and 53/udp, both
 //! families, the shared chains present) with N other attachments of the same layout in the
 //! `nat` tables, N of [`Options::scale_sizes`] (the restore path up to
@@ -21,8 +21,8 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use common::iptables::native::{NativeTables, Recorded, Removal, RuleSpec, Transaction};
-use common::iptables::{Family, Iptables, restore_line};
+use netfilter::iptables::native::{NativeTables, Recorded, Removal, RuleSpec, Transaction};
+use netfilter::iptables::{Family, Iptables, restore_line};
 
 use super::{Options, Results, Row, Samples};
 use crate::iptables_layout::{DNAT, SETMARK, SHARED_CHAINS, skeleton, words};

@@ -25,7 +25,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use common::netns::NetNs;
+use host::netns::NetNs;
 use serde_json::{Value, json};
 
 use super::targets::{Measure, Resource, Target};

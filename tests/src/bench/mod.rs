@@ -62,7 +62,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use common::netns::NetNs;
+use host::netns::NetNs;
 use serde_json::Value;
 
 /// Timed repetitions of one more ADD and DEL per scale size at most: Go's calls over thousands
@@ -360,7 +360,7 @@ pub use crate::cleanup::remove_namespaces_of;
 /// # Errors
 /// When no nf_tables socket can be opened.
 pub fn wait_for_nf_tables_frees() -> Result<()> {
-    drop(common::nft::Nft::new().context("an nf_tables socket to wait for the kernel's frees")?);
+    drop(netfilter::nft::Nft::new().context("an nf_tables socket to wait for the kernel's frees")?);
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! `common::nft` against the `nft` binary: one batch adding a map element and a rule to an
+//! `netfilter::nft` against the `nft` binary: one batch adding a map element and a rule to an
 //! existing table, over netlink versus `nft -f -` doing the same, interleaved in one run. The
 //! `nft` exec is timed like a plugin's ([`super::run_exec`]); ours runs in this process, so its
 //! rows have no peak RSS.
@@ -7,7 +7,7 @@
 //! firewall's grow with the attachments: listing one (against `nft list map`), getting one
 //! element by key (against `nft get element`), and the two listing paths of the plugins, timed
 //! as a plugin call pays them, from opening the socket to its close (which waits for the kernel
-//! to free what was deleted, see `common::nft`): a DEL without state (list, delete the two
+//! to free what was deleted, see `netfilter::nft`): a DEL without state (list, delete the two
 //! elements of one owner; `nft` is given the two keys) and a GC (list, delete every element;
 //! `nft` flushes the map). The plugins find what to delete by the owner in the comments,
 //! which only a listing shows.
@@ -16,7 +16,7 @@ use std::net::Ipv4Addr;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
-use common::nft::{
+use netfilter::nft::{
     Batch, Chain, ChainHook, ChainType, DataType as T, Element, Family, L4Proto, NfProto, Nft,
     Rule, Selector, Set, Table, Value, priority,
 };
@@ -195,7 +195,7 @@ fn delete_listed(doomed: &dyn Fn(&str) -> bool) -> Result<(std::time::Duration, 
 }
 
 /// The rows of a map of `size` elements.
-fn map_rows(options: &Options, netns: &common::netns::NetNs, size: u16) -> Result<Vec<Row>> {
+fn map_rows(options: &Options, netns: &host::netns::NetNs, size: u16) -> Result<Vec<Row>> {
     let t = Table::new(Family::Ip, BIG_TABLE);
     let mut nft = Nft::open_in(netns)?;
     let mut setup = Batch::new();

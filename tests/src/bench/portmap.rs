@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use common::netns::NetNs;
+use host::netns::NetNs;
 use serde_json::{Value, json};
 
 use super::{
@@ -447,8 +447,8 @@ fn time_kernel(ns: &NetNs, iterations: usize) -> Result<Kernel> {
 /// # Errors
 /// When a commit fails.
 pub fn kernel_samples(ns: &NetNs, iterations: usize, warm_up: bool) -> Result<[Samples; 3]> {
-    use common::iptables::Family;
-    use common::iptables::native::NativeTables;
+    use netfilter::iptables::Family;
+    use netfilter::iptables::native::NativeTables;
     let (mut add, mut del, mut close) =
         (Samples::default(), Samples::default(), Samples::default());
     let dnat = crate::iptables_layout::DNAT;

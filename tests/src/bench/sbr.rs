@@ -89,7 +89,7 @@ fn exec(binary: &Path, command: &str, ctr: &TestNetns, config: &Value) -> Exec {
 
 /// One reset (untimed) and a timed ADD, CHECK, DEL of `binary`.
 fn fresh_cycle(
-    host: &common::netns::NetNs,
+    host: &host::netns::NetNs,
     binary: &Path,
     ctr: &TestNetns,
     config: &Value,

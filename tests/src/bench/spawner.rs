@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use common::netns::NetNs;
+use host::netns::NetNs;
 use serde::{Deserialize, Serialize};
 
 use super::{Exec, Timed};

@@ -13,13 +13,14 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use common::conf::NetConf;
-use common::error::{CniError, ErrorCode};
-use common::lock::{DEFAULT_WAIT, FileLock};
-use common::netlink::Netlink;
-use common::skel::{self, Call, Plugin};
-use common::store::StateStore;
-use common::types::CniResult;
+use cni::conf::NetConf;
+use cni::error::{CniError, ErrorCode};
+use cni::skel::{self, Call, Plugin};
+use cni::types::CniResult;
+use host::lock::{DEFAULT_WAIT, FileLock};
+use host::netns::NetNs;
+use host::store::StateStore;
+use netlink::Netlink;
 use serde::{Deserialize, Serialize};
 
 const DEFAULT_DATA_DIR: &str = "/run/cni/passthrough";
@@ -64,10 +65,8 @@ impl Setup {
     }
 
     fn lock(&self) -> Result<FileLock, CniError> {
-        Ok(FileLock::acquire(
-            self.store.dir().join(".lock"),
-            DEFAULT_WAIT,
-        )?)
+        FileLock::acquire(self.store.dir().join(".lock"), DEFAULT_WAIT)
+            .map_err(|e| CniError::from_error(ErrorCode::TryAgainLater, &e))
     }
 
     fn record(&self, call: &Call) -> String {
@@ -81,13 +80,16 @@ impl Setup {
     }
 }
 
-fn store_error(e: common::store::StoreError) -> CniError {
+fn store_error(e: host::store::StoreError) -> CniError {
     CniError::from_error(ErrorCode::Io, &e)
 }
 
 fn container_mac(call: &Call) -> Result<Option<String>, CniError> {
-    let ns = call.open_netns()?;
-    let mut nl = Netlink::open_in(&ns)?;
+    let ns = NetNs::open(call.netns_path()?).map_err(|e| {
+        CniError::from_error(ErrorCode::InvalidNetns, &e).reworded_as(e.reference_msg())
+    })?;
+    let mut nl =
+        Netlink::open_in(&ns).map_err(|e| CniError::from_error(ErrorCode::Internal, &e))?;
     let link = nl.link_by_name(&call.ifname).map_err(|e| {
         let code = if e.is_not_found() {
             ErrorCode::UnknownContainer
@@ -107,7 +109,7 @@ impl Plugin for Passthrough {
     }
 
     fn supported_versions(&self) -> &'static [&'static str] {
-        common::version::ALL
+        cni::version::ALL
     }
 
     fn add(&self, call: &Call) -> Result<CniResult, CniError> {
@@ -191,6 +193,6 @@ impl Plugin for Passthrough {
 }
 
 fn main() -> ExitCode {
-    common::logging::init("passthrough");
+    cni::logging::init("passthrough");
     skel::run(&Passthrough)
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use anyhow::Result;
-use common::netns::NetNs;
+use host::netns::NetNs;
 use tests::netns::{CLIENT_V4, HOST_UPLINK_IF, HOST_UPLINK_V4, NETNS_RUN_DIR};
 use tests::{TestNetns, Topology, veth_pair};
 

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use common::netns::NetNs;
+use host::netns::NetNs;
 use serde_json::{Value, json};
 use tests::runtime::VALID_ATTACHMENTS_KEY;
 use tests::traffic::{TcpServer, tcp_request};
-use tests::{Attachment, NetworkConfigList, Runtime, RuntimeConf, TestNetns, bins, main_plugin};
+use tests::{GcAttachment, NetworkConfigList, Runtime, RuntimeConf, TestNetns, bins, main_plugin};
 
 const TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -396,7 +396,7 @@ fn gc_deletes_cached_attachments_that_are_not_valid() -> Result<()> {
     rt.add(&list, &stale)?;
     fakes.take()?;
 
-    let valid = [Attachment {
+    let valid = [GcAttachment {
         container_id: "keep".into(),
         ifname: "eth0".into(),
     }];

@@ -1,5 +1,5 @@
 //! The layout written over nf_tables netlink where the tools are `iptables-nft`
-//! ([`common::iptables::native`]), on the call's socket, reading only the chains a call needs:
+//! ([`netfilter::iptables::native`]), on the call's socket, reading only the chains a call needs:
 //!
 //! - ADD: what the table lacks of the shared chains and of the attachment's chain, rules and
 //!   entry rules ([`NativeTables::ensure`]), in one transaction for both families with the
@@ -16,12 +16,12 @@
 
 use std::collections::HashSet;
 
-use common::iptables::Family;
-use common::iptables::native::{
+use ipnet::IpNet;
+use netfilter::iptables::Family;
+use netfilter::iptables::native::{
     Missing as Absent, NativeError, NativeTables, Recorded, Removal, Transaction, Wanted, canonical,
 };
-use common::nft::Nft;
-use ipnet::IpNet;
+use netfilter::nft::Nft;
 
 use super::{Missing, NAT, attachment, dnat_rules, entry_rules, refusal, shared_chains, skeleton};
 use crate::backend::{Added, Fate, Holders};
@@ -230,7 +230,10 @@ pub(super) fn check(
 }
 
 /// The first shared object `absent` names: a chain, else a rule of `specs`.
-fn first_shared(absent: &Absent, specs: &[common::iptables::native::RuleSpec]) -> Option<Missing> {
+fn first_shared(
+    absent: &Absent,
+    specs: &[netfilter::iptables::native::RuleSpec],
+) -> Option<Missing> {
     if let Some(chain) = absent.chains.first() {
         return Some(super::shared_missing(None, Some(chain)));
     }

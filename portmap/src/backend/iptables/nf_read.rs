@@ -1,9 +1,9 @@
 //! The entry rules of the reference's layout read where `iptables-nft` keeps them, in
 //! nf_tables, without exec and whatever wrote them (our iptables backend, the Go plugin, with
-//! conditions outside the forms `common::iptables::native` decodes): their comment and the
+//! conditions outside the forms `netfilter::iptables::native` decodes): their comment and the
 //! chain they jump to. For GC, which reads them all.
 
-use common::nft::{Expr, Nft, NftError, Verdict};
+use netfilter::nft::{Expr, Nft, NftError, Verdict};
 
 use super::NAT;
 use crate::config::IpFamily;
@@ -42,7 +42,7 @@ impl Entry {
 /// # Errors
 /// nf_tables failures other than "not found".
 pub(super) fn entries(nft: &mut Nft, family: IpFamily) -> Result<Vec<Entry>, NftError> {
-    let table = common::iptables::native::nft_table(family.into(), NAT);
+    let table = netfilter::iptables::native::nft_table(family.into(), NAT);
     match nft.rules(&table, names::IPT_TOPLEVEL_DNAT) {
         Ok(rules) => Ok(rules.iter().map(|r| Entry::decode(&r.exprs)).collect()),
         Err(e) if e.is_not_found() => Ok(Vec::new()),
@@ -53,7 +53,7 @@ pub(super) fn entries(nft: &mut Nft, family: IpFamily) -> Result<Vec<Entry>, Nft
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::nft::CmpOp;
+    use netfilter::nft::CmpOp;
     use netlink_packet_netfilter::nftables::MetaKey;
 
     /// The expressions `nft --debug=netlink` shows for an entry rule written by `iptables-nft`

@@ -7,11 +7,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::conf::Attachment as Valid;
-use common::iptables::native::{Position, RuleSpec};
-use common::iptables::{TableDump, restore_line};
-use common::lock::{FileLock, LockError};
+use cni::conf::GcAttachment as Valid;
+use host::lock::{FileLock, LockError};
 use ipnet::IpNet;
+use netfilter::iptables::native::{Position, RuleSpec};
+use netfilter::iptables::{TableDump, restore_line};
 
 use super::{Missing, NAT, attachment, shared_chains, skeleton};
 use crate::backend::{Added, Fate, Holders};
@@ -21,7 +21,7 @@ use crate::names;
 use crate::plan::Attachment;
 use crate::state::State;
 
-fn ipt_err(e: common::iptables::IptablesError) -> PortmapError {
+fn ipt_err(e: netfilter::iptables::IptablesError) -> PortmapError {
     PortmapError::Iptables(e)
 }
 
@@ -258,7 +258,7 @@ pub fn lock() -> Result<IptablesLock, PortmapError> {
             took: false,
         });
     }
-    let wait = common::lock::DEFAULT_WAIT;
+    let wait = host::lock::DEFAULT_WAIT;
     let file = match FileLock::acquire(names::IPT_LOCK_FILE, wait) {
         Ok(lock) => Some(lock),
         Err(LockError::Open { path, source })
@@ -289,8 +289,8 @@ pub fn lock() -> Result<IptablesLock, PortmapError> {
 }
 
 /// The tools of `family`.
-fn tools(family: IpFamily) -> common::iptables::Iptables {
-    common::iptables::Iptables::new(family.into())
+fn tools(family: IpFamily) -> netfilter::iptables::Iptables {
+    netfilter::iptables::Iptables::new(family.into())
 }
 
 /// Removes the attachment's chains in one family. When the restore is refused (a chain
@@ -298,7 +298,7 @@ fn tools(family: IpFamily) -> common::iptables::Iptables {
 /// what can go still goes, as the reference's flush before its delete has it: the entry rules
 /// and the chains' rules, so that nothing is forwarded through them; the failure is reported.
 fn teardown(
-    ipt: &common::iptables::Iptables,
+    ipt: &netfilter::iptables::Iptables,
     network: &str,
     container_id: &str,
 ) -> Result<(), PortmapError> {
@@ -310,7 +310,7 @@ fn teardown(
     };
     // Only a transaction the tool refused: a missing tool, a held lock (code 11, the runtime
     // retries) or a timeout stays what it is.
-    if !matches!(refused, common::iptables::IptablesError::Failed { .. }) {
+    if !matches!(refused, netfilter::iptables::IptablesError::Failed { .. }) {
         return Err(ipt_err(refused));
     }
     let emptying: Vec<String> = lines
