@@ -9,7 +9,7 @@ use netlink::{Link, LinkAlias, Netlink, NetlinkError};
 use netlink_packet_route::tc::TcMirrorActionType;
 
 use crate::error::{BandwidthError, IFB_NOT_FOUND, Step};
-use crate::names::{FILTER_CLASSID, FILTER_PRIORITY, Owner, STATUS_IFB, TBF_HANDLE};
+use crate::names::{self, FILTER_CLASSID, FILTER_PRIORITY, STATUS_IFB, TBF_HANDLE};
 use crate::plan::{
     Device, Evidence, IfbChoice, IfbIdentity, Plan, Side, choose_ifb, owned, to_delete,
 };
@@ -484,7 +484,7 @@ pub fn gc(nl: &mut Netlink, network: &str, valid: &[(String, String)]) -> Vec<Ba
     };
     let mut errors = Vec::new();
     for link in links {
-        let Some(owner) = link.alias.as_deref().and_then(Owner::parse_alias) else {
+        let Some(owner) = link.alias.as_deref().and_then(names::parse_alias) else {
             continue;
         };
         let alive = valid

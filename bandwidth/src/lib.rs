@@ -45,8 +45,8 @@ use netlink::{Netlink, OpenError};
 use crate::apply::Located;
 use crate::config::{BandwidthKeys, Config};
 use crate::error::BandwidthError;
-use crate::names::Owner;
 use crate::plan::{Evidence, IfbIdentity, Plan, Side};
+use cni::Attachment;
 
 /// The versions the reference advertises (`VersionsStartingFrom("0.3.0")`).
 pub const SUPPORTED_VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -55,8 +55,8 @@ pub const SUPPORTED_VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Bandwidth;
 
-fn owner<T>(call: &Call, conf: &NetConf<T>) -> Owner {
-    Owner {
+fn owner<T>(call: &Call, conf: &NetConf<T>) -> Attachment {
+    Attachment {
         network: conf.name.clone(),
         container_id: call.container_id.clone(),
         ifname: call.ifname.clone(),

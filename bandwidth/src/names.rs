@@ -1,5 +1,6 @@
 //! Kernel-visible names and numbers, and the pure functions deriving per-attachment names.
 
+use cni::Attachment;
 use netlink::tc;
 use sha2::{Digest, Sha512};
 
@@ -39,69 +40,56 @@ pub fn reference_ifb_name(network: &str, container_id: &str) -> String {
 /// The IFB name of an attachment whose [`reference_ifb_name`] is held by another one (the
 /// same network and container, another interface): `bwp` + 12 hex digits of SHA-512(network,
 /// container ID and interface name, NUL-separated), unique per attachment.
-pub fn fallback_ifb_name(owner: &Owner) -> String {
+pub fn fallback_ifb_name(owner: &Attachment) -> String {
     hashed(&format!(
         "{}\0{}\0{}",
         owner.network, owner.container_id, owner.ifname
     ))
 }
 
-/// The attachment an IFB belongs to, recorded in its alias.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
-    /// The network name.
-    pub network: String,
-    /// `CNI_CONTAINERID`.
-    pub container_id: String,
-    /// `CNI_IFNAME`.
-    pub ifname: String,
+/// The names this attachment's IFB may have, in the order they are given out: the
+/// reference's, then the fallback.
+pub fn ifb_names(owner: &Attachment) -> [String; 2] {
+    [
+        reference_ifb_name(&owner.network, &owner.container_id),
+        fallback_ifb_name(owner),
+    ]
 }
 
-impl Owner {
-    /// The names this attachment's IFB may have, in the order they are given out: the
-    /// reference's, then the fallback.
-    pub fn ifb_names(&self) -> [String; 2] {
-        [
-            reference_ifb_name(&self.network, &self.container_id),
-            fallback_ifb_name(self),
-        ]
-    }
+/// The alias: `cni-bandwidth:<network>:<container ID>:<ifname>`. None of the three may
+/// contain `:` (the skel validates network names, container IDs and interface names), so
+/// the alias parses back unambiguously.
+pub fn alias(owner: &Attachment) -> String {
+    format!(
+        "{ALIAS_PREFIX}:{}:{}:{}",
+        owner.network, owner.container_id, owner.ifname
+    )
+}
 
-    /// The alias: `cni-bandwidth:<network>:<container ID>:<ifname>`. None of the three may
-    /// contain `:` (the skel validates network names, container IDs and interface names), so
-    /// the alias parses back unambiguously.
-    pub fn alias(&self) -> String {
-        format!(
-            "{ALIAS_PREFIX}:{}:{}:{}",
-            self.network, self.container_id, self.ifname
-        )
+/// Parses an alias written by [`alias`]; `None` for anything else.
+pub fn parse_alias(alias: &str) -> Option<Attachment> {
+    let mut parts = alias.split(':');
+    if parts.next()? != ALIAS_PREFIX {
+        return None;
     }
-
-    /// Parses an alias written by [`Owner::alias`]; `None` for anything else.
-    pub fn parse_alias(alias: &str) -> Option<Owner> {
-        let mut parts = alias.split(':');
-        if parts.next()? != ALIAS_PREFIX {
-            return None;
-        }
-        let owner = Owner {
-            network: parts.next()?.to_string(),
-            container_id: parts.next()?.to_string(),
-            ifname: parts.next()?.to_string(),
-        };
-        (parts.next().is_none()
-            && !owner.network.is_empty()
-            && !owner.container_id.is_empty()
-            && !owner.ifname.is_empty())
-        .then_some(owner)
-    }
+    let owner = Attachment {
+        network: parts.next()?.to_string(),
+        container_id: parts.next()?.to_string(),
+        ifname: parts.next()?.to_string(),
+    };
+    (parts.next().is_none()
+        && !owner.network.is_empty()
+        && !owner.container_id.is_empty()
+        && !owner.ifname.is_empty())
+    .then_some(owner)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn owner(network: &str, id: &str, ifname: &str) -> Owner {
-        Owner {
+    fn owner(network: &str, id: &str, ifname: &str) -> Attachment {
+        Attachment {
             network: network.into(),
             container_id: id.into(),
             ifname: ifname.into(),
@@ -132,17 +120,17 @@ mod tests {
             fallback_ifb_name(&owner("a", "bc", "eth0"))
         );
         // The reference name comes first; it ignores the interface.
-        let names = owner("net", "c1", "eth0").ifb_names();
+        let names = ifb_names(&owner("net", "c1", "eth0"));
         assert_eq!(names, [reference_ifb_name("net", "c1"), a]);
-        assert_eq!(names[0], owner("net", "c1", "net1").ifb_names()[0]);
+        assert_eq!(names[0], ifb_names(&owner("net", "c1", "net1"))[0]);
         assert_ne!(names[0], names[1]);
     }
 
     #[test]
     fn aliases_round_trip_and_foreign_aliases_are_ignored() {
         let o = owner("k8s-pod-network", "0123abcd", "eth0");
-        assert_eq!(o.alias(), "cni-bandwidth:k8s-pod-network:0123abcd:eth0");
-        assert_eq!(Owner::parse_alias(&o.alias()), Some(o));
+        assert_eq!(alias(&o), "cni-bandwidth:k8s-pod-network:0123abcd:eth0");
+        assert_eq!(parse_alias(&alias(&o)), Some(o));
         for foreign in [
             "",
             "cni-bandwidth",
@@ -151,7 +139,7 @@ mod tests {
             "cni-bandwidth::b:c",
             "other:a:b:c",
         ] {
-            assert_eq!(Owner::parse_alias(foreign), None, "{foreign:?}");
+            assert_eq!(parse_alias(foreign), None, "{foreign:?}");
         }
     }
 }

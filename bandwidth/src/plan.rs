@@ -15,7 +15,9 @@ use netlink::tc::{Psched, Tbf, TbfError};
 
 use crate::config::{Config, Limit};
 use crate::error::BandwidthError;
-use crate::names::{ETHERNET_HEADER, Owner};
+use cni::Attachment;
+
+use crate::names::{self, ETHERNET_HEADER};
 
 /// Milliseconds of traffic at the configured rate a derived burst holds.
 pub const DERIVED_BURST_MS: u64 = 10;
@@ -43,7 +45,7 @@ pub struct Device {
 /// How an attachment's IFB is named and recognised.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IfbIdentity {
-    /// The names it may have: the reference's first, then the fallback ([`Owner::ifb_names`]).
+    /// The names it may have: the reference's first, then the fallback ([`names::ifb_names`]).
     pub names: [String; 2],
     /// The alias recording the owner, which every IFB this plugin makes carries.
     pub alias: String,
@@ -51,10 +53,10 @@ pub struct IfbIdentity {
 
 impl IfbIdentity {
     /// The identity of `owner`'s IFB.
-    pub fn of(owner: &Owner) -> IfbIdentity {
+    pub fn of(owner: &Attachment) -> IfbIdentity {
         IfbIdentity {
-            names: owner.ifb_names(),
-            alias: owner.alias(),
+            names: names::ifb_names(owner),
+            alias: names::alias(owner),
         }
     }
 
@@ -249,7 +251,7 @@ pub fn plan(
     config: &Config,
     side: Side,
     device: Device,
-    owner: &Owner,
+    owner: &Attachment,
     psched: &Psched,
 ) -> Result<Plan, BandwidthError> {
     let (direct_limit, redirect_limit) = match side {
@@ -307,8 +309,8 @@ mod tests {
         }
     }
 
-    fn owner() -> Owner {
-        Owner {
+    fn owner() -> Attachment {
+        Attachment {
             network: "net".into(),
             container_id: "c1".into(),
             ifname: "eth0".into(),
@@ -348,7 +350,7 @@ mod tests {
         assert_eq!((direct.rate, direct.limit), (1000, 35));
         let r = p.redirect.unwrap();
         assert_eq!((r.tbf.rate, r.tbf.limit), (2, 1));
-        assert_eq!(r.ifb.names, owner().ifb_names());
+        assert_eq!(r.ifb.names, names::ifb_names(&owner()));
         assert_eq!(r.ifb.alias, "cni-bandwidth:net:c1:eth0");
         assert_eq!(r.mtu, 1500);
     }
@@ -406,8 +408,8 @@ mod tests {
         }
     }
 
-    fn other_ifname() -> Owner {
-        Owner {
+    fn other_ifname() -> Attachment {
+        Attachment {
             ifname: "net1".into(),
             ..owner()
         }

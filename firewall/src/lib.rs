@@ -32,11 +32,12 @@ use cni::error::CniError;
 use cni::skel::{Call, Plugin};
 use cni::types::CniResult;
 
+use backend::FirewallBackend;
 use backend::firewalld::{self, Firewalld};
 use backend::iptables::Iptables;
 use backend::nftables::Nftables;
 use backend::state::State;
-use backend::{FirewallBackend, Owner};
+use cni::Attachment;
 use config::{BackendChoice, Config, TeardownWire, WireConf};
 use error::FirewallError;
 use plan::Target;
@@ -55,11 +56,11 @@ pub struct Firewall;
 struct Parsed<W> {
     conf: NetConf<W>,
     config: Config,
-    owner: Owner,
+    owner: Attachment,
 }
 
-fn owner(call: &Call, network: &str) -> Owner {
-    Owner {
+fn owner(call: &Call, network: &str) -> Attachment {
+    Attachment {
         network: network.to_owned(),
         container_id: call.container_id.clone(),
         ifname: call.ifname.clone(),
@@ -176,7 +177,7 @@ impl Plugin for Firewall {
             Err(e) => {
                 log::warn!(
                     "DEL {}: ignoring prevResult: {}",
-                    p.owner.state_name(),
+                    crate::names::state_name(&p.owner),
                     e.msg
                 );
                 None

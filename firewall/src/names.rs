@@ -1,6 +1,7 @@
 //! Every kernel-visible name (chains, comments, tables, paths, D-Bus names) in one place, and
 //! the pure functions deriving per-attachment names.
 
+use cni::Attachment;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -96,7 +97,8 @@ fn hashed(part: &str) -> String {
 /// exceeds nftables' comment limit the network becomes `#<fnv64>`, then the container ID and
 /// ifname become one `#<fnv64>` as well; GC and DEL compare whole comments, so they still match.
 #[must_use]
-pub fn owner_comment(network: &str, container_id: &str, ifname: &str) -> String {
+pub fn owner_comment(owner: &Attachment) -> String {
+    let (network, container_id, ifname) = (&owner.network, &owner.container_id, &owner.ifname);
     let plain = format!("{network}/{container_id}/{ifname}");
     if plain.len() <= netfilter::nft::COMMENT_MAX {
         return plain;
@@ -121,8 +123,8 @@ pub fn owned_by_network(comment: &str, network: &str) -> bool {
 /// `<network>:<containerID>:<ifname>`, which no two attachments share
 /// ([`host::store::attachment_name`]).
 #[must_use]
-pub fn state_name(network: &str, container_id: &str, ifname: &str) -> String {
-    host::store::attachment_name(network, container_id, ifname)
+pub fn state_name(owner: &Attachment) -> String {
+    host::store::attachment_name(&owner.network, &owner.container_id, &owner.ifname)
 }
 
 #[cfg(test)]
@@ -131,10 +133,13 @@ mod tests {
 
     #[test]
     fn owner_comments_are_plain_when_short_and_hashed_to_fit_when_long() {
-        assert_eq!(owner_comment("net", "ctr1", "eth0"), "net/ctr1/eth0");
+        assert_eq!(
+            owner_comment(&Attachment::new("net", "ctr1", "eth0")),
+            "net/ctr1/eth0"
+        );
         let long_net = "n".repeat(100);
         let cid = "c".repeat(64);
-        let c = owner_comment(&long_net, &cid, "eth0");
+        let c = owner_comment(&Attachment::new(&long_net, &cid, "eth0"));
         assert!(c.len() <= 128, "{c}");
         assert!(
             c.starts_with('#') && c.ends_with(&format!("/{cid}/eth0")),
@@ -142,9 +147,12 @@ mod tests {
         );
         assert!(owned_by_network(&c, &long_net));
         assert!(!owned_by_network(&c, "net"));
-        let c = owner_comment(&long_net, &"c".repeat(200), "eth0");
+        let c = owner_comment(&Attachment::new(&long_net, &"c".repeat(200), "eth0"));
         assert!(c.len() <= 128 && owned_by_network(&c, &long_net), "{c}");
-        assert_ne!(c, owner_comment(&long_net, &"c".repeat(200), "eth1"));
+        assert_ne!(
+            c,
+            owner_comment(&Attachment::new(&long_net, &"c".repeat(200), "eth1"))
+        );
         assert!(owned_by_network("net/ctr1/eth0", "net"));
         assert!(!owned_by_network("network/ctr1/eth0", "net"));
     }

@@ -16,7 +16,9 @@ use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use crate::backup::{Backup, BackupStore};
 use crate::config::{Config, SysctlSetting};
 use crate::error::{SysctlProblem, TuningError};
-use crate::plan::{self, Attachment, LinkState};
+use cni::Attachment;
+
+use crate::plan::{self, LinkState};
 
 /// Reads `ifname` (`ip -d link show dev IFNAME`); `None` when it does not exist.
 ///
@@ -115,17 +117,13 @@ fn write_sysctl(sysctl: &Sysctl, setting: &SysctlSetting) -> Result<(), TuningEr
 pub fn add(
     ns: &NetNs,
     config: &Config,
-    who: Attachment<'_>,
+    who: &Attachment,
     store: &BackupStore,
 ) -> Result<(), TuningError> {
     ns.run_in_place(|| add_inside(config, who, store))?
 }
 
-fn add_inside(
-    config: &Config,
-    who: Attachment<'_>,
-    store: &BackupStore,
-) -> Result<(), TuningError> {
+fn add_inside(config: &Config, who: &Attachment, store: &BackupStore) -> Result<(), TuningError> {
     let sysctl = Sysctl::default();
     let mut nl = if config.changes_link() {
         Some(Netlink::new()?)
@@ -135,7 +133,7 @@ fn add_inside(
     let link = match nl.as_mut() {
         Some(nl) => {
             Some(
-                observe_link(nl, who.ifname)?.ok_or_else(|| TuningError::LinkNotFound {
+                observe_link(nl, &who.ifname)?.ok_or_else(|| TuningError::LinkNotFound {
                     ifname: who.ifname.to_string(),
                 })?,
             )
@@ -149,7 +147,7 @@ fn add_inside(
         .collect::<Result<Vec<_>, _>>()?;
 
     let _lock = store.lock()?;
-    let path = store.file_of(who.container_id, who.ifname);
+    let path = store.file_of(&who.container_id, &who.ifname);
     let existing = match store.read(&path) {
         Ok(b) => b,
         // Unreadable as a backup, it can never be restored: start afresh rather than fail.
@@ -178,7 +176,7 @@ fn add_inside(
         return Ok(());
     };
 
-    let mut failures = restore_inside(&sysctl, nl.as_mut(), who.ifname, &plan.undo);
+    let mut failures = restore_inside(&sysctl, nl.as_mut(), &who.ifname, &plan.undo);
     let file = match &existing {
         Some(previous) => store.write(&path, previous),
         None => store.remove(&path),
@@ -277,14 +275,14 @@ pub enum Restored {
 /// [`TuningError::Backup`] when the file cannot be read or removed, and lock failures.
 pub fn del(
     ns: Option<&NetNs>,
-    who: Attachment<'_>,
+    who: &Attachment,
     store: &BackupStore,
 ) -> Result<Restored, TuningError> {
-    if !store.may_hold(who.container_id, who.ifname) {
+    if !store.may_hold(&who.container_id, &who.ifname) {
         return Ok(Restored::NothingSaved);
     }
     let _lock = store.lock_for_del()?;
-    let name = store.file_of(who.container_id, who.ifname);
+    let name = store.file_of(&who.container_id, &who.ifname);
     if !store.has_any(&name) {
         return Ok(Restored::NothingSaved);
     }
@@ -306,7 +304,7 @@ pub fn del(
     };
     let failures = match ns {
         Some(ns) => {
-            ns.run_in_place(|| restore_inside(&Sysctl::default(), None, who.ifname, &backup))?
+            ns.run_in_place(|| restore_inside(&Sysctl::default(), None, &who.ifname, &backup))?
         }
         None => Vec::new(),
     };

@@ -33,18 +33,14 @@ use host::netns::NetNs;
 use crate::backup::BackupStore;
 use crate::config::{Allowlist, Config, DataDirKeys, TuningKeys};
 use crate::error::TuningError;
-use crate::plan::Attachment;
+use cni::Attachment;
 
 /// The tuning plugin.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Tuning;
 
-fn attachment<'a>(network: &'a str, call: &'a Call) -> Attachment<'a> {
-    Attachment {
-        network,
-        container_id: &call.container_id,
-        ifname: &call.ifname,
-    }
+fn attachment(network: &str, call: &Call) -> Attachment {
+    Attachment::new(network, &call.container_id, &call.ifname)
 }
 
 /// The configuration with the plugin's keys, a decode failure in the reference's words.
@@ -84,7 +80,7 @@ impl Plugin for Tuning {
         let ns = NetNs::open(call.netns_path()?).map_err(TuningError::Netns)?;
         if !config.is_empty() {
             let store = BackupStore::new(&config.data_dir);
-            apply::add(&ns, &config, attachment(&conf.name, call), &store)?;
+            apply::add(&ns, &config, &attachment(&conf.name, call), &store)?;
         }
         if let Some(mac) = &config.mac {
             for iface in result
@@ -131,7 +127,7 @@ impl Plugin for Tuning {
                 Err(e) => return Err(TuningError::Netns(e).into()),
             },
         };
-        apply::del(ns.as_ref(), attachment(&conf.name, call), &store)?;
+        apply::del(ns.as_ref(), &attachment(&conf.name, call), &store)?;
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! What to change, save, compare or restore, decided from the config and what the kernel shows
 //! (pure).
 
+use cni::Attachment;
 use host::sysctl::SysctlKey;
 use netlink::{LinkChange, format_mac};
 
@@ -29,17 +30,6 @@ pub struct LinkState {
     pub allmulti: bool,
 }
 
-/// Who the attachment is, recorded in the backup for GC.
-#[derive(Debug, Clone, Copy)]
-pub struct Attachment<'a> {
-    /// The network name.
-    pub network: &'a str,
-    /// `CNI_CONTAINERID`.
-    pub container_id: &'a str,
-    /// `CNI_IFNAME`.
-    pub ifname: &'a str,
-}
-
 /// What one ADD does, in order: save `backup`, write `sysctls`, apply `link`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AddPlan {
@@ -63,7 +53,7 @@ pub struct AddPlan {
 /// as long as the device's hardware addresses.
 pub fn add(
     config: &Config,
-    who: Attachment<'_>,
+    who: &Attachment,
     link: Option<&LinkState>,
     originals: &[Option<String>],
     existing: Option<Backup>,
@@ -346,11 +336,9 @@ mod tests {
     use crate::config::{MacSetting, resolve_sysctl};
     use std::path::PathBuf;
 
-    const WHO: Attachment<'static> = Attachment {
-        network: "net1",
-        container_id: "c1",
-        ifname: "eth0",
-    };
+    fn who() -> Attachment {
+        Attachment::new("net1", "c1", "eth0")
+    }
 
     fn live() -> LinkState {
         LinkState {
@@ -396,7 +384,7 @@ mod tests {
     #[test]
     fn add_saves_what_it_changes_and_changes_only_what_differs() {
         let originals = [Some("1".to_string()), Some("0".to_string())];
-        let plan = add(&config(), WHO, Some(&live()), &originals, None).unwrap();
+        let plan = add(&config(), &who(), Some(&live()), &originals, None).unwrap();
         assert_eq!(
             plan.link,
             LinkChange {
@@ -438,7 +426,7 @@ mod tests {
         let mut same = live();
         same.mtu = 1400;
         same.promisc = true;
-        let plan = add(&config(), WHO, Some(&same), &originals, None).unwrap();
+        let plan = add(&config(), &who(), Some(&same), &originals, None).unwrap();
         assert_eq!((plan.link.mtu, plan.link.promisc), (None, None));
         assert_eq!(plan.backup.mtu, Some(1400), "the live value is still saved");
     }
@@ -455,7 +443,7 @@ mod tests {
                 text: "02:11:22:33:44:55:66:77".into(),
                 bytes,
             });
-            let err = add(&c, WHO, Some(&live()), &[None, None], None).unwrap_err();
+            let err = add(&c, &who(), Some(&live()), &[None, None], None).unwrap_err();
             assert!(
                 err.to_string().starts_with(
                     "invalid args.cni.mac 02:11:22:33:44:55:66:77: eth0 has 6-byte hardware addresses"
@@ -473,7 +461,7 @@ mod tests {
     fn a_repeated_add_keeps_the_first_originals() {
         let first = add(
             &config(),
-            WHO,
+            &who(),
             Some(&live()),
             &[Some("1".into()), Some("0".into())],
             None,
@@ -484,7 +472,7 @@ mod tests {
         changed.mac = Some(vec![2, 0x11, 0x22, 0x33, 0x44, 0x55]);
         let second = add(
             &config(),
-            WHO,
+            &who(),
             Some(&changed),
             &[Some("2".into()), Some("1".into())],
             Some(first.backup.clone()),
@@ -502,7 +490,7 @@ mod tests {
     fn write_only_sysctls_are_set_but_not_saved() {
         let plan = add(
             &config(),
-            WHO,
+            &who(),
             Some(&live()),
             &[None, Some("0".into())],
             None,
@@ -516,14 +504,14 @@ mod tests {
     fn an_mtu_outside_the_devices_range_is_code_7() {
         let mut link = live();
         link.max_mtu = Some(1300);
-        let err = add(&config(), WHO, Some(&link), &[None, None], None).unwrap_err();
+        let err = add(&config(), &who(), Some(&link), &[None, None], None).unwrap_err();
         assert_eq!(
             err.to_string(),
             "invalid mtu 1400: eth0 accepts MTUs from 68 to 1300"
         );
         link.max_mtu = Some(0);
         assert!(
-            add(&config(), WHO, Some(&link), &[None, None], None).is_ok(),
+            add(&config(), &who(), Some(&link), &[None, None], None).is_ok(),
             "0 is no limit"
         );
     }
@@ -532,7 +520,7 @@ mod tests {
     fn restore_undoes_in_the_references_order_and_skips_what_is_already_right() {
         let plan = add(
             &config(),
-            WHO,
+            &who(),
             Some(&live()),
             &[Some("1".into()), Some("0".into())],
             None,

@@ -10,6 +10,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use cni::Attachment;
 use cni::args::CniArgs;
 use cni::conf::NetConf;
 use host::netns::NetNs;
@@ -18,7 +19,6 @@ use tuning::apply::{self, Restored};
 use tuning::backup::BackupStore;
 use tuning::config::{Config, TuningKeys};
 use tuning::error::TuningError;
-use tuning::plan::Attachment;
 
 /// Runs `body` on a thread in a fresh network namespace of its own.
 fn in_fresh_netns<T: Send>(body: impl FnOnce() -> T + Send) -> T {
@@ -81,12 +81,8 @@ fn config(keys: Value, ifname: &str, data_dir: &Path) -> Config {
     Config::load(&conf, &CniArgs::default(), ifname).unwrap()
 }
 
-fn who(ifname: &str) -> Attachment<'_> {
-    Attachment {
-        network: "net1",
-        container_id: "c1",
-        ifname,
-    }
+fn who(ifname: &str) -> Attachment {
+    Attachment::new("net1", "c1", ifname)
 }
 
 struct Stage {
@@ -110,7 +106,7 @@ impl Stage {
     }
 
     fn add(&self, c: &Config, ifname: &str) -> Result<(), TuningError> {
-        apply::add(&self.ns, c, who(ifname), &self.store)
+        apply::add(&self.ns, c, &who(ifname), &self.store)
     }
 
     fn check(&self, c: &Config, ifname: &str) -> Result<(), TuningError> {
@@ -118,7 +114,7 @@ impl Stage {
     }
 
     fn del(&self, ifname: &str) -> Restored {
-        apply::del(Some(&self.ns), who(ifname), &self.store).unwrap()
+        apply::del(Some(&self.ns), &who(ifname), &self.store).unwrap()
     }
 
     fn backup_exists(&self, ifname: &str) -> bool {
@@ -393,7 +389,7 @@ fn del_succeeds_without_file_interface_or_netns_and_removes_what_cannot_be_used(
         veth("eth0");
         stage.add(&c, "eth0").unwrap();
         assert_eq!(
-            apply::del(None, who("eth0"), &stage.store).unwrap(),
+            apply::del(None, &who("eth0"), &stage.store).unwrap(),
             Restored::Done,
             "the netns is gone"
         );

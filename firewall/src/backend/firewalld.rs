@@ -11,14 +11,15 @@ use zbus::address::Transport;
 use zbus::address::transport::UnixSocket;
 use zbus::blocking::Connection;
 
+use super::FirewallBackend;
 use super::state::State;
-use super::{FirewallBackend, Owner};
 use crate::config::Config;
 use crate::error::FirewallError;
 use crate::names::{
     FILTER_TABLE, FIREWALLD_NAME, FIREWALLD_PATH, FIREWALLD_ZONE_IFACE, ZONE_ALREADY_SET,
 };
 use crate::plan::{Target, host_cidr, iptables_isolation};
+use cni::Attachment;
 
 const DBUS_NAME: &str = "org.freedesktop.DBus";
 const DBUS_PATH: &str = "/org/freedesktop/DBus";
@@ -282,11 +283,11 @@ impl FirewallBackend for Firewalld {
         "firewalld"
     }
 
-    fn add(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+    fn add(&mut self, owner: &Attachment, target: &Target) -> Result<(), FirewallError> {
         // The reference connects before anything else, and fails with its library's words.
         self.conn()?;
         let _lock = self.state.lock()?;
-        let name = owner.state_name();
+        let name = crate::names::state_name(owner);
         let known = self.state.attachment(&name)?.is_some();
         // Recorded before firewalld changes anything: a call killed after a source was added
         // leaves a record through which a DEL without prevResult finds it.
@@ -310,7 +311,7 @@ impl FirewallBackend for Firewalld {
         result
     }
 
-    fn check(&mut self, _owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+    fn check(&mut self, _owner: &Attachment, target: &Target) -> Result<(), FirewallError> {
         self.conn()?;
         for ip in &target.ips {
             let details = match self.zone_call("querySource", *ip) {
@@ -327,9 +328,9 @@ impl FirewallBackend for Firewalld {
         Ok(())
     }
 
-    fn del(&mut self, owner: &Owner, target: Option<&Target>) -> Result<(), FirewallError> {
+    fn del(&mut self, owner: &Attachment, target: Option<&Target>) -> Result<(), FirewallError> {
         let _lock = self.state.lock_for_teardown()?;
-        let name = owner.state_name();
+        let name = crate::names::state_name(owner);
         let ips = self.state.to_remove(&name, target)?.ips;
         self.remove(&name, &ips)
     }
@@ -338,10 +339,10 @@ impl FirewallBackend for Firewalld {
         let _lock = self.state.lock_for_teardown()?;
         let mut first_error = None;
         for name in self.state.attachments_of(network)? {
-            if valid
-                .iter()
-                .any(|a| crate::names::state_name(network, &a.container_id, &a.ifname) == name)
-            {
+            if valid.iter().any(|a| {
+                crate::names::state_name(&Attachment::new(network, &a.container_id, &a.ifname))
+                    == name
+            }) {
                 continue;
             }
             let ips = self.state.to_remove(&name, None)?.ips;

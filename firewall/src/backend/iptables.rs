@@ -20,12 +20,13 @@ use netfilter::iptables::native::{self, Wanted};
 use netfilter::iptables::{Family, Iptables as Tools, IptablesError, TableDump, restore_line};
 use netfilter::nft::{Batch, LazyNft, Nft, NftError, addr_bytes};
 
+use super::FirewallBackend;
 use super::state::{Accept, State};
-use super::{FirewallBackend, Owner};
 use crate::config::Config;
 use crate::error::FirewallError;
 use crate::names::{CNI_FORWARD_CHAIN, FILTER_TABLE, FORWARD_CHAIN, STAGE1_CHAIN, STAGE2_CHAIN};
 use crate::plan::{AddPlan, Target, ip_rules, iptables_add, iptables_del, iptables_missing};
+use cni::Attachment;
 
 /// Runs `f` on every item, concurrently when there are several (each runs its own tool
 /// processes), and returns the results in order.
@@ -410,10 +411,10 @@ impl FirewallBackend for Iptables {
         "iptables"
     }
 
-    fn add(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+    fn add(&mut self, owner: &Attachment, target: &Target) -> Result<(), FirewallError> {
         let _lock = self.state.lock()?;
         let families = target.families();
-        let name = owner.state_name();
+        let name = crate::names::state_name(owner);
         let existing = self.state.attachment(&name)?;
         let known = existing.is_some();
         // Every accept this backend commits is recorded first, so unless the attachment or
@@ -520,7 +521,7 @@ impl FirewallBackend for Iptables {
         Ok(())
     }
 
-    fn check(&mut self, _owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+    fn check(&mut self, _owner: &Attachment, target: &Target) -> Result<(), FirewallError> {
         let families = target.families();
         let read = |family| read(family, &self.config, target, true);
         for (family, dump) in per_family(&families, read) {
@@ -535,9 +536,9 @@ impl FirewallBackend for Iptables {
         Ok(())
     }
 
-    fn del(&mut self, owner: &Owner, target: Option<&Target>) -> Result<(), FirewallError> {
+    fn del(&mut self, owner: &Attachment, target: Option<&Target>) -> Result<(), FirewallError> {
         let _lock = self.state.lock_for_teardown()?;
-        let name = owner.state_name();
+        let name = crate::names::state_name(owner);
         let record = self.state.to_remove(&name, target)?;
         self.remove(&name, &record.ips, &record.accepts)
     }
@@ -546,9 +547,10 @@ impl FirewallBackend for Iptables {
         let _lock = self.state.lock_for_teardown()?;
         let mut first_error = None;
         for name in self.state.attachments_of(network)? {
-            let live = valid
-                .iter()
-                .any(|a| crate::names::state_name(network, &a.container_id, &a.ifname) == name);
+            let live = valid.iter().any(|a| {
+                crate::names::state_name(&Attachment::new(network, &a.container_id, &a.ifname))
+                    == name
+            });
             if live {
                 continue;
             }

@@ -38,8 +38,8 @@ use netfilter::nft::{
     ListedRule, NfProto, Nft, NftError, Rule, Selector, Set, Table, Value,
 };
 
+use super::FirewallBackend;
 use super::state::State;
-use super::{FirewallBackend, Owner};
 use crate::config::IngressPolicy;
 use crate::error::FirewallError;
 use crate::names::{
@@ -48,6 +48,7 @@ use crate::names::{
     isolation_comment,
 };
 use crate::plan::Target;
+use cni::Attachment;
 
 /// The table.
 #[must_use]
@@ -363,11 +364,11 @@ impl Nftables {
     }
 
     /// ADD: the skeleton and isolation rules the table lacks, and the attachment's elements.
-    fn add_elements(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+    fn add_elements(&mut self, owner: &Attachment, target: &Target) -> Result<(), FirewallError> {
         // Look-up and change of an address's owner must not interleave with another call's.
         let _lock = self.state.lock()?;
         let t = table();
-        let comment = owner.comment();
+        let comment = crate::names::owner_comment(owner);
         let mut batch = Batch::new();
         self.ensure_skeleton(&mut batch)?;
         if let Some(bridge) = &target.bridge {
@@ -392,7 +393,7 @@ impl Nftables {
     }
 
     /// CHECK: the skeleton, the attachment's elements and its bridge's isolation rules.
-    fn check_elements(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+    fn check_elements(&mut self, owner: &Attachment, target: &Target) -> Result<(), FirewallError> {
         let t = table();
         let missing = |what: String| FirewallError::Missing {
             msg: format!("expected {what} not found"),
@@ -421,7 +422,7 @@ impl Nftables {
                 )));
             }
         }
-        let comment = owner.comment();
+        let comment = crate::names::owner_comment(owner);
         for ip in &target.ips {
             let found = self.lookup(*ip, false)?;
             if found.and_then(|e| e.comment).as_deref() != Some(comment.as_str()) {
@@ -445,11 +446,11 @@ impl Nftables {
     /// DEL: the attachment's elements, looked up by prevResult's addresses or listed.
     fn del_elements(
         &mut self,
-        owner: &Owner,
+        owner: &Attachment,
         target: Option<&Target>,
     ) -> Result<(), FirewallError> {
         let _lock = self.state.lock_for_teardown()?;
-        let comment = owner.comment();
+        let comment = crate::names::owner_comment(owner);
         let elements = match target {
             // prevResult names the addresses: look up only those.
             Some(target) if !target.ips.is_empty() => {
@@ -470,7 +471,9 @@ impl Nftables {
         let _lock = self.state.lock_for_teardown()?;
         let live: Vec<String> = valid
             .iter()
-            .map(|a| crate::names::owner_comment(network, &a.container_id, &a.ifname))
+            .map(|a| {
+                crate::names::owner_comment(&Attachment::new(network, &a.container_id, &a.ifname))
+            })
             .collect();
         let elements = self.list()?;
         self.remove_where(elements, &|c| {
@@ -484,15 +487,15 @@ impl FirewallBackend for Nftables {
         "nftables"
     }
 
-    fn add(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+    fn add(&mut self, owner: &Attachment, target: &Target) -> Result<(), FirewallError> {
         self.add_elements(owner, target).map_err(named)
     }
 
-    fn check(&mut self, owner: &Owner, target: &Target) -> Result<(), FirewallError> {
+    fn check(&mut self, owner: &Attachment, target: &Target) -> Result<(), FirewallError> {
         self.check_elements(owner, target).map_err(named)
     }
 
-    fn del(&mut self, owner: &Owner, target: Option<&Target>) -> Result<(), FirewallError> {
+    fn del(&mut self, owner: &Attachment, target: Option<&Target>) -> Result<(), FirewallError> {
         nothing_where_absent(self.del_elements(owner, target))
     }
 
