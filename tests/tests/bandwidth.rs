@@ -18,7 +18,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use bandwidth::names::{Owner, fallback_ifb_name, reference_ifb_name};
+use bandwidth::names::{fallback_ifb_name, reference_ifb_name};
+use cni::Attachment;
 use serde_json::{Value, json};
 use tests::netns::CLIENT_V4;
 use tests::result::{address, host_veth};
@@ -387,7 +388,7 @@ fn gc_removes_only_this_networks_ifbs_of_attachments_no_longer_valid() -> Result
     // IFBs as ADD leaves them: ours for two attachments of this network (one under the
     // fallback name), one of another network, and one without an owner (as the Go plugin
     // makes them).
-    let owner = |network: &str, id: &str| Owner {
+    let owner = |network: &str, id: &str| Attachment {
         network: network.into(),
         container_id: id.into(),
         ifname: "eth0".into(),
@@ -728,7 +729,7 @@ fn sorted<const N: usize>(mut names: [String; N]) -> Vec<String> {
 
 /// The IFB name the fallback gives interface `ifname` of container `id` on [`NETWORK`].
 fn fallback(id: &str, ifname: &str) -> String {
-    fallback_ifb_name(&Owner {
+    fallback_ifb_name(&Attachment {
         network: NETWORK.into(),
         container_id: id.into(),
         ifname: ifname.into(),
