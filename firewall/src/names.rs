@@ -147,11 +147,11 @@ mod tests {
         );
         assert!(owned_by_network(&c, &long_net));
         assert!(!owned_by_network(&c, "net"));
-        let c = owner_comment(&Attachment::new(&long_net, &"c".repeat(200), "eth0"));
+        let c = owner_comment(&Attachment::new(&long_net, "c".repeat(200), "eth0"));
         assert!(c.len() <= 128 && owned_by_network(&c, &long_net), "{c}");
         assert_ne!(
             c,
-            owner_comment(&Attachment::new(&long_net, &"c".repeat(200), "eth1"))
+            owner_comment(&Attachment::new(&long_net, "c".repeat(200), "eth1"))
         );
         assert!(owned_by_network("net/ctr1/eth0", "net"));
         assert!(!owned_by_network("network/ctr1/eth0", "net"));
