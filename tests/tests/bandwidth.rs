@@ -409,7 +409,13 @@ fn gc_removes_only_this_networks_ifbs_of_attachments_no_longer_valid() -> Result
     ];
     for (name, owner) in &ours {
         host.ip(&["link", "add", name, "type", "ifb"])?;
-        host.ip(&["link", "set", name, "alias", &owner.alias()])?;
+        host.ip(&[
+            "link",
+            "set",
+            name,
+            "alias",
+            &bandwidth::names::alias(owner),
+        ])?;
     }
     let go_made = reference_ifb_name(NETWORK, "c-go");
     host.ip(&["link", "add", &go_made, "type", "ifb"])?;

@@ -41,7 +41,8 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use bandwidth::names::{Owner, reference_ifb_name};
+use bandwidth::names::{self, reference_ifb_name};
+use cni::Attachment;
 use serde_json::{Value, json};
 use tests::result::{address, host_veth};
 use tests::snapshot::{self, Scope};
@@ -647,7 +648,7 @@ fn verify_bandwidth(node: &Node, all: &[Attached<'_>]) -> Result<()> {
             on(&a.host_veth),
             vec![r#""tbf" "1:""#.into(), r#""ingress" "ffff:""#.into()],
         )?;
-        let owner = Owner {
+        let owner = Attachment {
             network: NETWORK.into(),
             container_id: a.cid().into(),
             ifname: IFNAME.into(),
@@ -662,7 +663,7 @@ fn verify_bandwidth(node: &Node, all: &[Attached<'_>]) -> Result<()> {
         ensure!(
             found.len() == 1
                 && found[0]["linkinfo"]["info_kind"] == "ifb"
-                && found[0]["ifalias"] == owner.alias(),
+                && found[0]["ifalias"] == names::alias(&owner),
             "IFB {ifb} of {}: {found:?}",
             a.cid()
         );

@@ -45,7 +45,8 @@ mod podman {
     use std::time::{Duration, Instant};
 
     use anyhow::{Context, Result, bail, ensure};
-    use bandwidth::names::{Owner, reference_ifb_name};
+    use bandwidth::names::{self, reference_ifb_name};
+    use cni::Attachment;
     use host::netns::NetNs;
     use nix::mount::{MntFlags, umount2};
     use nix::sys::signal::{Signal, kill};
@@ -1100,7 +1101,7 @@ mod podman {
             [one] => one["ifname"].as_str().context("no ifname")?.to_owned(),
             other => bail!("want one port on {}: {other:?}", fx.bridge),
         };
-        let owner = Owner {
+        let owner = Attachment {
             network: fx.network.clone(),
             container_id: web.id.clone(),
             ifname: IFNAME.to_owned(),
@@ -1113,7 +1114,10 @@ mod podman {
             fx.host.link_names()?
         );
         let alias = fx.host.ip_json(&["link", "show", "dev", &ifb])?;
-        ensure!(alias[0]["ifalias"] == json!(owner.alias()), "{alias}");
+        ensure!(
+            alias[0]["ifalias"] == json!(names::alias(&owner)),
+            "{alias}"
+        );
         for (dev, rate, burst) in [
             (&veth, INGRESS_RATE, INGRESS_BURST),
             (&ifb, EGRESS_RATE, EGRESS_BURST),
