@@ -3,8 +3,16 @@
 # Needs root (network namespaces, netlink, apt-get).
 set -euo pipefail
 
+# The demo and the tests create network namespaces and program them: they need root. A root
+# shell (a bare Debian has no sudo) runs on; anyone else is asked for sudo, keeping their PATH
+# (rustup installs cargo under ~/.cargo/bin).
 if [ "$(id -u)" -ne 0 ]; then
-  echo "error: run this as root: the demo and the tests create network namespaces and program them" >&2
+  if command -v sudo >/dev/null 2>&1; then
+    echo "==> not root: running $0 again with sudo" >&2
+    exec sudo env "PATH=$PATH" ${CARGO_HOME:+"CARGO_HOME=$CARGO_HOME"} ${RUSTUP_HOME:+"RUSTUP_HOME=$RUSTUP_HOME"} \
+      bash "$0" "$@"
+  fi
+  echo "error: run this as root (there is no sudo here): the demo and the tests create network namespaces and program them" >&2
   exit 1
 fi
 
