@@ -98,6 +98,7 @@
 
 mod batch;
 pub mod expr;
+pub mod monitor;
 mod probe;
 pub(crate) mod raw;
 mod rule;
