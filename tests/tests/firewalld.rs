@@ -30,7 +30,7 @@ mod real_firewalld {
     /// A private system bus and firewalld in `ns`. Field order is drop order: firewalld
     /// goes before its bus, the tempdir last.
     struct Firewalld {
-        _firewalld: Daemon,
+        firewalld_daemon: Daemon,
         _bus: Daemon,
         address: String,
         _dir: tempfile::TempDir,
@@ -88,27 +88,45 @@ mod real_firewalld {
                 );
                 std::thread::sleep(Duration::from_millis(20));
             }
-            let firewalld = Daemon(
-                ns.spawn(
-                    Command::new("firewalld")
-                        .args(["--nofork", "--nopid"])
-                        .env("DBUS_SYSTEM_BUS_ADDRESS", &address)
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null()),
-                )?,
-            );
+            let firewalld = Firewalld::spawn_daemon(ns, &address)?;
             let daemons = Firewalld {
-                _firewalld: firewalld,
+                firewalld_daemon: firewalld,
                 _bus: bus,
                 address,
                 _dir: dir,
             };
+            daemons.wait_ready(ns)?;
+            Ok(daemons)
+        }
+
+        /// `firewalld` on the bus at `address`.
+        fn spawn_daemon(ns: &TestNetns, address: &str) -> Result<Daemon> {
+            Ok(Daemon(
+                ns.spawn(
+                    Command::new("firewalld")
+                        .args(["--nofork", "--nopid"])
+                        .env("DBUS_SYSTEM_BUS_ADDRESS", address)
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null()),
+                )?,
+            ))
+        }
+
+        /// Kills firewalld and starts another on the same bus.
+        fn restart(&mut self, ns: &TestNetns) -> Result<()> {
+            kill_and_reap(&mut self.firewalld_daemon.0);
+            self.firewalld_daemon = Firewalld::spawn_daemon(ns, &self.address)?;
+            self.wait_ready(ns)
+        }
+
+        /// Waits until firewalld owns its name and its zone interface answers.
+        fn wait_ready(&self, ns: &TestNetns) -> Result<()> {
             // firewalld takes its name only once its firewall is loaded.
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
                 let owned = dbus_send(
                     ns,
-                    &daemons.address,
+                    &self.address,
                     "org.freedesktop.DBus",
                     &[
                         "/org/freedesktop/DBus",
@@ -126,14 +144,14 @@ mod real_firewalld {
             }
             // The zone interface answers only once startup is complete.
             let deadline = Instant::now() + Duration::from_secs(30);
-            while daemons.sources(ns).is_err() {
+            while self.sources(ns).is_err() {
                 ensure!(
                     Instant::now() < deadline,
                     "firewalld zone API never answered"
                 );
                 std::thread::sleep(Duration::from_millis(100));
             }
-            Ok(daemons)
+            Ok(())
         }
 
         /// `zone.getSources("trusted")`.
@@ -322,6 +340,39 @@ mod real_firewalld {
             !sources.contains("10.68.0.2"),
             "the source stayed: {sources}"
         );
+        Ok(())
+    }
+
+    /// firewalld's announcements reach firewall's listener: `Reloaded` after
+    /// `firewall-cmd --reload`, `Started` when a new firewalld takes the name, nothing before.
+    #[test]
+    fn a_reload_and_a_restart_of_firewalld_are_announced_to_a_listener() -> Result<()> {
+        use firewall::backend::firewalld_signal::{FirewalldEvent, FirewalldSignals};
+        let ns = TestNetns::new("fwdsig")?;
+        let mut fw = Firewalld::start(&ns).context("starting a private firewalld")?;
+        let mut signals = FirewalldSignals::at(&fw.address)?;
+        let early = signals.wait(Duration::from_millis(200))?;
+        ensure!(early.is_none(), "{early:?} before any reload");
+        let reload = ns.output(
+            Command::new("firewall-cmd")
+                .arg("--reload")
+                .env("DBUS_SYSTEM_BUS_ADDRESS", &fw.address),
+            b"",
+            Duration::from_secs(60),
+        )?;
+        ensure!(
+            reload.status.success(),
+            "firewall-cmd --reload: {}",
+            String::from_utf8_lossy(&reload.stderr)
+        );
+        let got = signals.wait(Duration::from_secs(60))?;
+        ensure!(got == Some(FirewalldEvent::Reloaded), "{got:?}");
+        // Losing the name (the kill) is not announced; the new firewalld taking it is.
+        fw.restart(&ns)?;
+        let got = signals.wait(Duration::from_secs(60))?;
+        ensure!(got == Some(FirewalldEvent::Started), "{got:?}");
+        let late = signals.wait(Duration::from_millis(200))?;
+        ensure!(late.is_none(), "{late:?} after the restart");
         Ok(())
     }
 

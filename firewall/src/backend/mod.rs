@@ -1,6 +1,7 @@
 //! The mechanisms that program the firewall, behind [`FirewallBackend`].
 
 pub mod firewalld;
+pub mod firewalld_signal;
 pub mod iptables;
 pub mod nftables;
 pub mod state;
