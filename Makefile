@@ -18,6 +18,10 @@ PLUGINS     := portmap tuning bandwidth firewall sbr
 PREFIX      ?= /opt/cni
 BINDIR      ?= $(PREFIX)/bin
 DESTDIR     ?=
+# systemd units of deploy/systemd/: /etc/systemd/system for a machine's own install, as
+# BINDIR's /opt; a package sets /usr/lib/systemd/system.
+UNITDIR     ?= /etc/systemd/system
+UNITS       := cni-reconcile@.service cni-reconcile-watch@.service
 CARGO       ?= cargo
 CARGO_FLAGS ?=
 HOST        := $(shell rustc -vV | sed -n 's/^host: //p')
@@ -26,7 +30,7 @@ TARGET      ?= $(if $(wildcard $(shell rustc --print target-libdir --target $(MU
 RELEASE_DIR := target/$(TARGET)/release
 STATIC_RUSTFLAGS := -C target-feature=+crt-static -C relocation-model=static
 
-.PHONY: all build release install uninstall sizes release-dir
+.PHONY: all build release install uninstall install-units uninstall-units sizes release-dir
 
 all: build
 
@@ -57,6 +61,25 @@ install: build
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(PLUGINS))
+
+# The repair units (deploy/systemd/README.md), with BINDIR in place of /opt/cni/bin, each written
+# beside its final name and renamed over it. systemd is told to re-read its units when it runs
+# this machine (/run/systemd/system) and nothing is staged under DESTDIR; enabling them is the
+# operator's choice.
+install-units:
+	install -d "$(DESTDIR)$(UNITDIR)"
+	@set -e; for u in $(UNITS); do \
+		tmp="$(DESTDIR)$(UNITDIR)/.$$u.new"; \
+		sed 's|/opt/cni/bin/|$(BINDIR)/|g' "deploy/systemd/$$u" > "$$tmp"; \
+		chmod 0644 "$$tmp"; \
+		mv -f "$$tmp" "$(DESTDIR)$(UNITDIR)/$$u"; \
+		echo "installed $(DESTDIR)$(UNITDIR)/$$u"; \
+	done
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+
+uninstall-units:
+	rm -f $(addprefix $(DESTDIR)$(UNITDIR)/,$(UNITS))
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 
 # The sizes README.md quotes.
 sizes: build

@@ -38,6 +38,9 @@ declare -A want=(
   # The userland matrix (tests/tests/userlands.rs): Debian 11, 12 and 13 root filesystems,
   # made once into /var/cache/cni-rs/userlands.
   [debootstrap]=/usr/sbin/debootstrap
+  # systemd-analyze checks the repair units of deploy/systemd (tests/tests/packaging.rs); the
+  # package is not made the machine's init by being installed.
+  [systemd]=/usr/bin/systemd-analyze
 )
 missing=()
 for pkg in "${!want[@]}"; do

@@ -104,6 +104,60 @@ fn make_install_puts_the_plugins_under_destdir_and_bindir() -> Result<()> {
     assert_installed(&stage.path().join("usr/libexec/cni"))
 }
 
+/// `make install-units` writes the repair units of `deploy/systemd/` under DESTDIR, with BINDIR
+/// for the plugins' directory, and systemd finds nothing wrong in them (`systemd-analyze
+/// verify`: syntax, dependencies, executables) for either plugin.
+#[test]
+fn make_install_units_writes_units_systemd_verifies_with_bindir_for_the_plugins() -> Result<()> {
+    let stage = tempfile::tempdir()?;
+    let bindir = plugin_dir()?;
+    let out = run(Command::new("make")
+        .current_dir(repo())
+        .args(["-s", "install-units"])
+        .arg(format!("BINDIR={}", bindir.display()))
+        .arg(format!("DESTDIR={}", stage.path().display())))?;
+    ensure!(
+        out.status.success(),
+        "make install-units failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let unitdir = stage.path().join("etc/systemd/system");
+    let mut names: Vec<String> = std::fs::read_dir(&unitdir)?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    ensure!(
+        names == ["cni-reconcile-watch@.service", "cni-reconcile@.service"],
+        "{names:?}"
+    );
+    for (unit, command) in [
+        ("cni-reconcile@.service", "reconcile"),
+        ("cni-reconcile-watch@.service", "reconcile --watch"),
+    ] {
+        let path = unitdir.join(unit);
+        let mode = std::fs::metadata(&path)?.permissions().mode();
+        ensure!(mode & 0o777 == 0o644, "{unit} has mode {mode:o}");
+        let text = std::fs::read_to_string(&path)?;
+        let exec = format!("ExecStart={}/%i {command}\n", bindir.display());
+        ensure!(text.contains(&exec), "{unit} lacks {exec:?}: {text}");
+        ensure!(!text.contains("/opt/cni/bin/"), "{unit}: {text}");
+    }
+    let instances: Vec<PathBuf> = ["cni-reconcile@", "cni-reconcile-watch@"]
+        .iter()
+        .flat_map(|u| ["portmap", "firewall"].map(|p| unitdir.join(format!("{u}{p}.service"))))
+        .collect();
+    let out = run(Command::new("systemd-analyze")
+        .arg("verify")
+        .args(&instances))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.success() && stderr.trim().is_empty(),
+        "systemd-analyze verify: {stderr}"
+    );
+    Ok(())
+}
+
 #[test]
 fn the_image_installer_copies_every_plugin_and_refuses_one_that_does_not_run() -> Result<()> {
     let dest = tempfile::tempdir()?;
