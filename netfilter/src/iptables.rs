@@ -26,6 +26,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 pub mod native;
+pub mod writer;
 
 /// How long the tools may wait for the legacy xtables lock (`-w`), by default.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);

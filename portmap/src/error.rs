@@ -112,6 +112,30 @@ pub fn joined(errors: Vec<PortmapError>) -> CniError {
     CniError::new(code, msg.join("; "))
 }
 
+/// The outcome of a DEL or GC that collected `errors`: none, or them [`joined`].
+///
+/// # Errors
+/// [`joined`].
+pub fn all(errors: Vec<PortmapError>) -> Result<(), CniError> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(joined(errors))
+}
+
+/// A failure of the iptables writer as the plugin's error: nf_tables' under the nftables
+/// prefix, as before the writer existed; the native layer's and the tools' under the iptables
+/// one.
+pub fn write_error(e: netfilter::iptables::writer::WriteError) -> PortmapError {
+    use netfilter::iptables::native::NativeError;
+    use netfilter::iptables::writer::WriteError;
+    match e {
+        WriteError::Native(NativeError::Nft(e)) => PortmapError::Nft(e),
+        WriteError::Native(e) => PortmapError::Native(e),
+        WriteError::Tools(e) => PortmapError::Iptables(e),
+    }
+}
+
 /// A configuration that does not parse, as the reference reports it for `verb`: its ADD and
 /// DEL wrap every failure of its `parseConfig` in `failed to parse config: `, its CHECK
 /// returns it as it is.

@@ -14,7 +14,7 @@ use crate::config::IpFamily;
 use crate::error::PortmapError;
 use crate::names;
 use crate::node;
-use crate::plan::Attachment;
+use cni::Attachment;
 
 /// Removes the Go plugin's objects of `att`; with `iptables_done`, the chain was already torn
 /// down by our iptables backend. Returns what failed.

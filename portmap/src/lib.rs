@@ -18,13 +18,15 @@
 //!   nf_tables netlink where the tools are `iptables-nft`, else with `iptables-restore`.
 //! - `net.ipv4.conf.<host if>.route_localnet = 1` when `snat` (IPv4); UDP conntrack entries of
 //!   the mapped host ports are deleted on ADD and DEL (`conntrack -D -p udp --dport N`); see
-//!   [`host`].
-//! - state files under `/run/cni/portmap/`, and the iptables layout's host-port index beside
-//!   them ([`state`]).
+//!   [`node`].
+//! - state files under `/run/cni/portmap/` ([`state`]), and the iptables layout's host-port
+//!   index beside them ([`ports`]).
 //!
-//! Each verb reads its configuration ([`config`]), plans what to change from what the kernel
-//! holds ([`plan`]) and leaves the change to a [`backend::PortmapBackend`]; DEL also removes
-//! what the Go plugin made for the attachment ([`leftovers`]).
+//! Each verb reads its configuration ([`config`]), plans what it maps ([`plan`]: the same for
+//! both layouts) and leaves the change to the [`backend::PortmapBackend`] that
+//! [`backend::select`] picks, which renders the plan in its layout, answers who holds a host
+//! port through [`ports`], and owns its lock, the order of its record and its rollback; DEL
+//! also removes what the Go plugin made for the attachment ([`leftovers`]).
 
 pub mod backend;
 pub mod config;
@@ -33,18 +35,19 @@ pub mod leftovers;
 pub mod names;
 pub mod node;
 pub mod plan;
+pub mod ports;
 pub mod state;
 
+use cni::Attachment;
 use cni::conf::NetConf;
 use cni::error::{CniError, ErrorCode};
 use cni::skel::{Call, Plugin};
 use cni::types::CniResult;
-
-use crate::config::{Backend, Config, IpFamily, PortmapKeys};
-use crate::error::PortmapError;
-use crate::plan::Attachment;
-use crate::state::State;
 use netfilter::nft::LazyNft;
+
+use crate::backend::select;
+use crate::config::{Config, PortmapKeys};
+use crate::error::PortmapError;
 
 /// The plugin.
 #[derive(Debug, Clone, Copy)]
@@ -68,11 +71,7 @@ fn load(call: &Call) -> Result<Loaded, CniError> {
         _ => worded(e),
     })?;
     Ok(Loaded {
-        att: Attachment {
-            network: conf.name.clone(),
-            container_id: call.container_id.clone(),
-            ifname: call.ifname.clone(),
-        },
+        att: Attachment::new(&conf.name, &call.container_id, &call.ifname),
         config,
         prev,
     })
@@ -86,89 +85,11 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
         return Ok(prev);
     }
     let mut nft = LazyNft::new();
-    let kind = backend::select(&config, &mut nft);
-    let mut be = backend::open(kind, nft);
-    let store = state::store()?;
-    let file = state::file(&att);
+    let kind = select::select(&config, &mut nft);
     // What identifies the owner's namespace, to tell later whether it is gone (opened, never
     // entered for work: a socket made inside tells its cookie).
     let netns = call.netns.as_deref().and_then(state::NetnsId::of);
-    let mut new = State::new(kind, &config, &att, &ips, netns);
-    // An earlier version's record may be under another name; ours replaces it.
-    let state::Located {
-        file: old_file,
-        record: old,
-    } = state::locate(&store, &att)?;
-    let old = old.found();
-    let index = state::PortIndex::new(&store);
-    match &old {
-        // A re-ADD of the same: what the kernel recorded for it still holds.
-        Some(old) if old.same_as(&new) => new.iptables_rules.clone_from(&old.iptables_rules),
-        // A re-ADD with other mappings: drop the old ones first so none is left unowned.
-        Some(old) => {
-            backend::remove(&mut be, old)?;
-            index.release(&att, &old.port_keys());
-        }
-        None => {}
-    }
-    // The iptables layout's ADD holds our lock from its conflict check to its index entries.
-    let _lock = match kind {
-        Backend::Iptables => Some(backend::iptables::lock()?),
-        Backend::Nftables => None,
-    };
-    // Our map layout is found by its record before it is made (its owner comments tell the
-    // rest); the iptables layout by its chain name, so its record is written once, after the
-    // commit, with the handles of its entry rules (an inode costs a millisecond on an ext4
-    // `/run`).
-    if kind == Backend::Nftables {
-        state::write(&store, &file, &new)?;
-    }
-    // Whether the kernel objects were made, and must be removed when what follows fails.
-    let mut made = false;
-    let result = be
-        .add(&att, &config, &ips, &state::Records::new(&store))
-        .inspect(|_| made = true)
-        .and_then(|added| {
-            match ips.iter().find(|ip| ip.addr().is_ipv4()) {
-                Some(ip) if config.snat => node::enable_route_localnet(ip.addr())?,
-                _ => {}
-            }
-            Ok(added)
-        })
-        .and_then(|added| {
-            state::forget_taken(&store, &added.taken);
-            if !added.recorded.is_empty() {
-                new.iptables_rules
-                    .retain(|r| added.recorded.iter().all(|a| a.family != r.family));
-                new.iptables_rules.extend(added.recorded);
-            }
-            if kind == Backend::Iptables && (old.as_ref() != Some(&new) || old_file != file) {
-                state::write(&store, &file, &new)?;
-            }
-            // Under the lock, in the step that made the claim: the index names this ADD for
-            // each key it now holds.
-            if kind == Backend::Iptables {
-                index.claim(&file, &new)?;
-            }
-            Ok(())
-        });
-    if let Err(e) = result {
-        if made && let Err(e) = backend::remove(&mut be, &new) {
-            log::warn!("rollback after a failed ADD failed: {e}");
-        }
-        index.release(&att, &new.port_keys());
-        if let Err(e) = state::remove_record(&store, &att) {
-            log::warn!("failed to remove state after a failed ADD: {e}");
-        }
-        store.prune();
-        return Err(e.into());
-    }
-    // The record of an earlier version, now under the attachment's own name.
-    if old_file != file
-        && let Err(e) = store.remove(&old_file)
-    {
-        log::warn!("failed to remove the earlier record {old_file}: {e}");
-    }
+    select::add(nft, kind, &att, &config, &ips, netns)?;
     node::flush_udp(&config.mappings, &plan::families(&ips));
     Ok(prev)
 }
@@ -176,9 +97,6 @@ fn add(call: &Call) -> Result<CniResult, CniError> {
 fn check(call: &Call) -> Result<(), CniError> {
     let Loaded { config, prev, att } = load(call)?;
     let prev = error::require_prev(prev, call.command)?;
-    if config.mappings.is_empty() {
-        return Ok(());
-    }
     let ips = plan::mapped_ips(&config, &prev, &call.ifname);
     if ips.is_empty() {
         return Ok(());
@@ -189,9 +107,9 @@ fn check(call: &Call) -> Result<(), CniError> {
     // default, iptables, where its tools work).
     let kind = match &recorded {
         Some(s) => s.backend,
-        None => backend::select(&config, &mut nft),
+        None => select::select(&config, &mut nft),
     };
-    backend::open(kind, nft).check(&att, &config, &ips, recorded.as_ref())?;
+    select::open(kind, nft).check(&att, &config, &ips, recorded.as_ref())?;
     Ok(())
 }
 
@@ -199,63 +117,9 @@ fn del(call: &Call) -> Result<(), CniError> {
     // Only what DEL needs: a container made before an upgrade, or with a config that changed
     // since, must still be deletable.
     let conf: NetConf<serde::de::IgnoredAny> = call.conf()?;
-    let mappings = config::del_mappings(&conf);
-    let att = Attachment {
-        network: conf.name,
-        container_id: call.container_id.clone(),
-        ifname: call.ifname.clone(),
-    };
-    let store = state::store()?;
-    let record = state::locate(&store, &att)?.record;
-    // A discarded record leaves only the kernel's owner comments to find the objects by.
-    let discarded = matches!(record, state::Record::Discarded);
-    let found = if discarded {
-        backend::Unrecorded::Listing
-    } else if mappings.is_empty() {
-        backend::Unrecorded::Nowhere
-    } else {
-        backend::Unrecorded::Keys(&mappings)
-    };
-    let recorded = record.found();
-    let mut nft = LazyNft::new();
-    let mut errors = backend::del(&mut nft, &att, recorded.as_ref(), found);
-    // Then the Go plugin's objects of this attachment (upgrades from the Go plugin): reads,
-    // and a commit only when it has some.
-    let iptables_done = recorded
-        .as_ref()
-        .is_some_and(|r| r.backend == Backend::Iptables);
-    errors.extend(leftovers::remove(&mut nft, &att, iptables_done));
-    match &recorded {
-        Some(record) => node::flush_udp(&record.mappings, &record.families()),
-        None => node::flush_udp(&mappings, &IpFamily::BOTH),
-    }
-    // The record goes once its objects are gone (also without a record: an ADD killed before
-    // the rename of its state file leaves the temporary file, which this removes). A store
-    // that cannot be written fails the DEL only now, the kernel objects already removed.
-    if errors.is_empty() {
-        let keys = match &recorded {
-            Some(record) => record.port_keys(),
-            None => IpFamily::BOTH
-                .iter()
-                .flat_map(|f| plan::PortKey::of(&mappings, *f))
-                .collect(),
-        };
-        state::PortIndex::new(&store).release(&att, &keys);
-        match state::remove_record(&store, &att) {
-            Ok(_) => {
-                // Without its record the index entries naming it are found by their dead target.
-                if discarded {
-                    state::PortIndex::new(&store).sweep();
-                }
-                store.prune();
-            }
-            Err(e) => errors.push(e),
-        }
-    }
-    if errors.is_empty() {
-        return Ok(());
-    }
-    Err(error::joined(errors))
+    let att = Attachment::new(&conf.name, &call.container_id, &call.ifname);
+    let errors = select::del(&att, &config::del_mappings(&conf))?;
+    error::all(errors)
 }
 
 fn gc(call: &Call) -> Result<(), CniError> {
@@ -263,20 +127,16 @@ fn gc(call: &Call) -> Result<(), CniError> {
     let config = config::parse(&conf)?;
     let valid = conf.valid_attachments.clone().unwrap_or_default();
     let mut nft = LazyNft::new();
-    let kind = backend::select(&config, &mut nft);
-    let errors = backend::gc(nft, kind, &state::store()?, &conf.name, &valid);
-    if errors.is_empty() {
-        return Ok(());
-    }
-    Err(error::joined(errors))
+    let kind = select::select(&config, &mut nft);
+    error::all(select::gc(nft, kind, &state::store()?, &conf.name, &valid))
 }
 
 fn status(call: &Call) -> Result<(), CniError> {
     let conf: NetConf<PortmapKeys> = call.conf()?;
     let config = config::parse(&conf)?;
     let mut nft = LazyNft::new();
-    let kind = backend::select(&config, &mut nft);
-    backend::open(kind, nft)
+    let kind = select::select(&config, &mut nft);
+    select::open(kind, nft)
         .status()
         .map_err(|e| PortmapError::Unavailable(e.to_string()))?;
     Ok(())

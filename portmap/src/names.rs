@@ -123,6 +123,11 @@ pub fn owner_comment(network: &str, id: &str, ifname: &str) -> String {
     format!("{}~{hex}", &full[..cut])
 }
 
+/// The owner comment of every element and rule of `att` ([`owner_comment`]).
+pub fn owner(att: &cni::Attachment) -> String {
+    owner_comment(&att.network, &att.container_id, &att.ifname)
+}
+
 /// Splits an owner comment into (network, containerID, ifname), when it is not a hashed one.
 pub fn parse_owner(comment: &str) -> Option<(&str, &str, &str)> {
     let mut parts = comment.splitn(3, '/');
@@ -135,26 +140,6 @@ pub fn gated_chain(owner: &str) -> String {
     let digest = Sha512::digest(owner.as_bytes());
     let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
     format!("{GATED_CHAIN_PREFIX}{hex}")
-}
-
-/// The entry of the host-port index (iptables layout) for `key`, in the state directory:
-/// `.port-<v4|v6>-<proto>-<port>[-<host address>]`, a hard link to the record of the
-/// attachment claiming it (`crate::state::PortIndex`). The leading dot keeps it out of the
-/// records' listing.
-pub fn port_index_entry(key: &crate::plan::PortKey) -> String {
-    let family = match key.family {
-        crate::config::IpFamily::V4 => "v4",
-        crate::config::IpFamily::V6 => "v6",
-    };
-    let mut name = format!(
-        "{PORT_INDEX_PREFIX}{family}-{}-{}",
-        key.proto.name(),
-        key.port
-    );
-    if let Some(host) = key.host {
-        name.push_str(&format!("-{host}"));
-    }
-    name
 }
 
 /// The prefix of the host-port index's entries.

@@ -1,566 +1,110 @@
-//! The iptables backend: the reference's layout in table `nat`, by one of two paths per
-//! family, whichever its tools allow:
+//! The iptables backend: the reference's layout in table `nat` ([`layout`]), written by the
+//! one iptables writer ([`netfilter::iptables::writer`]: natively over nf_tables where the
+//! tools are `iptables-nft` and the encoder takes every rule, else with `iptables-restore`),
+//! under our own lock ([`lock`]).
 //!
-//! - **native** ([`native`]): where the tools are `iptables-nft`
-//!   ([`netfilter::iptables::native::variant`]), the `nat` table is an nf_tables table, and the
-//!   attachment's chain, its rules and its entry rules are read and written over nf_tables
-//!   netlink, encoded as `iptables-nft` encodes them, in one transaction for both families.
-//!   A call reads only the chains it needs (the shared chains, its own) and deletes by handle
-//!   (the entry rules' handles are recorded in the state), so its cost does not grow with the
-//!   number of attachments; the host-port conflict check asks the state directory's index
-//!   instead of reading every attachment's chain.
-//! - **restore** ([`restore`]): with the legacy tools (x_tables, which only the tools write),
-//!   or a rule the native codec does not write (an iptables condition outside its forms): one
-//!   `iptables-save` and one `iptables-restore --noflush` transaction per family, whose cost
-//!   grows with the `nat` table.
-//!
-//! Both write the same rules, computed here in `iptables-save`'s canonical form (addresses
-//! with their prefix, `-s`/`-d` first, `-m tcp` after `-p tcp`, `--dports` for multiport), so
-//! what exists is recognised and only what is missing is written; and both name what CHECK
-//! misses as the reference does, with its own words for the rules ([`go_dnat_rules`]).
+//! - ADD: under the lock, refuses a host port that our nftables maps hold
+//!   ([`ports::in_maps`]) or that another attachment of the layout holds (the host-port index,
+//!   [`ports::indexed_holders`], and a table the writer read whole, [`ports::table_holders`]),
+//!   unless that one's namespace is gone: its chains are removed in the same write. It writes
+//!   what the table lacks of the shared chains, the attachment's chain, its rules and its
+//!   entry rules, then the record (with the entry rules' handles, where the writer tells
+//!   them) and the index entries; a failure after the write removes what it made.
+//! - CHECK: the attachment's chain, its rules and its entry rules (looked up by their
+//!   recorded handles), then the shared objects, each named as the reference names it.
+//! - DEL: the chains and the jumps to them removed, the jumps found by their recorded handles.
 
-mod native;
-mod nf_read;
-mod restore;
+pub mod layout;
 
-use std::net::IpAddr;
-
+use cni::Attachment;
 use cni::conf::GcAttachment as Valid;
+use host::lock::{FileLock, LockError};
 use ipnet::IpNet;
-use netfilter::iptables::native::{RuleSpec, Variant, variant};
+use netfilter::iptables::Family;
+use netfilter::iptables::native::Recorded;
+use netfilter::iptables::writer::{Absent, Plan, RemoveError, Writer};
 use netfilter::nft::LazyNft;
 
-use super::{Holders, PortmapBackend};
-use crate::config::{Backend, Conditions, Config, IpFamily, PortMapping, Proto};
-use crate::error::PortmapError;
+use super::{Add, PortmapBackend, Unrecorded};
+use crate::config::{Backend, Config, IpFamily};
+use crate::error::{PortmapError, write_error};
 use crate::names;
-use crate::plan::Attachment;
-use crate::state::State;
+use crate::ports::{self, Fate, Records};
+use crate::state::{self, State};
+use layout::{Missing, NAT};
 
-pub use restore::{IptablesLock, lock};
-
-/// The iptables table of the layout.
-const NAT: &str = names::IPT_NAT;
-
-fn args(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| (*s).to_string()).collect()
-}
-
-/// `1<<bit` as the reference prints it: `0x2000/0x2000`.
-pub fn mark_def(bit: u32) -> String {
-    let m = 1u32 << bit;
-    format!("{m:#x}/{m:#x}")
-}
-
-/// An address or prefix as `iptables-save` prints it (`10.0.0.0/24`, `1.2.3.4/32`).
-fn canonical_net(s: &str) -> String {
-    if let Ok(net) = s.parse::<IpNet>() {
-        return net.trunc().to_string();
-    }
-    if let Ok(a) = s.parse::<IpAddr>() {
-        return IpNet::from(a).to_string();
-    }
-    s.to_string()
-}
-
-/// Moves `[!] -s/-d/-i/-o X` to the front (in that order), as `iptables-save` prints them.
-fn canonical_conditions(conds: &[String]) -> (Vec<String>, Vec<String>) {
-    let mut front: Vec<(usize, Vec<String>)> = Vec::new();
-    let mut rest = Vec::new();
-    let mut i = 0;
-    while i < conds.len() {
-        let neg = conds[i] == "!";
-        let at = if neg { i + 1 } else { i };
-        let opt = conds.get(at).map(String::as_str);
-        let rank = match opt {
-            Some("-s" | "--source" | "--src") => Some(0),
-            Some("-d" | "--destination" | "--dst") => Some(1),
-            Some("-i" | "--in-interface") => Some(2),
-            Some("-o" | "--out-interface") => Some(3),
-            _ => None,
-        };
-        match (rank, conds.get(at + 1)) {
-            (Some(rank), Some(value)) => {
-                let mut part = Vec::new();
-                if neg {
-                    part.push("!".to_string());
-                }
-                let short = ["-s", "-d", "-i", "-o"][rank];
-                part.push(short.to_string());
-                part.push(if rank < 2 {
-                    canonical_net(value)
-                } else {
-                    value.clone()
-                });
-                front.push((rank, part));
-                i = at + 2;
-            }
-            _ => {
-                rest.push(conds[i].clone());
-                i += 1;
-            }
-        }
-    }
-    front.sort_by_key(|(rank, _)| *rank);
-    (front.into_iter().flat_map(|(_, p)| p).collect(), rest)
-}
-
-/// One rule of the attachment's chain before it is worded: for a mapping, the hairpin and
-/// localhost mark rules (`src`: the source, as the reference words it) and the DNAT rule
-/// (`src` none).
-struct ChainRule<'c> {
-    m: &'c PortMapping,
-    src: Option<String>,
-    target: Vec<String>,
-}
-
-/// The rules of the `CNI-DN-<hash>` chain for container address `ip`, in mapping order, as
-/// the reference computes them: per mapping of the address's family, with `snat` a hairpin
-/// mark rule (the container's CIDR, every source with `masqAll`) and for IPv4 without
-/// `masqAll` a localhost one, then the DNAT rule.
-fn chain_rules(config: &Config, ip: IpNet) -> Vec<ChainRule<'_>> {
-    let fam = IpFamily::of(ip.addr());
-    let mark_chain = config
-        .external_set_mark_chain
-        .clone()
-        .unwrap_or_else(|| names::IPT_SETMARK.to_string());
-    let mut rules = Vec::new();
-    for m in config.mappings.iter().filter(|m| m.host_ip.applies_to(fam)) {
-        if config.snat {
-            let src = match (config.masq_all, fam) {
-                (false, _) => ip.to_string(),
-                (true, IpFamily::V4) => "0.0.0.0/0".to_string(),
-                (true, IpFamily::V6) => "::/0".to_string(),
-            };
-            let mark = args(&["-j", &mark_chain]);
-            rules.push(ChainRule {
-                m,
-                src: Some(src),
-                target: mark.clone(),
-            });
-            if fam == IpFamily::V4 && !config.masq_all {
-                rules.push(ChainRule {
-                    m,
-                    src: Some("127.0.0.1".to_string()),
-                    target: mark,
-                });
-            }
-        }
-        let to = match ip.addr() {
-            IpAddr::V4(a) => format!("{a}:{}", m.container_port),
-            IpAddr::V6(a) => format!("[{a}]:{}", m.container_port),
-        };
-        rules.push(ChainRule {
-            m,
-            src: None,
-            target: args(&["-j", "DNAT", "--to-destination", &to]),
-        });
-    }
-    rules
-}
-
-/// The rules of the `CNI-DN-<hash>` chain for container address `ip`, in mapping order, in
-/// `iptables-save`'s words (`-s 0.0.0.0/0` is left out, as the tool prints it).
-pub fn dnat_rules(config: &Config, ip: IpNet) -> Vec<Vec<String>> {
-    chain_rules(config, ip)
-        .into_iter()
-        .map(|r| {
-            let mut rule = Vec::new();
-            if let Some(src) = r.src.map(|s| canonical_net(&s))
-                && !src.ends_with("/0")
-            {
-                rule.extend(["-s".to_string(), src]);
-            }
-            if let Some(a) = r.m.host_ip.addr() {
-                rule.extend(["-d".to_string(), IpNet::from(a).to_string()]);
-            }
-            let (proto, port) = (r.m.proto.name(), r.m.host_port.to_string());
-            rule.extend(args(&["-p", proto, "-m", proto, "--dport", &port]));
-            rule.extend(r.target);
-            rule
-        })
-        .collect()
-}
-
-/// The rules of [`dnat_rules`] in the reference's own words, `-p P --dport N [-d H] [-s S]
-/// -j …`, for the messages that list them as it does.
-pub fn go_dnat_rules(config: &Config, ip: IpNet) -> Vec<Vec<String>> {
-    chain_rules(config, ip)
-        .into_iter()
-        .map(|r| {
-            let port = r.m.host_port.to_string();
-            let mut rule = args(&["-p", r.m.proto.name(), "--dport", &port]);
-            if let Some(a) = r.m.host_ip.addr() {
-                rule.extend(["-d".to_string(), a.to_string()]);
-            }
-            if let Some(src) = r.src {
-                rule.extend(["-s".to_string(), src]);
-            }
-            rule.extend(r.target);
-            rule
-        })
-        .collect()
-}
-
-/// The host ports of each protocol, as the entry rules list them: protocols sorted by name
-/// (`sctp`, `tcp`, `udp`, as the reference sorts them), each with its ports in chunks of 15
-/// in mapping order (duplicates and wrong-family hostIP entries included, as the reference
-/// does).
-fn entry_ports(config: &Config) -> Vec<(Proto, String)> {
-    let mut protos: Vec<Proto> = config.mappings.iter().map(|m| m.proto).collect();
-    protos.sort_unstable_by_key(|p| p.name());
-    protos.dedup();
-    let mut out = Vec::new();
-    for proto in protos {
-        let ports: Vec<String> = config
-            .mappings
-            .iter()
-            .filter(|m| m.proto == proto)
-            .map(|m| m.host_port.to_string())
-            .collect();
-        for chunk in ports.chunks(names::IPT_MULTIPORT_MAX) {
-            out.push((proto, chunk.join(",")));
-        }
-    }
-    out
-}
-
-/// The entry rules in `CNI-HOSTPORT-DNAT` in `iptables-save`'s words (with `-j CNI-DN-…`).
-pub fn entry_rules(config: &Config, container_id: &str, fam: IpFamily) -> Vec<Vec<String>> {
-    let chain = names::dnat_chain(&config.network, container_id);
-    let comment = names::ipt_entry_comment(&config.network, container_id);
-    let (front, rest) = match config.conditions(fam) {
-        Conditions::Iptables(c) => canonical_conditions(c),
-        _ => (Vec::new(), Vec::new()),
-    };
-    entry_ports(config)
-        .into_iter()
-        .map(|(proto, ports)| {
-            let mut r = front.clone();
-            r.extend(args(&[
-                "-p",
-                proto.name(),
-                "-m",
-                "comment",
-                "--comment",
-                &comment,
-                "-m",
-                "multiport",
-                "--dports",
-                &ports,
-            ]));
-            r.extend(rest.iter().cloned());
-            r.extend(args(&["-j", &chain]));
-            r
-        })
-        .collect()
-}
-
-/// The entry rules in the reference's own words, without the jump (as its CHECK lists them).
-fn go_entry_rules(config: &Config, container_id: &str, fam: IpFamily) -> Vec<Vec<String>> {
-    let comment = names::ipt_entry_comment(&config.network, container_id);
-    let conditions = match config.conditions(fam) {
-        Conditions::Iptables(c) => c.as_slice(),
-        _ => &[],
-    };
-    entry_ports(config)
-        .into_iter()
-        .map(|(proto, ports)| {
-            let mut r = args(&[
-                "-m",
-                "comment",
-                "--comment",
-                &comment,
-                "-m",
-                "multiport",
-                "-p",
-                proto.name(),
-                "--destination-ports",
-                &ports,
-            ]);
-            r.extend(conditions.iter().cloned());
-            r
-        })
-        .collect()
-}
-
-/// The shared regular chains the layout needs.
-pub fn shared_chains(config: &Config) -> Vec<&'static str> {
-    if config.snat && config.external_set_mark_chain.is_none() {
-        vec![
-            names::IPT_SETMARK,
-            names::IPT_MASQ,
-            names::IPT_TOPLEVEL_DNAT,
-        ]
-    } else {
-        vec![names::IPT_TOPLEVEL_DNAT]
-    }
-}
-
-/// The shared chains' rules and the jumps into them from the built-in chains, in the order
-/// the reference makes them: with `snat` (and no external mark chain) the mark rule, the
-/// masquerade rule and its jump at the top of `POSTROUTING`; then the jumps to
-/// `CNI-HOSTPORT-DNAT` from `PREROUTING` and `OUTPUT`.
-pub fn skeleton(config: &Config) -> Vec<RuleSpec> {
-    let mut specs = Vec::new();
-    if config.snat && config.external_set_mark_chain.is_none() {
-        let mark = mark_def(config.mark_masq_bit);
-        specs.push(RuleSpec::append(
-            names::IPT_SETMARK,
-            &args(&[
-                "-m",
-                "comment",
-                "--comment",
-                names::IPT_SETMARK_COMMENT,
-                "-j",
-                "MARK",
-                "--set-xmark",
-                &mark,
-            ]),
-        ));
-        specs.push(RuleSpec::append(
-            names::IPT_MASQ,
-            &args(&["-m", "mark", "--mark", &mark, "-j", "MASQUERADE"]),
-        ));
-        specs.push(RuleSpec::insert(
-            "POSTROUTING",
-            &args(&[
-                "-m",
-                "comment",
-                "--comment",
-                names::IPT_MASQ_COMMENT,
-                "-j",
-                names::IPT_MASQ,
-            ]),
-        ));
-    }
-    for entry in ["PREROUTING", "OUTPUT"] {
-        specs.push(RuleSpec::append(
-            entry,
-            &args(&[
-                "-m",
-                "addrtype",
-                "--dst-type",
-                "LOCAL",
-                "-j",
-                names::IPT_TOPLEVEL_DNAT,
-            ]),
-        ));
-    }
-    specs
-}
-
-/// The attachment's chain and its rules for container address `ip`: the chain's rules, then
-/// its entry rules (recorded: their handles go into the state).
-pub fn attachment(config: &Config, container_id: &str, ip: IpNet) -> (String, Vec<RuleSpec>) {
-    let chain = names::dnat_chain(&config.network, container_id);
-    let fam = IpFamily::of(ip.addr());
-    let mut specs: Vec<RuleSpec> = dnat_rules(config, ip)
-        .iter()
-        .map(|r| RuleSpec::append(&chain, r))
-        .collect();
-    specs.extend(
-        entry_rules(config, container_id, fam)
-            .iter()
-            .map(|r| RuleSpec::append_recorded(names::IPT_TOPLEVEL_DNAT, r)),
-    );
-    (chain, specs)
-}
-
-/// What CHECK found missing of an attachment in one family.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Missing {
-    /// Its chain.
-    Chain,
-    /// One of its chain's rules, as `iptables-save` prints it.
-    Rule(Vec<String>),
-    /// One of its entry rules, as `iptables-save` prints it.
-    Entry(Vec<String>),
-    /// A shared chain or rule it needs: `chain X`, or `rule -A X …` as `iptables-save` prints
-    /// it (the reference does not check these; the words are ours).
-    Shared(String),
-}
-
-/// CHECK's error for what is `missing` of the attachment in `ip`'s family: the reference's
-/// message, listing the chain's or the entry rules in its own words as it does, with the rule
-/// missing in details as `iptables-save` prints it.
-pub fn check_error(
-    config: &Config,
-    container_id: &str,
-    ip: IpNet,
-    missing: &Missing,
-) -> PortmapError {
-    let fam = IpFamily::of(ip.addr());
-    let which = match fam {
-        IpFamily::V4 => "ipv4",
-        IpFamily::V6 => "ipv6",
-    };
-    let chain = names::dnat_chain(&config.network, container_id);
-    let go_list = |rules: &[Vec<String>]| {
-        let inner: Vec<String> = rules.iter().map(|r| format!("[{}]", r.join(" "))).collect();
-        format!("[{}]", inner.join(" "))
-    };
-    let missing_rule = |chain: &str, rule: &[String]| {
-        let line = netfilter::iptables::restore_line("-A", chain, rule)
-            .unwrap_or_else(|_| format!("-A {chain} {}", rule.join(" ")));
-        format!("rule {line} not found")
-    };
-    let (what, details) = match missing {
-        Missing::Chain => (
-            format!("chain {chain} not found in iptables table {NAT}"),
-            String::new(),
-        ),
-        Missing::Rule(rule) => (
-            format!(
-                "rule {} in chain {chain} not found in table {NAT}",
-                go_list(&go_dnat_rules(config, ip))
-            ),
-            missing_rule(&chain, rule),
-        ),
-        Missing::Entry(rule) => (
-            format!(
-                "rule {} in chain {} not found in table {NAT}",
-                go_list(&go_entry_rules(config, container_id, fam)),
-                names::IPT_TOPLEVEL_DNAT
-            ),
-            missing_rule(names::IPT_TOPLEVEL_DNAT, rule),
-        ),
-        Missing::Shared(object) => (format!("{object} not found in table {NAT}"), String::new()),
-    };
-    PortmapError::CheckDetailed {
-        msg: format!("could not check {which} dnat: {what}"),
-        details,
-    }
-}
-
-/// A shared object CHECK found missing, as [`Missing::Shared`] names it.
-fn shared_missing(spec: Option<&RuleSpec>, chain: Option<&str>) -> Missing {
-    match (chain, spec) {
-        (Some(chain), _) => Missing::Shared(format!("chain {chain}")),
-        (None, Some(spec)) => {
-            let line = netfilter::iptables::restore_line("-A", &spec.chain, &spec.args)
-                .unwrap_or_else(|_| format!("-A {} {}", spec.chain, spec.args.join(" ")));
-            Missing::Shared(format!("rule {line}"))
-        }
-        (None, None) => Missing::Shared("a shared chain".to_string()),
-    }
-}
-
-/// The refusal of mapping `m`, held by the chain of `network`'s container `id`.
-pub fn refusal(m: &PortMapping, network: &str, id: &str) -> PortmapError {
-    PortmapError::Conflict {
-        what: m.host_port_name(),
-        owner: format!(
-            "{} (chain {})",
-            names::ipt_entry_comment(network, id),
-            names::dnat_chain(network, id)
-        ),
-    }
-}
-
-/// The containers of `network` named by the entry rules' `comments` that are not valid.
-fn stale_containers<'c>(
-    comments: impl Iterator<Item = &'c str>,
-    network: &str,
-    valid: &[Valid],
-) -> Vec<String> {
-    let prefix = format!("dnat name: \"{network}\" id: \"");
-    let mut stale: Vec<String> = Vec::new();
-    for comment in comments {
-        let Some(id) = comment
-            .strip_prefix(&prefix)
-            .and_then(|rest| rest.strip_suffix('"'))
-        else {
-            continue;
-        };
-        if !valid.iter().any(|a| a.container_id == id) && !stale.iter().any(|s| s == id) {
-            stale.push(id.to_string());
-        }
-    }
-    stale
-}
-
-/// The attachments of the layout that the host-port index names as holding one of `config`'s
-/// host ports in `family` (of containers other than `att`'s, whose chain is shared), each
-/// once, with the first of `config`'s mappings it holds: those whose current record claims
-/// the port and whose chain exists in `family`'s table (one lookup; where the layout is not
-/// in nf_tables, the record alone tells). A port the Go plugin maps has no index entry.
+/// Our lock around an iptables read-modify-write (a call's conflict check, its write and its
+/// index entries), held until dropped. Where `/run/cni/portmap` cannot be written (read-only,
+/// full), an existing lock file is locked through a read-only descriptor (`flock` needs no
+/// write access), and without one the call goes on unlocked, since no other call can take it
+/// there either: a DEL must still remove what it can.
 ///
 /// # Errors
-/// nf_tables failures other than "not found" and an nf_tables the kernel does not have.
-pub fn indexed_holders(
-    nft: &mut netfilter::nft::Nft,
-    att: &Attachment,
-    config: &Config,
-    family: IpFamily,
-    holders: &dyn Holders,
-) -> Result<Vec<(State, PortMapping)>, PortmapError> {
-    let table = netfilter::iptables::native::nft_table(family.into(), NAT);
-    // The records the index names, each read once (one attachment may hold thousands).
-    let mut records: std::collections::HashMap<Attachment, Option<State>> =
-        std::collections::HashMap::new();
-    let mut found: Vec<(State, PortMapping)> = Vec::new();
-    for key in crate::plan::PortKey::of(&config.mappings, family) {
-        let Some(holder) = holders.indexed(&key).filter(|h| h != att) else {
-            continue;
-        };
-        let record = records
-            .entry(holder)
-            .or_insert_with_key(|holder| holders.record(holder));
-        let Some(holder) = record.as_ref().filter(|r| r.claims(&key)) else {
-            continue;
-        };
-        let same = |r: &State| r.network == holder.network && r.container_id == holder.container_id;
-        if (holder.network == att.network && holder.container_id == att.container_id)
-            || found.iter().any(|(r, _)| same(r))
+/// [`PortmapError::Lock`] when it stays held by another process (code 11) or cannot be made.
+pub fn lock() -> Result<Option<FileLock>, PortmapError> {
+    let wait = host::lock::DEFAULT_WAIT;
+    match FileLock::acquire(names::IPT_LOCK_FILE, wait) {
+        Ok(lock) => Ok(Some(lock)),
+        Err(LockError::Open { path, source })
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::EROFS | libc::ENOSPC | libc::EDQUOT)
+            ) =>
         {
-            continue;
-        }
-        let chain = names::dnat_chain(&holder.network, &holder.container_id);
-        let exists = if is_native(family) {
-            match nft.chain_exists(&table, &chain) {
-                Ok(exists) => exists,
-                Err(e) if e.is_not_found() || e.is_unsupported() => false,
-                Err(e) => return Err(PortmapError::Nft(e)),
+            match std::fs::File::open(&path) {
+                Ok(file) => Ok(Some(FileLock::acquire_file(file, path, wait)?)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    log::warn!(
+                        "no iptables lock: {} cannot be made: {source}",
+                        path.display()
+                    );
+                    Ok(None)
+                }
+                Err(e) => Err(LockError::Open { path, source: e }.into()),
             }
-        } else {
-            true
-        };
-        // An entry whose chain is gone (a record the kernel lost) holds nothing.
-        if !exists {
-            continue;
         }
-        if let Some(m) = config.mappings.iter().find(|m| key.is_claimed_by(m)) {
-            found.push((holder.clone(), *m));
-        }
-    }
-    Ok(found)
-}
-
-/// The reference's failure to remove the layout of an attachment in `family`.
-fn teardown_error(family: IpFamily, cause: &dyn std::fmt::Display) -> PortmapError {
-    PortmapError::Teardown {
-        family: match family {
-            IpFamily::V4 => "ipv4",
-            IpFamily::V6 => "ipv6",
-        },
-        cause: cause.to_string(),
+        Err(e) => Err(e.into()),
     }
 }
 
-/// Whether `family`'s layout is in nf_tables, read and written natively.
-fn is_native(family: IpFamily) -> bool {
-    variant(family.into()) == Variant::Nft
+/// The families of `ips`, as the writer names them.
+fn families(ips: &[IpNet]) -> Vec<Family> {
+    ips.iter().map(|ip| Family::of(&ip.addr())).collect()
 }
 
-/// Removes the chains of `network`'s container `container_id` (the reference's
-/// `CNI-DN-<hash>`, and the legacy `CNI-SN-<hash>`, with the rules jumping to them) in
-/// `families`, with the entry rules' handles `record` holds: natively where the layout is in
-/// nf_tables, else with the tools (skipped where they are missing: nothing of ours can exist
-/// without them). An nf_tables the kernel does not have holds nothing.
+/// A removal's failure as the reference words it (`could not teardown ipv4 dnat: …`).
+fn removal_error(e: RemoveError) -> PortmapError {
+    match e {
+        RemoveError::Refused { family, cause } => layout::teardown_error(family.into(), &cause),
+        RemoveError::Failed(e) => write_error(e),
+    }
+}
+
+/// Removes the chains of `network`'s container `container_id` (its `CNI-DN-<hash>`, and the
+/// legacy `CNI-SN-<hash>`, with the rules jumping to them) in `families`, with the entry
+/// rules' handles `record` holds. The caller holds our lock.
 ///
 /// # Errors
 /// The first failure.
+fn remove_locked(
+    nft: &mut LazyNft,
+    network: &str,
+    container_id: &str,
+    families: &[IpFamily],
+    record: Option<&State>,
+) -> Result<(), PortmapError> {
+    let removals = layout::unchains(network, container_id, families, record);
+    let families: Vec<Family> = families.iter().map(|f| (*f).into()).collect();
+    Writer::choose(nft, NAT, &families, &[])
+        .remove_chains(&removals)
+        .map_err(removal_error)
+}
+
+/// Removes the chains of `network`'s container `container_id` in `families`, under our lock
+/// (also the Go plugin's, which have the same names: [`crate::leftovers`]).
+///
+/// # Errors
+/// The lock; the first failure.
 pub fn remove(
     nft: &mut LazyNft,
     network: &str,
@@ -568,27 +112,11 @@ pub fn remove(
     families: &[IpFamily],
     record: Option<&State>,
 ) -> Result<(), PortmapError> {
-    let (natives, others): (Vec<IpFamily>, Vec<IpFamily>) =
-        families.iter().partition(|f| is_native(**f));
-    let mut result = Ok(());
-    if !natives.is_empty() {
-        match nft.get() {
-            Ok(nft) => result = native::remove(nft, network, container_id, &natives, record),
-            Err(e) if e.is_unsupported() => {
-                log::debug!("no nf_tables here, so no iptables-nft chain either: {e}");
-            }
-            Err(e) => result = Err(PortmapError::Nft(e)),
-        }
-    }
-    if !others.is_empty() {
-        let other = restore::del(network, container_id, &others);
-        result = result.and(other);
-    }
-    result
+    let _lock = lock()?;
+    remove_locked(nft, network, container_id, families, record)
 }
 
-/// The reference's layout, natively where the tools are `iptables-nft`, else with
-/// `iptables-restore`.
+/// The reference's layout.
 #[derive(Debug)]
 pub struct Iptables {
     nft: LazyNft,
@@ -599,6 +127,111 @@ impl Iptables {
     pub fn new(nft: LazyNft) -> Iptables {
         Iptables { nft }
     }
+
+    /// Refuses a host port of `config` that our nftables maps hold (none where nf_tables is
+    /// not usable).
+    fn refuse_mapped_by_nftables(
+        &mut self,
+        att: &Attachment,
+        config: &Config,
+        ips: &[IpNet],
+    ) -> Result<(), PortmapError> {
+        let Ok(nft) = self.nft.get() else {
+            return Ok(());
+        };
+        for family in ips.iter().map(|ip| IpFamily::of(ip.addr())) {
+            let mappings = config.mappings_for(family);
+            match ports::in_maps(nft, family, &names::owner(att), &mappings) {
+                Ok(Some((m, owner))) => return Err(ports::refusal(m.host_port_name(), owner)),
+                Ok(None) => {}
+                Err(e) if e.is_unsupported() => break,
+                Err(e) => return Err(PortmapError::Nft(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The write of an ADD: the conflict check, then the plan with the removal of the chains
+    /// of the holders taken over, written. Returns the records taken over and the handles of
+    /// the entry rules, per family where this write added them all.
+    fn write(
+        &mut self,
+        add: &Add<'_>,
+        plan: &mut Plan,
+    ) -> Result<(Vec<State>, Vec<Recorded>), PortmapError> {
+        let Add {
+            att, config, ips, ..
+        } = *add;
+        let records = Records::new(add.store);
+        let mut writer = Writer::for_plan(&mut self.nft, plan);
+        let mut taken: Vec<State> = Vec::new();
+        for ip in ips {
+            let family = IpFamily::of(ip.addr());
+            let exists = |chain: &str| writer.chain_exists(family.into(), chain);
+            let indexed = ports::indexed_holders(&records, att, config, family, exists)
+                .map_err(write_error)?;
+            for (holder, m) in indexed {
+                match records.by_container(&holder.network, &holder.container_id) {
+                    Fate::Gone(gone) if gone.iter().all(|r| r.backend == Backend::Iptables) => {
+                        take(gone, &mut taken);
+                    }
+                    _ => {
+                        return Err(ports::chain_refusal(
+                            &m,
+                            &holder.network,
+                            &holder.container_id,
+                        ));
+                    }
+                }
+            }
+            // A table read whole (the tools' way) shows the Go plugin's chains too.
+            let Some(dump) = writer.whole_table(family.into()).map_err(write_error)? else {
+                continue;
+            };
+            for (chain, m) in ports::table_holders(dump, config, &att.container_id, family) {
+                let Some((network, id)) = ports::table_owner(dump, &chain) else {
+                    return Err(ports::table_refusal(dump, &chain, m));
+                };
+                match records.by_container(&network, &id) {
+                    Fate::Gone(gone) if gone.iter().all(|r| r.backend == Backend::Iptables) => {
+                        take(gone, &mut taken);
+                    }
+                    _ => return Err(ports::table_refusal(dump, &chain, m)),
+                }
+            }
+        }
+        let mut ids: Vec<(&str, &str)> = Vec::new();
+        for t in &taken {
+            if !ids.contains(&(t.network.as_str(), t.container_id.as_str())) {
+                ids.push((&t.network, &t.container_id));
+            }
+        }
+        for (network, id) in ids {
+            let mut removals = layout::unchains(network, id, &IpFamily::BOTH, None);
+            // The jumps of a container taken over are looked up, not found by handle.
+            removals.iter_mut().for_each(|r| r.recorded = None);
+            plan.removals.extend(removals);
+        }
+        let applied = writer.apply(plan).map_err(write_error)?;
+        // A family's handles are the record only when this write added all its entry rules.
+        let recorded = applied
+            .recorded
+            .into_iter()
+            .filter(|r| {
+                let (Some(part), Some((_, missing))) = (
+                    plan.parts.iter().find(|p| p.family == r.family),
+                    applied.added.iter().find(|(f, _)| *f == r.family),
+                ) else {
+                    return false;
+                };
+                let first = part.rules.iter().position(|s| s.recorded);
+                let first = first.unwrap_or(part.rules.len());
+                let added = missing.rules.iter().filter(|i| **i >= first).count();
+                added == part.rules.len() - first
+            })
+            .collect();
+        Ok((taken, recorded))
+    }
 }
 
 impl PortmapBackend for Iptables {
@@ -606,41 +239,68 @@ impl PortmapBackend for Iptables {
         Backend::Iptables
     }
 
-    /// Natively, one transaction for both families, with the removal of the chains of the
-    /// attachments it takes ports over from; else one restore per family, a failure in the
-    /// second rolling back the first.
-    fn add(
-        &mut self,
-        att: &Attachment,
-        config: &Config,
-        ips: &[IpNet],
-        holders: &dyn Holders,
-    ) -> Result<super::Added, PortmapError> {
-        // No host port our nftables maps hold either (no maps where nf_tables is not usable).
-        if let Ok(nft) = self.nft.get() {
-            for family in ips.iter().map(|ip| IpFamily::of(ip.addr())) {
-                let mappings = config.mappings_for(family);
-                match super::nftables::holder(nft, family, &att.owner(), &mappings) {
-                    Ok(Some((m, owner))) => {
-                        return Err(PortmapError::Conflict {
-                            what: m.host_port_name(),
-                            owner,
-                        });
-                    }
-                    Ok(None) => {}
-                    Err(e) if e.is_unsupported() => break,
-                    Err(e) => return Err(PortmapError::Nft(e)),
-                }
+    /// Under our lock: the conflict check, the write (one transaction natively; one per
+    /// family with the tools, a failure in the second undoing the first), then the record,
+    /// written once with the handles of the entry rules (an inode costs a millisecond on an
+    /// ext4 `/run`), and the index entries naming it.
+    fn add(&mut self, add: Add<'_>) -> Result<(), PortmapError> {
+        let _lock = lock()?;
+        let Add {
+            store,
+            att,
+            config,
+            ips,
+            ..
+        } = add;
+        let mut record = add.record.clone();
+        let file = state::file(att);
+        self.refuse_mapped_by_nftables(att, config, ips)?;
+        let mut plan = Plan {
+            table: NAT.to_string(),
+            removals: Vec::new(),
+            parts: ips
+                .iter()
+                .map(|ip| layout::add_part(config, &att.container_id, *ip))
+                .collect(),
+            undo: layout::unchains(
+                &config.network,
+                &att.container_id,
+                &plan_families(ips),
+                None,
+            ),
+        };
+        let (taken, recorded) = self.write(&add, &mut plan)?;
+        let result = (add.then)().and_then(|()| {
+            ports::forget_taken(store, &taken);
+            if !recorded.is_empty() {
+                record
+                    .iptables_rules
+                    .retain(|r| recorded.iter().all(|a| a.family != r.family));
+                record.iptables_rules.extend(recorded);
             }
+            if add.earlier.record.as_ref() != Some(&record) || add.earlier.file != file {
+                state::write(store, &file, &record)?;
+            }
+            // Under the lock, in the step that made the claim: the index names this ADD for
+            // each key it now holds.
+            ports::PortIndex::new(store).claim(&file, &record)
+        });
+        if let Err(e) = result {
+            if let Err(e) = remove_locked(
+                &mut self.nft,
+                &record.network,
+                &record.container_id,
+                &IpFamily::BOTH,
+                Some(&record),
+            ) {
+                log::warn!("rollback after a failed ADD failed: {e}");
+            }
+            ports::release(store, &record);
+            super::forget(store, att);
+            return Err(e);
         }
-        let _lock = restore::lock()?;
-        if ips.iter().all(|ip| is_native(IpFamily::of(ip.addr())))
-            && let Ok(nft) = self.nft.get()
-            && let Some(added) = native::add(nft, att, config, ips, holders)?
-        {
-            return Ok(added);
-        }
-        restore::add(att, config, ips, holders)
+        super::forget_earlier(store, &add.earlier.file, &file);
+        Ok(())
     }
 
     /// The chain, each of its rules and each entry rule must exist, and the shared chains
@@ -652,20 +312,38 @@ impl PortmapBackend for Iptables {
         ips: &[IpNet],
         record: Option<&State>,
     ) -> Result<(), PortmapError> {
+        let mut parts = Vec::new();
         for ip in ips {
-            let family = IpFamily::of(ip.addr());
-            let missing = match self.nft.get() {
-                Ok(nft) if is_native(family) => {
-                    native::check(nft, config, &att.container_id, *ip, record)?
+            parts.push(layout::own_part(config, &att.container_id, *ip));
+            parts.push(layout::shared_part(config, IpFamily::of(ip.addr())));
+        }
+        let mut writer = Writer::choose(&mut self.nft, NAT, &families(ips), &parts);
+        for (ip, pair) in ips.iter().zip(parts.chunks(2)) {
+            let [own, shared] = pair else { continue };
+            let fam = IpFamily::of(ip.addr());
+            let recorded = record.and_then(|r| r.recorded(fam));
+            let chain = names::dnat_chain(&config.network, &att.container_id);
+            let missing = match writer.missing(own, recorded).map_err(write_error)? {
+                Some(Absent::Chain(_)) => Some(Missing::Chain),
+                Some(Absent::Rule { index, args }) if own.rules[index].chain == chain => {
+                    Some(Missing::Rule(args))
                 }
-                _ => None,
-            };
-            let missing = match missing {
-                Some(checked) => checked,
-                None => restore::check(config, &att.container_id, *ip)?,
+                Some(Absent::Rule { args, .. }) => Some(Missing::Entry(args)),
+                None => match writer.missing(shared, None).map_err(write_error)? {
+                    Some(Absent::Chain(chain)) => Some(layout::shared_missing(None, Some(&chain))),
+                    Some(Absent::Rule { index, .. }) => {
+                        Some(layout::shared_missing(shared.rules.get(index), None))
+                    }
+                    None => None,
+                },
             };
             if let Some(missing) = missing {
-                return Err(check_error(config, &att.container_id, *ip, &missing));
+                return Err(layout::check_error(
+                    config,
+                    &att.container_id,
+                    *ip,
+                    &missing,
+                ));
             }
         }
         Ok(())
@@ -684,7 +362,7 @@ impl PortmapBackend for Iptables {
     fn del_unrecorded(
         &mut self,
         att: &Attachment,
-        _found: super::Unrecorded<'_>,
+        _found: Unrecorded<'_>,
     ) -> Result<(), PortmapError> {
         remove(
             &mut self.nft,
@@ -698,36 +376,35 @@ impl PortmapBackend for Iptables {
     /// Tears down every `CNI-DN-` chain of `network` whose container is not valid, found by
     /// the entry rules' comments (GC reads the whole entry chain).
     fn gc(&mut self, network: &str, valid: &[Valid]) -> Result<(), PortmapError> {
-        let (natives, others): (Vec<IpFamily>, Vec<IpFamily>) =
-            IpFamily::BOTH.iter().partition(|f| is_native(**f));
-        let mut result = Ok(());
-        if !natives.is_empty() {
-            let mut comments = Vec::new();
-            for family in &natives {
-                match self.nft.get().map(|nft| nf_read::entries(nft, *family)) {
-                    Ok(Ok(entries)) => {
-                        comments.extend(entries.into_iter().filter_map(|e| e.comment))
-                    }
-                    Ok(Err(e)) | Err(e) if e.is_unsupported() => {}
-                    Ok(Err(e)) | Err(e) => return Err(PortmapError::Nft(e)),
-                }
-            }
-            let stale = stale_containers(comments.iter().map(String::as_str), network, valid);
-            if !stale.is_empty() {
-                let nft = self.nft.get().map_err(PortmapError::Nft)?;
-                result = native::remove_containers(nft, network, &stale, &natives);
-            }
+        let _lock = lock()?;
+        let mut writer = Writer::choose(&mut self.nft, NAT, &Family::BOTH, &[]);
+        let mut comments = Vec::new();
+        for family in Family::BOTH {
+            let jumps = writer
+                .jumps(family, names::IPT_TOPLEVEL_DNAT)
+                .map_err(write_error)?;
+            comments.extend(jumps.into_iter().filter_map(|j| j.comment));
         }
-        if !others.is_empty() {
-            let other = restore::gc(network, valid, &others);
-            result = result.and(other);
+        let stale = layout::stale_containers(comments.iter().map(String::as_str), network, valid);
+        if stale.is_empty() {
+            return Ok(());
         }
-        result
+        let mut plan = Plan {
+            table: NAT.to_string(),
+            ..Plan::default()
+        };
+        for id in &stale {
+            plan.removals
+                .extend(layout::unchains(network, id, &IpFamily::BOTH, None));
+        }
+        writer.apply(&plan).map(drop).map_err(write_error)
     }
 
     /// The IPv4 tools work.
     fn status(&mut self) -> Result<(), PortmapError> {
-        restore::probe()
+        netfilter::iptables::Iptables::new(Family::V4)
+            .probe()
+            .map_err(PortmapError::Iptables)
     }
 
     fn into_socket(self: Box<Self>) -> LazyNft {
@@ -735,165 +412,16 @@ impl PortmapBackend for Iptables {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{HostIp, PortMapping};
-
-    fn config(mappings: Vec<PortMapping>) -> Config {
-        crate::config::test_config(mappings)
-    }
-
-    fn m(host_port: u16, container_port: u16, proto: Proto, host_ip: HostIp) -> PortMapping {
-        PortMapping {
-            host_port,
-            container_port,
-            proto,
-            host_ip,
+/// Adds `records` to `taken`, each attachment once.
+fn take(records: Vec<State>, taken: &mut Vec<State>) {
+    for record in records {
+        if !taken.iter().any(|t| t.attachment() == record.attachment()) {
+            taken.push(record);
         }
     }
+}
 
-    fn joined(rules: &[Vec<String>]) -> Vec<String> {
-        rules.iter().map(|r| r.join(" ")).collect()
-    }
-
-    #[test]
-    fn mark_bits_print_like_the_reference() {
-        assert_eq!(mark_def(13), "0x2000/0x2000");
-        assert_eq!(mark_def(5), "0x20/0x20");
-    }
-
-    #[test]
-    fn dnat_rules_cover_hairpin_localhost_and_dnat_in_save_form() {
-        let c = config(vec![
-            m(8080, 80, Proto::Tcp, HostIp::All),
-            m(
-                53,
-                53,
-                Proto::Udp,
-                HostIp::Addr("10.1.1.1".parse().unwrap()),
-            ),
-            m(9, 9, Proto::Udp, HostIp::Addr("fd00::1".parse().unwrap())),
-        ]);
-        assert_eq!(
-            joined(&dnat_rules(&c, "10.0.0.2/24".parse().unwrap())),
-            [
-                "-s 10.0.0.0/24 -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK",
-                "-s 127.0.0.1/32 -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK",
-                "-p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.0.0.2:80",
-                "-s 10.0.0.0/24 -d 10.1.1.1/32 -p udp -m udp --dport 53 -j CNI-HOSTPORT-SETMARK",
-                "-s 127.0.0.1/32 -d 10.1.1.1/32 -p udp -m udp --dport 53 -j CNI-HOSTPORT-SETMARK",
-                "-d 10.1.1.1/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.0.0.2:53",
-            ]
-        );
-        let mut c = config(vec![m(8080, 80, Proto::Tcp, HostIp::All)]);
-        c.masq_all = true;
-        c.external_set_mark_chain = Some("KUBE-MARK-MASQ".into());
-        assert_eq!(
-            joined(&dnat_rules(&c, "fd00::2/64".parse().unwrap())),
-            [
-                "-p tcp -m tcp --dport 8080 -j KUBE-MARK-MASQ",
-                "-p tcp -m tcp --dport 8080 -j DNAT --to-destination [fd00::2]:80",
-            ]
-        );
-        c.snat = false;
-        assert_eq!(dnat_rules(&c, "fd00::2/64".parse().unwrap()).len(), 1);
-    }
-
-    #[test]
-    fn the_reference_s_words_list_the_same_rules_as_it_prints_them() {
-        let c = config(vec![
-            m(8080, 80, Proto::Tcp, HostIp::All),
-            m(
-                8443,
-                443,
-                Proto::Tcp,
-                HostIp::Addr("10.98.0.1".parse().unwrap()),
-            ),
-        ]);
-        let ip: IpNet = "10.96.0.2/24".parse().unwrap();
-        assert_eq!(
-            joined(&go_dnat_rules(&c, ip)),
-            [
-                "-p tcp --dport 8080 -s 10.96.0.2/24 -j CNI-HOSTPORT-SETMARK",
-                "-p tcp --dport 8080 -s 127.0.0.1 -j CNI-HOSTPORT-SETMARK",
-                "-p tcp --dport 8080 -j DNAT --to-destination 10.96.0.2:80",
-                "-p tcp --dport 8443 -d 10.98.0.1 -s 10.96.0.2/24 -j CNI-HOSTPORT-SETMARK",
-                "-p tcp --dport 8443 -d 10.98.0.1 -s 127.0.0.1 -j CNI-HOSTPORT-SETMARK",
-                "-p tcp --dport 8443 -d 10.98.0.1 -j DNAT --to-destination 10.96.0.2:443",
-            ]
-        );
-        let dnat = dnat_rules(&c, ip);
-        let err = check_error(&c, "ctr", ip, &Missing::Rule(dnat[0].clone())).to_string();
-        assert!(
-            err.starts_with(
-                "could not check ipv4 dnat: rule [[-p tcp --dport 8080 -s 10.96.0.2/24 -j CNI-HOSTPORT-SETMARK] [-p tcp"
-            ),
-            "{err}"
-        );
-        assert!(
-            err.ends_with(&format!(
-                "10.96.0.2:443]] in chain {} not found in table nat",
-                names::dnat_chain("net", "ctr")
-            )),
-            "{err}"
-        );
-        assert_eq!(
-            check_error(&c, "ctr", ip, &Missing::Entry(Vec::new())).to_string(),
-            "could not check ipv4 dnat: rule [[-m comment --comment dnat name: \"net\" id: \"ctr\" -m multiport -p tcp --destination-ports 8080,8443]] in chain CNI-HOSTPORT-DNAT not found in table nat"
-        );
-        assert_eq!(
-            check_error(&c, "ctr", ip, &Missing::Chain).to_string(),
-            format!(
-                "could not check ipv4 dnat: chain {} not found in iptables table nat",
-                names::dnat_chain("net", "ctr")
-            )
-        );
-    }
-
-    #[test]
-    fn entry_rules_group_per_protocol_sorted_by_name_in_chunks_of_15_with_conditions() {
-        let mut maps: Vec<PortMapping> = (1..=16)
-            .map(|p| m(p, 80, Proto::Udp, HostIp::All))
-            .collect();
-        maps.push(m(8080, 80, Proto::Tcp, HostIp::All));
-        maps.push(m(3868, 3868, Proto::Sctp, HostIp::All));
-        let mut c = config(maps);
-        c.conditions_v4 = Conditions::Iptables(vec![
-            "-m".into(),
-            "mark".into(),
-            "--mark".into(),
-            "0x1".into(),
-            "-s".into(),
-            "10.0.0.1".into(),
-        ]);
-        let rules = joined(&entry_rules(&c, "ctr", IpFamily::V4));
-        let chain = names::dnat_chain("net", "ctr");
-        assert_eq!(rules.len(), 4);
-        assert!(rules[0].contains("-p sctp "), "{}", rules[0]);
-        assert_eq!(
-            rules[1],
-            format!(
-                "-s 10.0.0.1/32 -p tcp -m comment --comment dnat name: \"net\" id: \"ctr\" -m multiport --dports 8080 -m mark --mark 0x1 -j {chain}"
-            )
-        );
-        assert!(rules[2].contains("--dports 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15 "));
-        assert!(rules[3].contains("--dports 16 "));
-    }
-
-    #[test]
-    fn the_skeleton_follows_snat_and_the_external_mark_chain() {
-        let mut c = config(Vec::new());
-        assert_eq!(shared_chains(&c).len(), 3);
-        let specs = skeleton(&c);
-        assert_eq!(specs.len(), 5);
-        assert_eq!(specs[2].chain, "POSTROUTING");
-        assert_eq!(
-            specs[2].position,
-            netfilter::iptables::native::Position::Insert
-        );
-        c.external_set_mark_chain = Some("KUBE-MARK-MASQ".into());
-        assert_eq!(shared_chains(&c), [names::IPT_TOPLEVEL_DNAT]);
-        assert_eq!(skeleton(&c).len(), 2);
-    }
+/// The families of `ips`.
+fn plan_families(ips: &[IpNet]) -> Vec<IpFamily> {
+    crate::plan::families(ips)
 }

@@ -28,7 +28,9 @@
 //!
 //! The skeleton is created once (under a lock, so two first ADDs do not both add its rules)
 //! and never flushed. ADD and DEL look up and change only their own keys: what to change is
-//! planned from what those lookups find ([`crate::plan::nft_add`], [`crate::plan::nft_del`]).
+//! planned from what those lookups find ([`layout::nft_add`], [`layout::nft_del`]).
+
+pub mod layout;
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -39,12 +41,16 @@ use netfilter::nft::{
     Nft, NftError, Rule, Selector, Set, Table, Value, Verdict, priority,
 };
 
-use super::{Added, Fate, Holders, PortmapBackend, Unrecorded, iptables};
+use cni::Attachment;
+use netfilter::iptables::writer::{WriteError, Writer};
+
+use super::{Add, PortmapBackend, Unrecorded};
 use crate::config::{Backend, Config, IpFamily, PortMapping};
-use crate::error::PortmapError;
+use crate::error::{PortmapError, write_error};
 use crate::names;
-use crate::plan::{self, Attachment, NftOp, NftPlan, Observed};
-use crate::state::State;
+use crate::ports::{self, Fate, Records};
+use crate::state::{self, State};
+use layout::{NftOp, NftPlan, Observed};
 
 /// An nf_tables failure as the plugin's error; where the kernel has no nf_tables at all
 /// (no nfnetlink, or nfnetlink without nf_tables), saying so: the ADD's message names it, and
@@ -200,7 +206,7 @@ fn plans(
     ips: &[IpNet],
 ) -> Result<Vec<(IpFamily, NftPlan)>, PortmapError> {
     ips.iter()
-        .map(|ip| Ok((IpFamily::of(ip.addr()), plan::nft_plan(config, att, *ip)?)))
+        .map(|ip| Ok((IpFamily::of(ip.addr()), layout::nft_plan(config, att, *ip)?)))
         .filter(|p| p.as_ref().map_or(true, |(_, p)| !p.claims.is_empty()))
         .collect()
 }
@@ -210,7 +216,7 @@ fn plans_of(record: &State) -> Result<Vec<(IpFamily, NftPlan)>, PortmapError> {
     plans(&record.config(), &record.attachment(), &record.ips)
 }
 
-/// The batch making `ops`. Removals are expiries where [`plan::removal_expires`] allows
+/// The batch making `ops`. Removals are expiries where [`layout::removal_expires`] allows
 /// (and the set has `flags timeout`: [`Batch::expire_elements`] deletes otherwise).
 fn batch(ops: &[NftOp]) -> Batch {
     let mut batch = Batch::new();
@@ -222,7 +228,7 @@ fn batch(ops: &[NftOp]) -> Batch {
                 element,
             } => {
                 let t = table(*family);
-                if plan::removal_expires(ops, *family, set, element) {
+                if layout::removal_expires(ops, *family, set, element) {
                     batch.expire_elements(&t, set, std::slice::from_ref(element));
                 } else {
                     batch.delete_elements(&t, set, std::slice::from_ref(&element.key));
@@ -256,49 +262,6 @@ fn batch(ops: &[NftOp]) -> Batch {
         }
     }
     batch
-}
-
-/// Who other than `owner` holds one of `mappings` in our maps of `family`, by looking up
-/// their keys (in the plain and the gated map): for the iptables layout's ADD, so that a
-/// host port is never mapped by both layouts.
-///
-/// # Errors
-/// nf_tables failures other than "not found".
-pub fn holder<'m>(
-    nft: &mut Nft,
-    family: IpFamily,
-    owner: &str,
-    mappings: &[&'m PortMapping],
-) -> Result<Option<(&'m PortMapping, String)>, NftError> {
-    let t = table(family);
-    for m in mappings {
-        let mut key = Vec::new();
-        let maps = match m.host_ip.addr() {
-            Some(a) => {
-                key.push(Value::from(a));
-                [names::MAP_HOSTIP_PORTS, names::MAP_HOSTIP_GATED]
-            }
-            None => [names::MAP_PORTS, names::MAP_GATED],
-        };
-        key.push(m.proto.l4().into());
-        key.push(Value::Port(m.host_port));
-        for map in maps {
-            let have = match nft.element(&t, map, &key) {
-                Ok(have) => have,
-                Err(e) if e.is_not_found() => return Ok(None),
-                Err(e) => return Err(e),
-            };
-            // An element expiring is one a DEL removed.
-            let Some(have) = have.filter(|e| !e.is_expiring()) else {
-                continue;
-            };
-            let comment = have.comment.unwrap_or_default();
-            if comment != owner {
-                return Ok(Some((*m, format!("{comment} ({t} {map})"))));
-            }
-        }
-    }
-    Ok(None)
 }
 
 /// Every map and set of our tables, for the listing paths (DEL without state, GC).
@@ -341,7 +304,7 @@ impl Nftables {
         let mut seen = Observed::default();
         for (family, p) in plans {
             let t = table(*family);
-            for (set, key) in plan::lookups(p) {
+            for (set, key) in layout::lookups(p) {
                 if seen.element(*family, set, key).is_some() {
                     continue;
                 }
@@ -376,6 +339,70 @@ impl Nftables {
 
     /// Declares the skeleton of the families that lack it, under our lock so that two first
     /// ADDs racing do not both append the shared rules.
+    /// The write of an ADD: refuses a host port another owner holds in our maps or in the
+    /// iptables layout, takes over those whose namespace is gone, and commits. Returns the
+    /// records taken over.
+    fn write(
+        &mut self,
+        store: &host::store::StateStore,
+        att: &Attachment,
+        config: &Config,
+        ips: &[IpNet],
+    ) -> Result<Vec<State>, PortmapError> {
+        let records = Records::new(store);
+        let plans = plans(config, att, ips)?;
+        if plans.is_empty() {
+            return Ok(Vec::new());
+        }
+        let families: Vec<IpFamily> = plans.iter().map(|(f, _)| *f).collect();
+        self.ensure_skeletons(&families)?;
+        let owner = names::owner(att);
+        let mut seen = self.observe(&plans, true)?;
+        // Holders whose namespace is gone give their ports up: all their objects go.
+        let mut taken: Vec<State> = Vec::new();
+        let mut gone = Vec::new();
+        for holder in layout::foreign_owners(&owner, &plans, &seen) {
+            let Fate::Gone(gone_records) = records.by_owner(&holder) else {
+                continue;
+            };
+            for record in gone_records
+                .into_iter()
+                .filter(|r| r.backend == Backend::Nftables)
+            {
+                let their = plans_of(&record)?;
+                let their_seen = self.observe(&their, true)?;
+                seen.elements.extend(their_seen.elements);
+                seen.chains.extend(their_seen.chains);
+                gone.push((names::owner(&record.attachment()), their));
+                taken.push(record);
+            }
+        }
+        let ops = layout::nft_add(&owner, &plans, &seen, &gone)?;
+        // Nor may the reference's layout hold one of the ports: our iptables ADDs index them.
+        for family in families {
+            let mut writer = Writer::choose(&mut self.nft, names::IPT_NAT, &[family.into()], &[]);
+            // Where the table cannot be read, the holder's record alone tells.
+            let exists = |chain: &str| match writer.chain_exists(family.into(), chain) {
+                Ok(exists) => Ok(exists),
+                Err(WriteError::Tools(e)) => {
+                    log::debug!("taking the record for the chain: {e}");
+                    Ok(true)
+                }
+                Err(e) => Err(write_error(e)),
+            };
+            let found = ports::indexed_holders(&records, att, config, family, exists)?;
+            if let Some((holder, m)) = found.first() {
+                return Err(ports::chain_refusal(
+                    m,
+                    &holder.network,
+                    &holder.container_id,
+                ));
+            }
+        }
+        self.commit(&ops)?;
+        Ok(taken)
+    }
+
     fn ensure_skeletons(&mut self, families: &[IpFamily]) -> Result<(), PortmapError> {
         let nft = self.nft()?;
         let mut missing = Vec::new();
@@ -440,7 +467,7 @@ impl Nftables {
         att: &Attachment,
         mappings: &[PortMapping],
     ) -> Result<bool, PortmapError> {
-        let owner = att.owner();
+        let owner = names::owner(&att);
         let config = Config::for_removal(&att.network, mappings, false);
         let masq_all = Config::for_removal(&att.network, mappings, true);
         let mut plans = Vec::new();
@@ -450,7 +477,7 @@ impl Nftables {
                 IpFamily::V6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
             };
             // A DEL's mappings that the ADD would have refused hold nothing of ours.
-            let Ok(probe) = plan::nft_plan(&config, att, IpNet::from(anywhere)) else {
+            let Ok(probe) = layout::nft_plan(&config, att, IpNet::from(anywhere)) else {
                 continue;
             };
             if probe.claims.is_empty() {
@@ -468,8 +495,8 @@ impl Nftables {
                 return Ok(false);
             };
             let ip = IpNet::from(addr);
-            let mut full = plan::nft_plan(&config, att, ip)?;
-            for masq in plan::nft_plan(&masq_all, att, ip)?.masq {
+            let mut full = layout::nft_plan(&config, att, ip)?;
+            for masq in layout::nft_plan(&masq_all, att, ip)?.masq {
                 if !full.masq.contains(&masq) {
                     full.masq.push(masq);
                 }
@@ -477,7 +504,7 @@ impl Nftables {
             plans.push((family, full));
         }
         let seen = self.observe(&plans, false)?;
-        self.commit(&plan::nft_del(&owner, &plans, &seen))?;
+        self.commit(&layout::nft_del(&owner, &plans, &seen))?;
         Ok(true)
     }
 
@@ -507,7 +534,7 @@ impl Nftables {
                     .filter(|e| !e.is_expiring() && e.comment.as_deref().is_some_and(doomed))
                     .collect();
                 let (to_chains, expired): (Vec<Element>, Vec<Element>) =
-                    doomed.into_iter().partition(plan::jumps_to_chain);
+                    doomed.into_iter().partition(layout::jumps_to_chain);
                 for e in &to_chains {
                     if let Some(ElementData::Verdict(Verdict::Goto(c))) = &e.data
                         && !chains.contains(&(family, c.clone()))
@@ -575,55 +602,40 @@ impl PortmapBackend for Nftables {
         Backend::Nftables
     }
 
-    /// Adds the attachment's elements for each container address, in one transaction for
-    /// both families, with the removal of the attachments it takes ports over from.
-    fn add(
-        &mut self,
-        att: &Attachment,
-        config: &Config,
-        ips: &[IpNet],
-        holders: &dyn Holders,
-    ) -> Result<Added, PortmapError> {
-        let plans = plans(config, att, ips)?;
-        if plans.is_empty() {
-            return Ok(Added::default());
-        }
-        let families: Vec<IpFamily> = plans.iter().map(|(f, _)| *f).collect();
-        self.ensure_skeletons(&families)?;
-        let owner = att.owner();
-        let mut seen = self.observe(&plans, true)?;
-        // Holders whose namespace is gone give their ports up: all their objects go.
-        let mut taken: Vec<State> = Vec::new();
-        let mut gone = Vec::new();
-        for holder in plan::foreign_owners(&owner, &plans, &seen) {
-            let Fate::Gone(records) = holders.by_owner(&holder) else {
-                continue;
-            };
-            for record in records
-                .into_iter()
-                .filter(|r| r.backend == Backend::Nftables)
-            {
-                let their = plans_of(&record)?;
-                let their_seen = self.observe(&their, true)?;
-                seen.elements.extend(their_seen.elements);
-                seen.chains.extend(their_seen.chains);
-                gone.push((record.attachment().owner(), their));
-                taken.push(record);
+    /// Writes the record first (our map layout is found by its record before it is made; its
+    /// owner comments tell the rest), then the attachment's elements for each container
+    /// address, in one transaction for both families with the removal of the attachments it
+    /// takes ports over from; a failure after it removes them again.
+    fn add(&mut self, add: Add<'_>) -> Result<(), PortmapError> {
+        let Add {
+            store,
+            att,
+            config,
+            ips,
+            record,
+            ..
+        } = add;
+        let file = state::file(att);
+        state::write(store, &file, record)?;
+        // Whether the kernel objects were made, and must be removed when what follows fails.
+        let mut made = false;
+        let result = self
+            .write(store, att, config, ips)
+            .inspect(|_| made = true)
+            .and_then(|taken| {
+                (add.then)()?;
+                ports::forget_taken(store, &taken);
+                Ok(())
+            });
+        if let Err(e) = result {
+            if made && let Err(e) = self.del(record) {
+                log::warn!("rollback after a failed ADD failed: {e}");
             }
+            super::forget(store, att);
+            return Err(e);
         }
-        let ops = plan::nft_add(&owner, &plans, &seen, &gone)?;
-        // Nor may the reference's layout hold one of the ports: our iptables ADDs index them.
-        for family in families {
-            let found = iptables::indexed_holders(self.nft()?, att, config, family, holders)?;
-            if let Some((holder, m)) = found.first() {
-                return Err(iptables::refusal(m, &holder.network, &holder.container_id));
-            }
-        }
-        self.commit(&ops)?;
-        Ok(Added {
-            taken,
-            recorded: Vec::new(),
-        })
+        super::forget_earlier(store, &add.earlier.file, &file);
+        Ok(())
     }
 
     fn check(
@@ -633,10 +645,10 @@ impl PortmapBackend for Nftables {
         ips: &[IpNet],
         _record: Option<&State>,
     ) -> Result<(), PortmapError> {
-        let owner = att.owner();
+        let owner = names::owner(&att);
         for ip in ips {
             let family = IpFamily::of(ip.addr());
-            let p = plan::nft_plan(config, att, *ip)?;
+            let p = layout::nft_plan(config, att, *ip)?;
             if p.claims.is_empty() {
                 continue;
             }
@@ -698,7 +710,7 @@ impl PortmapBackend for Nftables {
     fn del(&mut self, record: &State) -> Result<(), PortmapError> {
         let plans = plans_of(record)?;
         let removed = self.observe(&plans, false).and_then(|seen| {
-            let ops = plan::nft_del(&record.attachment().owner(), &plans, &seen);
+            let ops = layout::nft_del(&names::owner(&record.attachment()), &plans, &seen);
             self.commit(&ops)
         });
         nothing_where_absent(removed)
@@ -712,7 +724,7 @@ impl PortmapBackend for Nftables {
         att: &Attachment,
         found: Unrecorded<'_>,
     ) -> Result<(), PortmapError> {
-        let owner = att.owner();
+        let owner = names::owner(&att);
         let removed = match found {
             Unrecorded::Nowhere => Ok(()),
             Unrecorded::Keys(mappings) => match self.del_at_keys(att, mappings) {
@@ -739,7 +751,7 @@ impl PortmapBackend for Nftables {
 
     /// nf_tables has what the layout needs ([`super::nft_support`]).
     fn status(&mut self) -> Result<(), PortmapError> {
-        match super::nft_support(&mut self.nft).unusable() {
+        match super::select::nft_support(&mut self.nft).unusable() {
             None => Ok(()),
             Some(why) => Err(PortmapError::NftUnusable(why)),
         }

@@ -119,7 +119,7 @@ impl RuleSpec {
     }
 
     /// The chain this rule jumps or goes to, if any.
-    fn target_chain(&self) -> Option<&str> {
+    pub(crate) fn target_chain(&self) -> Option<&str> {
         let n = self.args.len();
         match self.args.get(n.wrapping_sub(2)..) {
             Some([flag, chain]) if matches!(flag.as_str(), "-j" | "-g") => Some(chain),
@@ -260,14 +260,7 @@ impl Transaction {
     }
 
     fn rule(&self, family: Family, args: &[String]) -> Result<crate::nft::Rule, Unsupported> {
-        // The tools refuse DROP in nat; so must we, or our table would hold what theirs cannot.
-        if self.table == "nat" && args.last().is_some_and(|a| a == "DROP") {
-            return Err(Unsupported {
-                rule: args.join(" "),
-                reason: "DROP in table nat".to_owned(),
-            });
-        }
-        encode(family, args)
+        encodable(&self.table, family, args)
     }
 
     /// `-A CHAIN ARGS…`.
@@ -350,6 +343,29 @@ impl Transaction {
         self.batch.delete_chain(&table, chain);
         self
     }
+}
+
+/// The nf_tables rule `iptables-nft` makes of `-A CHAIN <args>` in iptables table `table`.
+fn encodable(
+    table: &str,
+    family: Family,
+    args: &[String],
+) -> Result<crate::nft::Rule, Unsupported> {
+    // The tools refuse DROP in nat; so must we, or our table would hold what theirs cannot.
+    if table == "nat" && args.last().is_some_and(|a| a == "DROP") {
+        return Err(Unsupported {
+            rule: args.join(" "),
+            reason: "DROP in table nat".to_owned(),
+        });
+    }
+    encode(family, args)
+}
+
+/// Whether a rule `spec` of iptables table `table` is written natively: the codec encodes it
+/// and reads it back in `iptables-save`'s words (the writer chooses the tools otherwise).
+#[must_use]
+pub fn writes(table: &str, family: Family, spec: &RuleSpec) -> bool {
+    encodable(table, family, &spec.args).is_ok() && canonical(family, &spec.args).is_ok()
 }
 
 /// Where [`Transaction::add`] puts a rule.
@@ -516,6 +532,24 @@ impl<N: BorrowMut<Nft>> NativeTables<N> {
         chains: &[&str],
         rules: &[RuleSpec],
     ) -> Result<Missing, NativeError> {
+        self.ensure_recorded(tx, family, chains, rules, &[])
+    }
+
+    /// [`NativeTables::ensure`], where the rules of `rules` marked recorded are looked up by
+    /// the handles `recorded` holds for `family` ([`NativeTables::jumps_to`]) instead of by
+    /// listing their chain.
+    ///
+    /// # Errors
+    /// As [`NativeTables::ensure`].
+    pub fn ensure_recorded(
+        &mut self,
+        tx: &mut Transaction,
+        family: Family,
+        chains: &[&str],
+        rules: &[RuleSpec],
+        recorded: &[Recorded],
+    ) -> Result<Missing, NativeError> {
+        let recorded = recorded.iter().find(|r| r.family == family);
         let mut missing = Missing::default();
         let mut present: HashSet<String> = HashSet::new();
         // Whether the chain is there, creating the table in `tx` the first time one is not.
@@ -577,11 +611,23 @@ impl<N: BorrowMut<Nft>> NativeTables<N> {
                 true
             } else {
                 let needle = target.unwrap_or_default();
+                // A recorded rule is looked up by its handles: its chain is not listed.
+                let by_handle = recorded.filter(|_| spec.recorded && target.is_some());
+                let key = match by_handle {
+                    Some(_) => format!("#{needle}"),
+                    None => needle.to_owned(),
+                };
                 let at = match read
                     .iter()
-                    .position(|(c, n, _)| *c == spec.chain && n == needle)
+                    .position(|(c, n, _)| *c == spec.chain && *n == key)
                 {
                     Some(at) => at,
+                    None if by_handle.is_some() => {
+                        let listed = self.jumps_to(family, &spec.chain, needle, by_handle)?;
+                        let args = listed.into_iter().filter_map(|r| r.args).collect();
+                        read.push((spec.chain.clone(), key, args));
+                        read.len() - 1
+                    }
                     None => {
                         let needles = [needle.as_bytes().to_vec()];
                         let wanted = if needle.is_empty() {
