@@ -271,21 +271,7 @@ impl<'n> Writer<'n> {
                     .map_err(NativeError::from)?;
                 Ok(Some(Absent::Rule { index, args }))
             }
-            How::Tools(dumps) => {
-                let dump = dump(dumps, &self.table, part.family)?;
-                if let Some(chain) = part.chains.iter().find(|c| !dump.has_chain(c)) {
-                    return Ok(Some(Absent::Chain(chain.clone())));
-                }
-                let mut sets = HashMap::new();
-                Ok(part
-                    .rules
-                    .iter()
-                    .position(|r| !present(dump, &mut sets, r))
-                    .map(|index| Absent::Rule {
-                        index,
-                        args: part.rules[index].args.clone(),
-                    }))
-            }
+            How::Tools(dumps) => Ok(absent_in(dump(dumps, &self.table, part.family)?, part)),
         }
     }
 
@@ -505,9 +491,16 @@ fn apply_with_tools(
     Ok(applied)
 }
 
-/// The restore lines creating what `dump` lacks of `part` (chains with `-N`, rules appended or
-/// inserted first, each once), and what they create.
-fn ensure_lines(dump: &TableDump, part: &Part) -> Result<(Vec<String>, Missing), IptablesError> {
+/// The restore lines with which the tools' writer creates what `dump` (a table as
+/// `iptables-save` printed it) lacks of `part`: chains with `-N`, rules appended or inserted
+/// first, each once; and what they create.
+///
+/// # Errors
+/// An argument that cannot be written on a restore line.
+pub fn ensure_lines(
+    dump: &TableDump,
+    part: &Part,
+) -> Result<(Vec<String>, Missing), IptablesError> {
     let mut missing = Missing::default();
     let mut lines = Vec::new();
     for chain in part.chains.iter().filter(|c| !dump.has_chain(c)) {
@@ -537,6 +530,23 @@ fn ensure_lines(dump: &TableDump, part: &Part) -> Result<(Vec<String>, Missing),
     Ok((lines, missing))
 }
 
+/// The first thing of `part` that `dump` (a table as `iptables-save` printed it) lacks, as the
+/// tools' writer finds it: its chains first, then its rules in order.
+#[must_use]
+pub fn absent_in(dump: &TableDump, part: &Part) -> Option<Absent> {
+    if let Some(chain) = part.chains.iter().find(|c| !dump.has_chain(c)) {
+        return Some(Absent::Chain(chain.clone()));
+    }
+    let mut sets = HashMap::new();
+    part.rules
+        .iter()
+        .position(|r| !present(dump, &mut sets, r))
+        .map(|index| Absent::Rule {
+            index,
+            args: part.rules[index].args.clone(),
+        })
+}
+
 /// Whether `spec` is in `dump`, looked up in the rule sets of the chains read so far.
 fn present<'d>(
     dump: &'d TableDump,
@@ -548,9 +558,15 @@ fn present<'d>(
         .contains(spec.args.as_slice())
 }
 
-/// The restore lines removing `removals` from `dump`: the rules of each `from` jumping to
-/// its chain, then the chain (`-F`, `-X`) where it exists.
-fn removal_lines(dump: &TableDump, removals: &[&Unchain]) -> Result<Vec<String>, IptablesError> {
+/// The restore lines with which the tools' writer removes `removals` from `dump`: the rules of
+/// each `from` jumping to its chain, then the chain (`-F`, `-X`) where it exists.
+///
+/// # Errors
+/// An argument that cannot be written on a restore line.
+pub fn removal_lines(
+    dump: &TableDump,
+    removals: &[&Unchain],
+) -> Result<Vec<String>, IptablesError> {
     let mut lines = Vec::new();
     for r in removals {
         for rule in dump.rules(&r.from) {

@@ -22,7 +22,7 @@ use host::lock::{FileLock, LockError};
 use ipnet::IpNet;
 use netfilter::iptables::Family;
 use netfilter::iptables::native::Recorded;
-use netfilter::iptables::writer::{Absent, Plan, RemoveError, Writer};
+use netfilter::iptables::writer::{Plan, RemoveError, Writer};
 use netfilter::nft::LazyNft;
 
 use super::{Add, PortmapBackend, Unrecorded};
@@ -31,7 +31,7 @@ use crate::error::{PortmapError, write_error};
 use crate::names;
 use crate::ports::{self, Fate, Records};
 use crate::state::{self, State};
-use layout::{Missing, NAT};
+use layout::NAT;
 
 /// Our lock around an iptables read-modify-write (a call's conflict check, its write and its
 /// index entries), held until dropped. Where `/run/cni/portmap` cannot be written (read-only,
@@ -322,20 +322,12 @@ impl PortmapBackend for Iptables {
             let [own, shared] = pair else { continue };
             let fam = IpFamily::of(ip.addr());
             let recorded = record.and_then(|r| r.recorded(fam));
-            let chain = names::dnat_chain(&config.network, &att.container_id);
             let missing = match writer.missing(own, recorded).map_err(write_error)? {
-                Some(Absent::Chain(_)) => Some(Missing::Chain),
-                Some(Absent::Rule { index, args }) if own.rules[index].chain == chain => {
-                    Some(Missing::Rule(args))
-                }
-                Some(Absent::Rule { args, .. }) => Some(Missing::Entry(args)),
-                None => match writer.missing(shared, None).map_err(write_error)? {
-                    Some(Absent::Chain(chain)) => Some(layout::shared_missing(None, Some(&chain))),
-                    Some(Absent::Rule { index, .. }) => {
-                        Some(layout::shared_missing(shared.rules.get(index), None))
-                    }
-                    None => None,
-                },
+                Some(absent) => Some(layout::own_missing(own, absent)),
+                None => writer
+                    .missing(shared, None)
+                    .map_err(write_error)?
+                    .map(|absent| layout::shared_absent(shared, absent)),
             };
             if let Some(missing) = missing {
                 return Err(layout::check_error(

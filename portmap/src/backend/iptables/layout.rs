@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use cni::conf::GcAttachment as Valid;
 use ipnet::IpNet;
 use netfilter::iptables::native::RuleSpec;
-use netfilter::iptables::writer::{Part, Unchain};
+use netfilter::iptables::writer::{Absent, Part, Unchain};
 
 use crate::config::{Conditions, Config, IpFamily, PortMapping, Proto};
 use crate::error::PortmapError;
@@ -482,8 +482,28 @@ pub fn check_error(
     }
 }
 
+/// What CHECK names for `absent`, the first object of the attachment's [`own_part`] the
+/// table lacks.
+pub fn own_missing(own: &Part, absent: Absent) -> Missing {
+    match absent {
+        Absent::Chain(_) => Missing::Chain,
+        Absent::Rule { index, args } if Some(&own.rules[index].chain) == own.chains.first() => {
+            Missing::Rule(args)
+        }
+        Absent::Rule { args, .. } => Missing::Entry(args),
+    }
+}
+
+/// What CHECK names for `absent`, the first object of a [`shared_part`] the table lacks.
+pub fn shared_absent(shared: &Part, absent: Absent) -> Missing {
+    match absent {
+        Absent::Chain(chain) => shared_missing(None, Some(&chain)),
+        Absent::Rule { index, .. } => shared_missing(shared.rules.get(index), None),
+    }
+}
+
 /// A shared object CHECK found missing, as [`Missing::Shared`] names it.
-pub fn shared_missing(spec: Option<&RuleSpec>, chain: Option<&str>) -> Missing {
+fn shared_missing(spec: Option<&RuleSpec>, chain: Option<&str>) -> Missing {
     match (chain, spec) {
         (Some(chain), _) => Missing::Shared(format!("chain {chain}")),
         (None, Some(spec)) => {
@@ -531,7 +551,10 @@ pub fn teardown_error(family: IpFamily, cause: &dyn std::fmt::Display) -> Portma
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{HostIp, PortMapping};
+    use crate::config::HostIp;
+    use crate::ports;
+    use netfilter::iptables::TableDump;
+    use netfilter::iptables::writer;
 
     fn config(mappings: Vec<PortMapping>) -> Config {
         crate::config::test_config(mappings)
@@ -688,5 +711,157 @@ mod tests {
         c.external_set_mark_chain = Some("KUBE-MARK-MASQ".into());
         assert_eq!(shared_chains(&c), [names::IPT_TOPLEVEL_DNAT]);
         assert_eq!(skeleton(&c).len(), 2);
+    }
+
+    /// What the tools' writer writes for an ADD from `dump`, refusing another attachment's
+    /// chain that DNATs one of the ports (as the ADD does where the table is read whole).
+    fn add_lines(
+        dump: &TableDump,
+        config: &Config,
+        container_id: &str,
+        ip: IpNet,
+    ) -> Result<Vec<String>, PortmapError> {
+        let fam = IpFamily::of(ip.addr());
+        if let Some((chain, m)) = ports::table_holders(dump, config, container_id, fam).first() {
+            return Err(ports::table_refusal(dump, chain, m));
+        }
+        let part = add_part(config, container_id, ip);
+        Ok(writer::ensure_lines(dump, &part)
+            .map_err(PortmapError::Iptables)?
+            .0)
+    }
+
+    /// What CHECK finds missing first in `dump`, as the tools' writer reads it.
+    fn check_dump(
+        dump: &TableDump,
+        config: &Config,
+        container_id: &str,
+        ip: IpNet,
+    ) -> Option<Missing> {
+        let own = own_part(config, container_id, ip);
+        if let Some(absent) = writer::absent_in(dump, &own) {
+            return Some(own_missing(&own, absent));
+        }
+        let shared = shared_part(config, IpFamily::of(ip.addr()));
+        writer::absent_in(dump, &shared).map(|absent| shared_absent(&shared, absent))
+    }
+
+    fn tcp(host_port: u16) -> PortMapping {
+        m(host_port, 80, Proto::Tcp, HostIp::All)
+    }
+
+    #[test]
+    fn check_names_a_missing_shared_object_as_the_dump_shows_it() {
+        let shared = shared_part(&config(Vec::new()), IpFamily::V4);
+        assert_eq!(
+            shared_absent(&shared, Absent::Chain("CNI-HOSTPORT-MASQ".into())),
+            Missing::Shared("chain CNI-HOSTPORT-MASQ".into())
+        );
+        let insert = shared
+            .rules
+            .iter()
+            .position(|r| r.chain == "POSTROUTING")
+            .unwrap();
+        assert_eq!(
+            shared_absent(&shared, Absent::Rule { index: insert, args: Vec::new() }),
+            Missing::Shared(
+                "rule -A POSTROUTING -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ".into()
+            )
+        );
+        let masq = shared
+            .rules
+            .iter()
+            .position(|r| r.chain == "CNI-HOSTPORT-MASQ")
+            .unwrap();
+        assert_eq!(
+            shared_absent(
+                &shared,
+                Absent::Rule {
+                    index: masq,
+                    args: Vec::new()
+                }
+            ),
+            Missing::Shared(
+                "rule -A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE".into()
+            )
+        );
+    }
+
+    /// The dump an `iptables-save` prints after `lines` (restore lines of [`add_lines`]) are
+    /// applied to a table with only the built-in chains.
+    fn applied(lines: &[String]) -> TableDump {
+        let mut text = String::from(
+            ":PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n",
+        );
+        for l in lines {
+            if let Some(n) = l.strip_prefix("-N ") {
+                text.push_str(&format!(":{n} - [0:0]\n"));
+            }
+        }
+        for l in lines {
+            if let Some(r) = l.strip_prefix("-I POSTROUTING 1 ") {
+                text.push_str(&format!("-A POSTROUTING {r}\n"));
+            } else if l.starts_with("-A ") {
+                text.push_str(&format!("{l}\n"));
+            }
+        }
+        TableDump::parse(&text).unwrap()
+    }
+
+    /// CHECK (and the ADD plan it shares) of an attachment with 20 000 mappings, 60 000 rules
+    /// in its chain: each rule is looked up once, not compared with every other. Comparing
+    /// each with each took minutes here; it finishes in well under a second.
+    #[test]
+    fn check_and_add_of_an_attachment_with_20000_mappings_are_linear() {
+        let maps: Vec<PortMapping> = (1..=20_000).map(tcp).collect();
+        let c = config(maps);
+        let ip: IpNet = "10.0.0.2/24".parse().unwrap();
+        let empty = applied(&[]);
+        let lines = add_lines(&empty, &c, "ctr", ip).unwrap();
+        // The shared chains and rules (8), the chain, 3 rules per mapping, 1 entry per 15.
+        assert_eq!(lines.len(), 8 + 1 + 60_000 + 20_000_usize.div_ceil(15));
+        let full = applied(&lines);
+        assert_eq!(check_dump(&full, &c, "ctr", ip), None);
+        assert!(add_lines(&full, &c, "ctr", ip).unwrap().is_empty());
+    }
+
+    #[test]
+    fn add_lines_create_only_what_the_dump_lacks_and_check_names_what_is_missing() {
+        let c = config(vec![tcp(8080)]);
+        let ip: IpNet = "10.0.0.2/24".parse().unwrap();
+        let empty = applied(&[]);
+        let lines = add_lines(&empty, &c, "ctr", ip).unwrap();
+        let chain = names::dnat_chain("net", "ctr");
+        assert_eq!(lines[0], "-N CNI-HOSTPORT-SETMARK");
+        assert!(lines.contains(&"-I POSTROUTING 1 -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ".to_string()));
+        assert!(lines.contains(&format!("-N {chain}")));
+        assert_eq!(check_dump(&empty, &c, "ctr", ip), Some(Missing::Chain));
+        let full = applied(&lines);
+        assert!(add_lines(&full, &c, "ctr", ip).unwrap().is_empty());
+        // Without its DNAT rule, then without its entry rule, then without a shared jump.
+        let without = |line: &str| {
+            let kept: Vec<String> = lines
+                .iter()
+                .filter(|l| !l.contains(line))
+                .cloned()
+                .collect();
+            check_dump(&applied(&kept), &c, "ctr", ip)
+        };
+        assert!(
+            matches!(without("-j DNAT"), Some(Missing::Rule(r)) if r.contains(&"DNAT".to_string()))
+        );
+        assert!(matches!(without("--dports 8080"), Some(Missing::Entry(_))));
+        assert_eq!(
+            without("-A OUTPUT"),
+            Some(Missing::Shared(
+                "rule -A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT".into()
+            ))
+        );
+        let removals = unchains("net", "ctr", &[IpFamily::V4], None);
+        let removals: Vec<&Unchain> = removals.iter().collect();
+        let del = writer::removal_lines(&full, &removals).unwrap();
+        assert_eq!(del.len(), 3, "{del:?}");
+        assert!(del[0].starts_with("-D CNI-HOSTPORT-DNAT -p tcp"));
+        assert_eq!(del[1], format!("-F {chain}"));
     }
 }
