@@ -25,6 +25,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod native;
 pub mod writer;
 

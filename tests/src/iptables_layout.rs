@@ -1,6 +1,6 @@
 //! The reference portmap's iptables layout in `iptables-save`'s words, for the tests and the
 //! bench of `netfilter::iptables::native`: the shared chains and their rules (snat, mark bit 13),
-//! as portmap's iptables backend computes them; every form the codec writes, and the check
+//! as portmap's iptables backend computes them (the one fixture, `netfilter::iptables::fixtures`); every form the codec writes, and the check
 //! that a release's tools read ours as their own ([`forms_read_alike`]).
 
 use std::process::Output;
@@ -12,48 +12,7 @@ use netfilter::iptables::native::RuleSpec;
 
 use crate::netns::TestNetns;
 
-/// The shared mark chain.
-pub const SETMARK: &str = "CNI-HOSTPORT-SETMARK";
-/// The shared masquerade chain.
-pub const MASQ: &str = "CNI-HOSTPORT-MASQ";
-/// The shared DNAT dispatch chain, holding every attachment's entry rules.
-pub const DNAT: &str = "CNI-HOSTPORT-DNAT";
-/// The shared regular chains.
-pub const SHARED_CHAINS: [&str; 3] = [SETMARK, MASQ, DNAT];
-
-/// A rule's arguments from one line in the tools' words (double quotes group).
-#[must_use]
-pub fn words(line: &str) -> Vec<String> {
-    netfilter::iptables::split_args(line).unwrap_or_default()
-}
-
-/// The shared chains' rules and the jumps into them from the built-in chains.
-#[must_use]
-pub fn skeleton() -> Vec<RuleSpec> {
-    vec![
-        RuleSpec::append(
-            SETMARK,
-            &words(
-                r#"-m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000"#,
-            ),
-        ),
-        RuleSpec::append(MASQ, &words("-m mark --mark 0x2000/0x2000 -j MASQUERADE")),
-        RuleSpec::insert(
-            "POSTROUTING",
-            &words(&format!(
-                r#"-m comment --comment "CNI portfwd requiring masquerade" -j {MASQ}"#
-            )),
-        ),
-        RuleSpec::append(
-            "PREROUTING",
-            &words(&format!("-m addrtype --dst-type LOCAL -j {DNAT}")),
-        ),
-        RuleSpec::append(
-            "OUTPUT",
-            &words(&format!("-m addrtype --dst-type LOCAL -j {DNAT}")),
-        ),
-    ]
-}
+pub use netfilter::iptables::fixtures::{DNAT, MASQ, SETMARK, SHARED_CHAINS, skeleton, words};
 
 /// Every form of portmap's layout and of the conditions the codec takes, for `family`, in
 /// the words a caller may give them (not necessarily `iptables-save`'s).

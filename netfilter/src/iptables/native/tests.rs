@@ -6,40 +6,10 @@ use super::*;
 use crate::iptables::tests::in_new_netns;
 use crate::iptables::{Iptables, restore_line, split_args};
 
-const SETMARK: &str = "CNI-HOSTPORT-SETMARK";
-const MASQ: &str = "CNI-HOSTPORT-MASQ";
-const DNAT: &str = "CNI-HOSTPORT-DNAT";
+use crate::iptables::fixtures::{DNAT, MASQ, SETMARK, skeleton};
 
 fn words(line: &str) -> Vec<String> {
     split_args(line).unwrap()
-}
-
-/// The reference's layout in `nat` (portmap with snat, mark bit 13): the shared chains and
-/// their rules, written once.
-fn skeleton() -> Vec<RuleSpec> {
-    vec![
-        RuleSpec::append(
-            SETMARK,
-            &words(
-                r#"-m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000"#,
-            ),
-        ),
-        RuleSpec::append(MASQ, &words("-m mark --mark 0x2000/0x2000 -j MASQUERADE")),
-        RuleSpec::insert(
-            "POSTROUTING",
-            &words(
-                r#"-m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ"#,
-            ),
-        ),
-        RuleSpec::append(
-            "PREROUTING",
-            &words("-m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT"),
-        ),
-        RuleSpec::append(
-            "OUTPUT",
-            &words("-m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT"),
-        ),
-    ]
 }
 
 /// One attachment's chain (`CNI-DN-<id>`), its rules for 8080→80/tcp on every address and

@@ -700,8 +700,13 @@ mod tests {
     #[test]
     fn the_skeleton_follows_snat_and_the_external_mark_chain() {
         let mut c = config(Vec::new());
-        assert_eq!(shared_chains(&c).len(), 3);
+        assert_eq!(
+            shared_chains(&c),
+            netfilter::iptables::fixtures::SHARED_CHAINS
+        );
         let specs = skeleton(&c);
+        // The reference's skeleton, as every test writes it.
+        assert_eq!(specs, netfilter::iptables::fixtures::skeleton());
         assert_eq!(specs.len(), 5);
         assert_eq!(specs[2].chain, "POSTROUTING");
         assert_eq!(
