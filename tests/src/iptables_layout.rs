@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use netfilter::iptables::Family;
-use netfilter::iptables::native::RuleSpec;
 
 use crate::netns::TestNetns;
 

@@ -386,14 +386,12 @@ fn dump<'d>(
     table: &str,
     family: Family,
 ) -> Result<&'d TableDump, IptablesError> {
-    if !dumps.contains_key(&family) {
-        let read = Iptables::new(family).save(table)?;
-        dumps.insert(family, read);
+    match dumps.entry(family) {
+        std::collections::hash_map::Entry::Occupied(read) => Ok(read.into_mut()),
+        std::collections::hash_map::Entry::Vacant(slot) => {
+            Ok(slot.insert(Iptables::new(family).save(table)?))
+        }
     }
-    dumps.get(&family).ok_or_else(|| IptablesError::Parse {
-        program: format!("{family}-save"),
-        line: String::new(),
-    })
 }
 
 fn apply_natively(nft: &mut LazyNft, table: &str, plan: &Plan) -> Result<Applied, WriteError> {

@@ -467,7 +467,7 @@ impl Nftables {
         att: &Attachment,
         mappings: &[PortMapping],
     ) -> Result<bool, PortmapError> {
-        let owner = names::owner(&att);
+        let owner = names::owner(att);
         let config = Config::for_removal(&att.network, mappings, false);
         let masq_all = Config::for_removal(&att.network, mappings, true);
         let mut plans = Vec::new();
@@ -645,7 +645,7 @@ impl PortmapBackend for Nftables {
         ips: &[IpNet],
         _record: Option<&State>,
     ) -> Result<(), PortmapError> {
-        let owner = names::owner(&att);
+        let owner = names::owner(att);
         for ip in ips {
             let family = IpFamily::of(ip.addr());
             let p = layout::nft_plan(config, att, *ip)?;
@@ -724,7 +724,7 @@ impl PortmapBackend for Nftables {
         att: &Attachment,
         found: Unrecorded<'_>,
     ) -> Result<(), PortmapError> {
-        let owner = names::owner(&att);
+        let owner = names::owner(att);
         let removed = match found {
             Unrecorded::Nowhere => Ok(()),
             Unrecorded::Keys(mappings) => match self.del_at_keys(att, mappings) {

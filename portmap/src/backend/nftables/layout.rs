@@ -54,7 +54,7 @@ fn addr_value(a: IpAddr) -> Value {
 /// Code 7 when two mappings claim the same host port with different targets.
 pub fn nft_plan(config: &Config, att: &Attachment, ip: IpNet) -> Result<NftPlan, PortmapError> {
     let family = IpFamily::of(ip.addr());
-    let owner = names::owner(&att);
+    let owner = names::owner(att);
     let conditions = match config.conditions(family) {
         Conditions::Nftables(c) if !c.is_empty() => Some(c.clone()),
         _ => None,
@@ -570,7 +570,7 @@ mod tests {
     /// What an ADD of `plans` by `by` left in the kernel.
     fn made_by(by: &Attachment, plans: &[(IpFamily, NftPlan)], seen: &Observed) -> Observed {
         let mut after = seen.clone();
-        for op in nft_add(&names::owner(&by), plans, seen, &[]).unwrap() {
+        for op in nft_add(&names::owner(by), plans, seen, &[]).unwrap() {
             match op {
                 NftOp::AddElement {
                     family,
