@@ -2,7 +2,7 @@
 //! layouts: the container addresses ([`mapped_ips`]) and their families, and the host ports
 //! whose UDP conntrack entries a change makes stale ([`udp_flush_targets`]). Each backend
 //! renders it in its own layout (`backend/nftables/layout.rs`, `backend/iptables/layout.rs`);
-//! who holds a host port is [`crate::ports`]'s question.
+//! who holds a host port is the `ports` module's question.
 
 use std::net::IpAddr;
 

@@ -3,7 +3,7 @@
 //!
 //! Files live under `/run/cni/portmap/net-<inode>/` (tmpfs: gone on reboot, like the kernel
 //! state they describe), one directory per network namespace the plugin runs in, with the
-//! iptables layout's host-port index beside them ([`crate::ports::PortIndex`]).
+//! iptables layout's host-port index beside them (the `ports` module's `PortIndex`).
 
 use std::cell::OnceCell;
 use std::os::unix::fs::MetadataExt;

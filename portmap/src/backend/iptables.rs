@@ -101,7 +101,7 @@ fn remove_locked(
 }
 
 /// Removes the chains of `network`'s container `container_id` in `families`, under our lock
-/// (also the Go plugin's, which have the same names: [`crate::leftovers`]).
+/// (also the Go plugin's, which have the same names: DEL's leftovers).
 ///
 /// # Errors
 /// The lock; the first failure.

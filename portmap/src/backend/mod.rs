@@ -25,7 +25,7 @@ pub struct Add<'a> {
     pub att: &'a Attachment,
     /// Its configuration.
     pub config: &'a Config,
-    /// The container addresses mapped to ([`crate::plan::mapped_ips`]).
+    /// The container addresses mapped to (the plan's).
     pub ips: &'a [IpNet],
     /// What the ADD records (the backend adds what the kernel tells it).
     pub record: &'a State,
@@ -73,7 +73,7 @@ pub trait PortmapBackend {
     fn kind(&self) -> Backend;
 
     /// Programs `add`: refuses a host port that another attachment holds, unless that
-    /// attachment's namespace is gone ([`crate::ports`]): then its mappings are removed in
+    /// attachment's namespace is gone (the `ports` module tells): then its mappings are removed in
     /// the same write and its records forgotten. Writes the record and the kernel objects in
     /// the backend's own order, under its own lock where it has one, and when anything fails
     /// (also [`Add::then`]) removes what it made, its record and its index entries.

@@ -37,8 +37,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use cni::conf::GcAttachment as Valid;
 use ipnet::IpNet;
 use netfilter::nft::{
-    Batch, Chain, ChainHook, ChainType, CtStatusFlags, DataType, Element, ElementData, LazyNft,
-    Nft, NftError, Rule, Selector, Set, Table, Value, Verdict, priority,
+    Batch, Chain, ChainHook, ChainType, CtStatusFlags, DataType, Element, ElementData, Feature,
+    LazyNft, Nft, NftError, Rule, Selector, Set, Table, Value, Verdict, priority,
 };
 
 use cni::Attachment;
@@ -262,6 +262,62 @@ fn batch(ops: &[NftOp]) -> Batch {
         }
     }
     batch
+}
+
+/// What nf_tables offers our map layout here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NftSupport {
+    /// Every expression and chain type the layout uses.
+    Usable,
+    /// nf_tables without some of them: what it lacks (`expression "fib"`).
+    Lacks(String),
+    /// No nf_tables at all (or not for us): why.
+    Absent(String),
+}
+
+impl NftSupport {
+    /// Why the layout cannot work here, if it cannot.
+    pub fn unusable(&self) -> Option<String> {
+        match self {
+            NftSupport::Usable => None,
+            NftSupport::Lacks(what) => Some(format!("the kernel has no nf_tables {what}")),
+            NftSupport::Absent(why) => Some(format!("the kernel has no nf_tables ({why})")),
+        }
+    }
+}
+
+/// The nf_tables features our map layout needs (the skeleton's expressions and chain type).
+const NFT_FEATURES: [Feature; 5] = [
+    Feature::NatChain,
+    Feature::Fib,
+    Feature::Nat,
+    Feature::Masquerade,
+    Feature::Ct,
+];
+
+/// What nf_tables offers our map layout here, asked on the call's socket: where our table
+/// exists, the kernel had every feature when it was made (one lookup); otherwise the kernel
+/// checks a batch that uses each feature and is never committed ([`Nft::missing_features`],
+/// an RCU grace period, 5–20 ms): the rare path of the first ADD on a node that auto sends
+/// to nftables, and of STATUS.
+pub fn nft_support(nft: &mut LazyNft) -> NftSupport {
+    let nft = match nft.get() {
+        Ok(nft) => nft,
+        Err(e) => return NftSupport::Absent(e.to_string()),
+    };
+    match nft.table_exists(&table(IpFamily::V4)) {
+        Ok(true) => return NftSupport::Usable,
+        Ok(false) => {}
+        Err(e) => return NftSupport::Absent(e.to_string()),
+    }
+    match nft.missing_features(netfilter::nft::Family::Ip, &NFT_FEATURES) {
+        Ok(missing) if missing.is_empty() => NftSupport::Usable,
+        Ok(missing) => {
+            let what: Vec<String> = missing.iter().map(|f| f.describe()).collect();
+            NftSupport::Lacks(what.join(", "))
+        }
+        Err(e) => NftSupport::Absent(e.to_string()),
+    }
 }
 
 /// Every map and set of our tables, for the listing paths (DEL without state, GC).
@@ -749,9 +805,9 @@ impl PortmapBackend for Nftables {
         nothing_where_absent(self.del_listed(&doomed).map(|_| ()))
     }
 
-    /// nf_tables has what the layout needs ([`super::nft_support`]).
+    /// nf_tables has what the layout needs ([`nft_support`]).
     fn status(&mut self) -> Result<(), PortmapError> {
-        match super::select::nft_support(&mut self.nft).unusable() {
+        match nft_support(&mut self.nft).unusable() {
             None => Ok(()),
             Some(why) => Err(PortmapError::NftUnusable(why)),
         }

@@ -6,9 +6,10 @@ use cni::Attachment;
 use cni::conf::GcAttachment as Valid;
 use host::store::StateStore;
 use ipnet::IpNet;
-use netfilter::nft::{Feature, LazyNft};
+use netfilter::nft::LazyNft;
 
-use super::{Add, Earlier, PortmapBackend, Unrecorded, iptables, nftables};
+use super::nftables::{self, NftSupport};
+use super::{Add, Earlier, PortmapBackend, Unrecorded, iptables};
 use crate::config::{Backend, BackendChoice, Config, IpFamily, PortMapping};
 use crate::error::PortmapError;
 use crate::node;
@@ -33,62 +34,6 @@ pub struct IptablesTools {
     pub on_path: bool,
 }
 
-/// What nf_tables offers our map layout here.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NftSupport {
-    /// Every expression and chain type the layout uses.
-    Usable,
-    /// nf_tables without some of them: what it lacks (`expression "fib"`).
-    Lacks(String),
-    /// No nf_tables at all (or not for us): why.
-    Absent(String),
-}
-
-impl NftSupport {
-    /// Why the layout cannot work here, if it cannot.
-    pub fn unusable(&self) -> Option<String> {
-        match self {
-            NftSupport::Usable => None,
-            NftSupport::Lacks(what) => Some(format!("the kernel has no nf_tables {what}")),
-            NftSupport::Absent(why) => Some(format!("the kernel has no nf_tables ({why})")),
-        }
-    }
-}
-
-/// The nf_tables features our map layout needs (the skeleton's expressions and chain type).
-const NFT_FEATURES: [Feature; 5] = [
-    Feature::NatChain,
-    Feature::Fib,
-    Feature::Nat,
-    Feature::Masquerade,
-    Feature::Ct,
-];
-
-/// What nf_tables offers our map layout here, asked on the call's socket: where our table
-/// exists, the kernel had every feature when it was made (one lookup); otherwise the kernel
-/// checks a batch that uses each feature and is never committed ([`Nft::missing_features`],
-/// an RCU grace period, 5–20 ms): the rare path of the first ADD on a node that auto sends
-/// to nftables, and of STATUS.
-pub fn nft_support(nft: &mut LazyNft) -> NftSupport {
-    let nft = match nft.get() {
-        Ok(nft) => nft,
-        Err(e) => return NftSupport::Absent(e.to_string()),
-    };
-    match nft.table_exists(&nftables::table(IpFamily::V4)) {
-        Ok(true) => return NftSupport::Usable,
-        Ok(false) => {}
-        Err(e) => return NftSupport::Absent(e.to_string()),
-    }
-    match nft.missing_features(netfilter::nft::Family::Ip, &NFT_FEATURES) {
-        Ok(missing) if missing.is_empty() => NftSupport::Usable,
-        Ok(missing) => {
-            let what: Vec<String> = missing.iter().map(|f| f.describe()).collect();
-            NftSupport::Lacks(what.join(", "))
-        }
-        Err(e) => NftSupport::Absent(e.to_string()),
-    }
-}
-
 /// The backend the configuration selects: the configured one; for auto (no `backend`,
 /// `null` or `""`) the one options only one backend has select, else [`choose_auto`] with
 /// what the host offers, probed on the call's socket.
@@ -100,7 +45,7 @@ pub fn select(config: &Config, nft: &mut LazyNft) -> Backend {
         usable: node::iptables_usable(|| nft_answers(nft), node::legacy_probe),
         on_path: node::iptables_on_path(),
     };
-    choose_auto(tools, || nft_support(nft))
+    choose_auto(tools, || nftables::nft_support(nft))
 }
 
 /// The backend the configuration names, or that its options of one backend select.
@@ -205,7 +150,7 @@ pub fn add(
 
 /// DEL of `att`: what its record says, through the backend that made it; without a record,
 /// what our maps hold under its owner at the keys of `mappings` (the DEL's
-/// `runtimeConfig`); then what the Go plugin made for it ([`crate::leftovers`]), the UDP
+/// `runtimeConfig`); then what the Go plugin made for it (`leftovers`), the UDP
 /// conntrack entries of its host ports, and once its objects are gone its record and index
 /// entries. Returns what failed.
 ///
