@@ -8,6 +8,8 @@
 //! - [`runtime`]: a libcni-like runtime running plugin chains inside a host namespace
 //!   (capabilities → `runtimeConfig`, `prevResult` chaining, DEL in reverse, a result cache,
 //!   CHECK/STATUS/GC) plus raw execution for conformance tests.
+//! - [`chain`]: a conflist driven plugin by plugin as the runtime does, retrying code 11 and
+//!   optionally measuring each execution's peak RSS, for the concurrency and soak tests.
 //! - [`main_plugin`]: configs of the Go `bridge`/`ptp` + `host-local` that start a chain.
 //! - [`traffic`]: TCP/UDP/HTTP servers and clients in namespaces, and `iperf3` runs.
 //! - [`result`]: lookups in a CNI result (an address of a family, the host veth).
@@ -30,6 +32,7 @@
 
 pub mod bench;
 pub mod bins;
+pub mod chain;
 pub mod cleanup;
 pub mod differential;
 pub mod generated;

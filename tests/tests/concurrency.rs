@@ -6,7 +6,7 @@
 //! What each test proves:
 //!
 //! - Every ADD and DEL succeeds. A failure must be a CNI error; code 11 (a bounded lock wait
-//!   expired) is retried with the same input, at most [`chain::DEFAULT_MAX_ATTEMPTS`] times,
+//!   expired) is retried with the same input, at most [`tests::chain::DEFAULT_MAX_ATTEMPTS`] times,
 //!   and counted (printed); any other error fails the test.
 //! - After the ADDs, each attachment's kernel objects and files are there exactly once and
 //!   carry that attachment's data (no lost or duplicated rule, element, qdisc or file, no
@@ -29,11 +29,6 @@
 // An integration test crate is a test module of its own.
 #![allow(clippy::tests_outside_test_module)]
 
-#[cfg(test)]
-#[allow(dead_code)] // shared with soak.rs
-#[path = "harness/chain.rs"]
-mod chain;
-
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
@@ -44,11 +39,10 @@ use anyhow::{Context, Result, bail, ensure};
 use bandwidth::names::{self, reference_ifb_name};
 use cni::Attachment;
 use serde_json::{Value, json};
+use tests::chain::Chain;
 use tests::result::{address, host_veth};
 use tests::snapshot::{self, Scope};
 use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, main_plugin};
-
-use chain::Chain;
 
 /// Attachments per test, all racing.
 const CONTAINERS: usize = 50;

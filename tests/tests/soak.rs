@@ -31,11 +31,6 @@
 // An integration test crate is a test module of its own.
 #![allow(clippy::tests_outside_test_module)]
 
-#[cfg(test)]
-#[allow(dead_code)] // shared with concurrency.rs
-#[path = "harness/chain.rs"]
-mod chain;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -44,13 +39,12 @@ use anyhow::{Context, Result, ensure};
 use netfilter::conntrack::{Conntrack, Flow};
 use netfilter::nft::{L4Proto, NfProto};
 use serde_json::{Value, json};
+use tests::chain::{Chain, RssSample};
 use tests::netns::HOST_UPLINK_V4;
 use tests::netns::StateDirs;
 use tests::snapshot::{self, Scope, Snapshot};
 use tests::traffic::{TcpServer, UdpServer, tcp_request, udp_request};
 use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, Topology, main_plugin};
-
-use chain::{Chain, RssSample};
 
 /// ADD/DEL cycles.
 const CYCLES: usize = 1000;

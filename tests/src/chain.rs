@@ -12,8 +12,7 @@
 //!   deadline is reported with its kernel stacks.
 //!
 //! Unlike [`Runtime`] it keeps no result cache: [`Chain::add`] returns the final result and
-//! the caller passes it to CHECK and DEL. Shared by `concurrency.rs` and `soak.rs`, which include
-//! it with `#[path]`.
+//! the caller passes it to CHECK and DEL. Used by the `concurrency` and `soak` tests.
 
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::process::CommandExt as _;
@@ -25,8 +24,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use tests::runtime::{build_plugin_config, plugin_type};
-use tests::{CniErrorObject, NetworkConfigList, Runtime, RuntimeConf, process};
+
+use crate::runtime::{build_plugin_config, plugin_type};
+use crate::{CniErrorObject, NetworkConfigList, Runtime, RuntimeConf, process};
 
 /// CNI's "try again later".
 pub const TRY_AGAIN_LATER: u64 = 11;
