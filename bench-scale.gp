@@ -1,4 +1,4 @@
-# Written by the bench (tests/src/bench/report.rs) with bench-scale.dat; run: gnuplot bench-scale.gp
+# Written by the bench (bench/src/report.rs) with bench-scale.dat; run: gnuplot bench-scale.gp
 set terminal pngcairo size 1500,920 font 'sans,10'
 set output 'bench-scale.png'
 set datafile missing '-'

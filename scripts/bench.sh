@@ -2,7 +2,8 @@
 # The benchmark: our static release binaries against Debian's Go plugins in /usr/lib/cni,
 # interleaved in one run, printed as markdown: per-verb medians, p90 and peak RSS with the
 # ours/Go ratio, the scale series of portmap and firewall, and the verdict of every target of the
-# plugin issues. Everything runs in throwaway network namespaces. Arguments go to the bench binary:
+# plugin issues. Everything runs in throwaway network namespaces. The bench is the `bench` crate
+# (bench/src/main.rs; bench/src/lib.rs says what it times and how). Arguments go to its binary:
 #   --iterations N           timed repetitions per row (default 100; at most 30 per scale size)
 #   --sizes a,b,c            "other attachments installed" of the scale series
 #                            (default 0,100,1000,5000; 0 and each size a target names, firewall

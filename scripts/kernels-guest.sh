@@ -39,7 +39,7 @@ all_suites=(
 # tests:concurrency (50 attachments at once: a load test), tests:hostile (property-based bad
 # input, refused before any kernel call), tests:podman and tests:firewalld (podman and a
 # firewalld with D-Bus; their kernel use is the nftables and iptables paths the portmap and
-# firewall suites run), tests:memory and tests:bench_smoke (peak RSS and the bench:
+# firewall suites run), bench:memory and bench:bench_smoke (peak RSS and the bench:
 # measurements, not kernel behaviour), tests:packaging (make install: no kernel).
 default_suites=(netfilter:lib tests:nft tests:portmap tests:firewall)
 

@@ -2,7 +2,6 @@
 //!
 //! - [`netns`]: named network namespaces at `/run/netns/<name>` removed on drop, veth links, and
 //!   the usual host/container/client [`netns::Topology`].
-//! - [`bench`]: timing our plugins against the Go binaries, interleaved, for the `bench` binary.
 //! - [`bins`]: where our plugin binaries (cargo's target dir) and the Go reference plugins
 //!   (`/usr/lib/cni`) are.
 //! - [`runtime`]: a libcni-like runtime running plugin chains inside a host namespace
@@ -30,7 +29,6 @@
 //! spawned from threads inside test namespaces, and the runtime refuses pid 1's namespace.
 //! Our plugin binaries must be built first: `cargo build --workspace --bins`.
 
-pub mod bench;
 pub mod bins;
 pub mod chain;
 pub mod cleanup;

@@ -21,12 +21,12 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use harness::iptables_layout::{DNAT, SETMARK, SHARED_CHAINS, skeleton, words};
+use harness::netns::TestNetns;
 use netfilter::iptables::native::{NativeTables, Recorded, Removal, RuleSpec, Transaction};
 use netfilter::iptables::{Family, Iptables, restore_line};
 
-use super::{Options, Results, Row, Samples};
-use crate::iptables_layout::{DNAT, SETMARK, SHARED_CHAINS, skeleton, words};
-use crate::netns::TestNetns;
+use crate::{Options, Results, Row, Samples};
 
 const SUITE: &str = "iptables-native";
 /// Attachments per transaction while installing the others.

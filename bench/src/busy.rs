@@ -22,7 +22,7 @@
 //!
 //! At every level, the kernel's share is timed apart from this process (no plugin start in
 //! it): the commit of one attachment of portmap's iptables layout and of its removal
-//! ([`super::portmap::kernel_samples`]), and the UDP flush portmap makes, both ways the
+//! ([`crate::portmap::kernel_samples`]), and the UDP flush portmap makes, both ways the
 //! kernel offers it (one filtered delete on Linux 6.12+, a filtered dump and exact deletes
 //! before), beside a dump of the whole IPv4 table (what Go, and our flush before, read).
 
@@ -30,11 +30,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use harness::netns::{StateDirs, TestNetns, veth_pair};
 use netfilter::conntrack::{Conntrack, Deletion, Flow, FlowFilter};
 use netfilter::nft::{L4Proto, NfProto};
 
-use super::{Options, Results, Row, Samples, bandwidth, firewall, portmap, sbr, tuning};
-use crate::netns::{StateDirs, TestNetns, veth_pair};
+use crate::{Options, Results, Row, Samples, bandwidth, firewall, portmap, sbr, tuning};
 
 /// The suite's name.
 pub const SUITE: &str = "busy";

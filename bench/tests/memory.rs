@@ -17,12 +17,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use bench::memory::{Fixture, PLUGINS, Shape, write_stdin};
+use bench::spawner::command;
+use harness::bins::{plugin_binary, reference_binary};
+use harness::process;
 use host::netns::NetNs;
 use serde_json::Value;
-use tests::bench::memory::{Fixture, PLUGINS, Shape, write_stdin};
-use tests::bench::spawner::command;
-use tests::bins::{plugin_binary, reference_binary};
-use tests::process;
 
 /// The stdin size the bound is asserted at.
 const SIZE: usize = 16 << 20;

@@ -9,7 +9,7 @@
 //! - Scale: with N other containers' mappings installed, one more ADD and DEL of three series,
 //!   interleaved: `ours nftables`, `ours iptables` and `Go iptables`, for each size of
 //!   [`Options::scale_sizes`] (which adds 1000, the size of the growth targets, when the
-//!   largest requested size reaches it), with at most [`super::SCALE_ITERATIONS`] iterations
+//!   largest requested size reaches it), with at most [`crate::SCALE_ITERATIONS`] iterations
 //!   per size. All three share one host namespace, where every other container is installed
 //!   twice: by our binary with the nftables backend and with the iptables backend, whose
 //!   layout is the reference's. So Go's ADD and DEL run over N containers in its own layout,
@@ -24,21 +24,21 @@
 //!   pays, against which our iptables series' growth is read.
 //! - A second host and container namespace pair never gets others: at every size above 0,
 //!   each series' ADD and DEL are timed there too, in alternation with the measured ones
-//!   ([`super::ScalePoint::alongside`]), and the growth targets divide by those.
+//!   ([`crate::ScalePoint::alongside`]), and the growth targets divide by those.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use harness::bins::{plugin_binary, reference_binary};
+use harness::netns::{StateDirs, TestNetns, veth_pair};
 use host::netns::NetNs;
 use serde_json::{Value, json};
 
-use super::{
+use crate::{
     Alongside, Exec, GO_IPTABLES, Install, Lifecycle, OURS_IPTABLES, OURS_NFTABLES, Options,
     Results, Row, Sample, Samples, ScalePoint, cutoff_note, run_exec, time_exec,
 };
-use crate::bins::{plugin_binary, reference_binary};
-use crate::netns::{StateDirs, TestNetns, veth_pair};
 
 const NETWORK: &str = "bench";
 
@@ -451,12 +451,12 @@ pub fn kernel_samples(ns: &NetNs, iterations: usize, warm_up: bool) -> Result<[S
     use netfilter::iptables::native::NativeTables;
     let (mut add, mut del, mut close) =
         (Samples::default(), Samples::default(), Samples::default());
-    let dnat = crate::iptables_layout::DNAT;
+    let dnat = harness::iptables_layout::DNAT;
     ns.run(|| -> Result<()> {
         for i in usize::from(!warm_up)..=iterations {
             let mut tables = NativeTables::open("nat")?;
             let mut tx = tables.transaction();
-            let (chain, specs) = super::iptables_native::attachment(Family::V4, PROBE);
+            let (chain, specs) = crate::iptables_native::attachment(Family::V4, PROBE);
             tables.ensure(&mut tx, Family::V4, &[&chain], &specs)?;
             let start = Instant::now();
             let recorded = tables.commit(&tx)?;
@@ -597,7 +597,7 @@ fn big_map_rows(options: &Options, ours: &Path) -> Result<Vec<Row>> {
         run("ADD", "bulk", &bulk)?;
         gc_ref.push(time_exec(&hostns, &flush_all)?.sample());
         run("DEL", "bulk", &bulk)?;
-        super::wait_for_nf_tables_frees()?;
+        crate::wait_for_nf_tables_frees()?;
     }
     let row = |case: &str, step: &str, ours: Samples, reference: Samples, label: &str| Row {
         suite: "portmap".to_owned(),

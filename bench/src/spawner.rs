@@ -26,11 +26,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use harness::process;
 use host::netns::NetNs;
 use serde::{Deserialize, Serialize};
 
-use super::{Exec, Timed};
-use crate::process;
+use crate::{Exec, Timed};
 
 /// The argument that makes the bench binary a spawner.
 pub const SPAWNER_ARG: &str = "--spawner";
@@ -257,7 +257,7 @@ const SETTLE_DEADLINE: Duration = Duration::from_secs(30);
 /// - any process an exec left behind (ours leave none; a reference binary's `iptables` child
 ///   could): the spawner, a child subreaper, inherits it when its parent exits, and reaps it
 ///   here. (The spawner has no other children between execs.)
-/// - what nf_tables still has to free in the namespace ([`super::wait_for_nf_tables_frees`]).
+/// - what nf_tables still has to free in the namespace ([`crate::wait_for_nf_tables_frees`]).
 fn settle() -> Result<()> {
     let deadline = Instant::now() + SETTLE_DEADLINE;
     loop {
@@ -273,7 +273,7 @@ fn settle() -> Result<()> {
             Err(e) => return Err(e).context("reaping detached children"),
         }
     }
-    super::wait_for_nf_tables_frees()
+    crate::wait_for_nf_tables_frees()
 }
 
 /// `VmHWM` of this process, in KiB.

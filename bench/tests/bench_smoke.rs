@@ -1,6 +1,6 @@
 //! The bench works end to end: every suite with tiny sizes, writing `BENCHMARKS.md`, the plot
-//! and the raw data. CI's test command never runs the real bench; this proves it still runs.
-//! Nothing here looks at the timings themselves.
+//! and the raw data; and `--help` prints its usage. CI's test command never runs the real bench;
+//! this proves it still runs. Nothing here looks at the timings themselves.
 
 // An integration test crate is a test module of its own.
 #![allow(clippy::tests_outside_test_module)]
@@ -13,13 +13,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
-use serde_json::Value;
-use tests::bench::report::{DATA_FILE, MARKDOWN_FILE, PLOT_DATA_FILE, PLOT_FILE};
-use tests::bench::targets::{self, Measure};
-use tests::bench::{
+use bench::report::{DATA_FILE, MARKDOWN_FILE, PLOT_DATA_FILE, PLOT_FILE};
+use bench::targets::{self, Measure};
+use bench::{
     GO_IPTABLES, OURS_IPTABLES, OURS_NFTABLES, SUITES, busy, portmap, remove_namespaces_of,
 };
-use tests::process;
+use harness::process;
+use serde_json::Value;
 
 /// A hung bench is killed after this long. It takes about 30 s in a debug build on a quiet
 /// machine, and up to 10 s more per suite on a busy one (`wait_for_quiet`).
@@ -124,6 +124,18 @@ fn run_bench(out: &Path) -> Result<(bool, String, Vec<String>)> {
         }
     };
     Ok((ok, text, left))
+}
+
+#[test]
+fn help_prints_the_usage_and_runs_nothing() -> Result<()> {
+    let out = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .arg("--help")
+        .output()?;
+    ensure!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).starts_with("usage: bench"),
+        "{out:?}"
+    );
+    Ok(())
 }
 
 #[test]

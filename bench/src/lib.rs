@@ -349,7 +349,7 @@ pub struct Alongside {
 
 /// For the bench's signal and panic paths and for the test that runs the bench, which must
 /// leave nothing behind whatever happens.
-pub use crate::cleanup::remove_namespaces_of;
+pub use harness::cleanup::remove_namespaces_of;
 
 /// Waits until nf_tables has freed what earlier transactions in the calling thread's namespace
 /// deleted, ours or Go's. Until then the next nf_tables socket closed in the namespace, and the

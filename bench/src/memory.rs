@@ -18,20 +18,20 @@
 //! prevResult comes back as a result of some 40 MB.
 //!
 //! The targets ([`TARGETS`]): for each plugin, shape and size, ours/Go of the peak RSS at most
-//! 2 and of the median time at most 1. `tests/tests/memory.rs` asserts the RSS bound at 16 MB.
+//! 2 and of the median time at most 1. `bench/tests/memory.rs` asserts the RSS bound at 16 MB.
 
 use std::fmt::Write as _;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use harness::bins::{plugin_binary, reference_binary};
+use harness::netns::{StateDirs, TestNetns, veth_pair};
 use host::netns::NetNs;
 use serde_json::{Value, json};
 
-use super::targets::{Measure, Resource, Target};
-use super::{Exec, Options, Results, Row, Samples, time_exec};
-use crate::bins::{plugin_binary, reference_binary};
-use crate::netns::{StateDirs, TestNetns, veth_pair};
+use crate::targets::{Measure, Resource, Target};
+use crate::{Exec, Options, Results, Row, Samples, time_exec};
 
 /// The suite's name.
 pub const SUITE: &str = "memory";
@@ -380,7 +380,7 @@ pub fn run(options: &Options) -> Result<Results> {
     for plugin in PLUGINS {
         let binaries = [plugin_binary(plugin)?, reference_binary(plugin)?];
         let config = fixture.config(plugin)?;
-        let cycle = |binary: &Path, add: &Exec| -> Result<super::Sample> {
+        let cycle = |binary: &Path, add: &Exec| -> Result<crate::Sample> {
             let sample = time_exec(&host, add)
                 .with_context(|| format!("{plugin} ADD"))?
                 .sample();

@@ -18,13 +18,13 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use harness::bins;
 use serde_json::{Value, json};
 
-use super::busy::NodeRow;
-use super::spawner;
-use super::targets::Verdict;
-use super::{GO_IPTABLES, OURS_IPTABLES, OURS_NFTABLES, Options, Results, Row, Samples, ratio};
-use crate::bins;
+use crate::busy::NodeRow;
+use crate::spawner;
+use crate::targets::Verdict;
+use crate::{GO_IPTABLES, OURS_IPTABLES, OURS_NFTABLES, Options, Results, Row, Samples, ratio};
 
 /// The report's markdown file.
 pub const MARKDOWN_FILE: &str = "BENCHMARKS.md";
@@ -40,7 +40,7 @@ pub const DATA_FILE: &str = "bench-data.json";
 /// The opening of `BENCHMARKS.md`.
 const INTRO: &str = "\
 Our plugins against the Go reference plugins of Debian's `containernetworking-plugins`, timed in
-one run by the bench (`tests/src/bin/bench.rs`), ours and Go interleaved so that machine noise
+one run by the bench (`bench/src/main.rs`), ours and Go interleaved so that machine noise
 hits both alike. A figure is the wall time of one whole exec (fork, exec, plugin, exit, reap) as
 a runtime pays it, measured from a thread inside the plugin's namespace; ratios are ours/Go of
 the medians. Peak RSS is the largest `ru_maxrss` over a row's execs: that of the plugin or of a
@@ -278,7 +278,7 @@ pub fn markdown(run: &Run<'_>, plot: Option<&str>) -> String {
              ADDs. \"ADD at 0 alongside\" is the series' ADD \
              in a namespace with no others, timed in alternation with the row's: growth targets \
              divide by it. Sizes requested: {}; run: {} (a suite adds 0 and the sizes its \
-             targets name, see `tests/src/bench/mod.rs`).\n",
+             targets name, see `bench/src/lib.rs`).\n",
             o.scale_iterations(),
             join(&o.sizes),
             run_sizes.join("; ")
@@ -294,7 +294,7 @@ pub fn markdown(run: &Run<'_>, plot: Option<&str>) -> String {
     if !run.results.busy.is_empty() {
         let _ = writeln!(
             out,
-            "## Busy node\n\nMeasured on a node that looks like production (`tests/src/bench/busy.rs`): \
+            "## Busy node\n\nMeasured on a node that looks like production (`bench/src/busy.rs`): \
              one host namespace with a bridge and {} veths on it; from the second level on, {} \
              kube-proxy-style rules in its `nat` table (`KUBE-SERVICES` → `KUBE-SVC-…` → \
              `KUBE-SEP-…`); and the conntrack entries of each level (TCP and UDP, IPv4 and \
@@ -307,7 +307,7 @@ pub fn markdown(run: &Run<'_>, plot: Option<&str>) -> String {
              warm-up.\n\n{}",
             o.busy_veths,
             o.busy_kube_rules,
-            super::busy::BUSY_ITERATIONS,
+            crate::busy::BUSY_ITERATIONS,
             busy_table(&run.results.busy)
         );
     }
@@ -324,7 +324,7 @@ pub fn markdown(run: &Run<'_>, plot: Option<&str>) -> String {
             .count();
         let _ = writeln!(
             out,
-            "## Targets\n\nFrom the plugin issues (`tests/src/bench/targets.rs`): {met} met, \
+            "## Targets\n\nFrom the plugin issues (`bench/src/targets.rs`): {met} met, \
              {missed} missed, {} not measured.\n\n{}",
             run.verdicts.len() - met - missed,
             targets_table(run.verdicts)
@@ -633,7 +633,7 @@ pub fn gnuplot(results: &Results) -> Option<(String, String)> {
     });
     let tics: Vec<String> = sizes.iter().map(|&s| format!("\"{s}\" {}", x(s))).collect();
     let mut script = format!(
-        "# Written by the bench (tests/src/bench/report.rs) with {PLOT_DATA_FILE}; run: gnuplot {PLOT_SCRIPT_FILE}\n\
+        "# Written by the bench (bench/src/report.rs) with {PLOT_DATA_FILE}; run: gnuplot {PLOT_SCRIPT_FILE}\n\
          set terminal pngcairo size 1500,{} font 'sans,10'\n\
          set output '{PLOT_FILE}'\n\
          set datafile missing '-'\n\
@@ -760,7 +760,7 @@ pub fn write(dir: &Path, run: &Run<'_>) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::{Install, Sample, ScalePoint};
+    use crate::{Install, Sample, ScalePoint};
 
     fn ms_samples(values: &[u64]) -> Samples {
         Samples(

@@ -21,15 +21,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use harness::bins::{plugin_binary, reference_binary};
+use harness::netns::{StateDirs, TestNetns};
 use host::netns::NetNs;
 use serde_json::{Value, json};
 
-use super::{
+use crate::{
     Alongside, Exec, GO_IPTABLES, Install, Lifecycle, OURS_IPTABLES, OURS_NFTABLES, Options,
     Results, Sample, Samples, ScalePoint, cutoff_note, time_exec,
 };
-use crate::bins::{plugin_binary, reference_binary};
-use crate::netns::{StateDirs, TestNetns};
 
 /// Lifecycle case of our iptables backend.
 pub const CASE_IPTABLES: &str = "ours iptables vs Go iptables";
@@ -83,7 +83,7 @@ pub fn run(options: &Options) -> Result<Results> {
 ///
 /// # Errors
 /// When the container cannot be made or an exec fails.
-pub fn rows_in(host: &TestNetns, backend: &str, iterations: usize) -> Result<Vec<super::Row>> {
+pub fn rows_in(host: &TestNetns, backend: &str, iterations: usize) -> Result<Vec<crate::Row>> {
     let case = if backend == "nftables" {
         CASE_NFTABLES
     } else {
@@ -232,7 +232,7 @@ fn time_kernel_commits(ns: &NetNs, iterations: usize) -> Result<[Duration; 2]> {
                 max_rss_kib: None,
             });
             // So that the next append is timed alone.
-            super::wait_for_nf_tables_frees()?;
+            crate::wait_for_nf_tables_frees()?;
         }
         Ok(())
     })??;

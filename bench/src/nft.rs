@@ -1,6 +1,6 @@
 //! `netfilter::nft` against the `nft` binary: one batch adding a map element and a rule to an
 //! existing table, over netlink versus `nft -f -` doing the same, interleaved in one run. The
-//! `nft` exec is timed like a plugin's ([`super::run_exec`]); ours runs in this process, so its
+//! `nft` exec is timed like a plugin's ([`crate::run_exec`]); ours runs in this process, so its
 //! rows have no peak RSS.
 //!
 //! Then maps of [`MAP_SIZES`] elements with portmap-sized owner comments, as portmap's and the
@@ -16,13 +16,13 @@ use std::net::Ipv4Addr;
 use std::time::Instant;
 
 use anyhow::{Result, bail};
+use harness::netns::TestNetns;
 use netfilter::nft::{
     Batch, Chain, ChainHook, ChainType, DataType as T, Element, Family, L4Proto, NfProto, Nft,
     Rule, Selector, Set, Table, Value, priority,
 };
 
-use super::{Exec, Options, Results, Row, Samples, time_exec};
-use crate::netns::TestNetns;
+use crate::{Exec, Options, Results, Row, Samples, time_exec};
 
 const TABLE: &str = "cni_bench";
 const CTR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -178,7 +178,7 @@ fn fill(size: u16) -> Batch {
 /// `doomed` accepts, closes the socket; the time of it all and the number deleted.
 fn delete_listed(doomed: &dyn Fn(&str) -> bool) -> Result<(std::time::Duration, usize)> {
     let t = Table::new(Family::Ip, BIG_TABLE);
-    super::wait_for_nf_tables_frees()?;
+    crate::wait_for_nf_tables_frees()?;
     let started = Instant::now();
     let mut nft = Nft::new()?;
     let keys: Vec<Vec<Value>> = nft

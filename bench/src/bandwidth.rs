@@ -17,11 +17,11 @@
 //! host veth's `tbf` and `ingress` qdisc first (a tenth of a millisecond).
 
 use anyhow::{Context, Result};
+use harness::bins::{plugin_binary, reference_binary};
+use harness::netns::{TestNetns, veth_pair};
 use serde_json::json;
 
-use super::{Exec, Lifecycle, Options, Results, Row, Samples, time_exec};
-use crate::bins::{plugin_binary, reference_binary};
-use crate::netns::{TestNetns, veth_pair};
+use crate::{Exec, Lifecycle, Options, Results, Row, Samples, time_exec};
 
 /// The case, as the report and the targets name it.
 pub const CASE: &str = "ingress+egress";

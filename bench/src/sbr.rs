@@ -19,11 +19,11 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use harness::bins::{plugin_binary, reference_binary};
+use harness::netns::{TestNetns, veth_pair};
 use serde_json::{Value, json};
 
-use super::{Exec, Lifecycle, Options, Results, Row, Sample, Samples, time_exec};
-use crate::bins::{plugin_binary, reference_binary};
-use crate::netns::{TestNetns, veth_pair};
+use crate::{Exec, Lifecycle, Options, Results, Row, Sample, Samples, time_exec};
 
 const VERSION: &str = "1.0.0";
 

@@ -3,11 +3,11 @@
 //! sysctl keys name eth0 because Debian's Go CHECK (1.1.1) does not substitute IFNAME.
 
 use anyhow::{Context, Result};
+use harness::bins;
+use harness::netns::{TestNetns, veth_pair};
 use serde_json::json;
 
-use crate::bench::{Lifecycle, Options, Results, Row};
-use crate::bins;
-use crate::netns::{TestNetns, veth_pair};
+use crate::{Lifecycle, Options, Results, Row};
 
 /// The case, as the report and the targets name it.
 pub const CASE: &str = "mac+mtu+promisc+2 sysctls";

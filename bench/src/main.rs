@@ -24,17 +24,17 @@
 //!
 //! On SIGINT, SIGTERM or SIGHUP, and on a panic, it removes the namespaces it made before it
 //! dies. `bench --spawner` is internal: the small process that runs the timed execs
-//! (`tests::bench::spawner`).
+//! (`bench::spawner`).
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use tests::bench::memory::Shape;
-use tests::bench::report::{self, Run};
-use tests::bench::{Options, Results, SUITES, remove_namespaces_of, spawner, targets};
-use tests::cleanup;
+use bench::memory::Shape;
+use bench::report::{self, Run};
+use bench::{Options, Results, SUITES, remove_namespaces_of, spawner, targets};
+use harness::cleanup;
 
 /// What `--help` prints.
 const USAGE: &str = "\
@@ -168,7 +168,7 @@ fn run() -> Result<()> {
         if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == name)) {
             continue;
         }
-        let waited = tests::bench::wait_for_quiet()?;
+        let waited = bench::wait_for_quiet()?;
         eprintln!(
             "running {name} ({} iterations; waited {:.1} s for the CPUs to be quiet)",
             options.iterations,

@@ -5,22 +5,22 @@
 //! Three kinds of target:
 //! - [`Measure::Ratio`]: ours / Go of the medians of one row (a case and verb of a suite).
 //! - [`Measure::Memory`]: ours / Go of the peak RSS or of the median time of one plugin's row
-//!   of the `memory` suite ([`super::memory::TARGETS`]).
+//!   of the `memory` suite ([`crate::memory::TARGETS`]).
 //! - [`Measure::Time`]: our median of one row, in milliseconds.
 //! - [`Measure::Growth`]: a scale series' median at N others over its median at 0 others, for
 //!   one step. It is evaluated at exactly N, never at the nearest size run: the scale suites
 //!   run 0 always and add N when the largest requested size reaches it
-//!   ([`super::Options::scale_sizes`]); otherwise the verdict is "not measured".
+//!   ([`crate::Options::scale_sizes`]); otherwise the verdict is "not measured".
 //! - [`Measure::Busy`], [`Measure::BusyGrowth`], [`Measure::BusyUserSpace`]: rows of the busy
-//!   node ([`super::busy`]) at one of its levels, named by exactly its conntrack entries and
+//!   node ([`crate::busy`]) at one of its levels, named by exactly its conntrack entries and
 //!   kube-proxy rules (a run without that level has them "not measured"). [`busy_targets`]
 //!   holds them: issue 28's, then every plugin's empty-node ratio target again at each busy
 //!   level of the default run.
 
 use std::sync::LazyLock;
 
-use super::busy::{self, NodeRow};
-use super::{OURS_IPTABLES, OURS_NFTABLES, Results, Samples, firewall, memory, portmap, sbr};
+use crate::busy::{self, NodeRow};
+use crate::{OURS_IPTABLES, OURS_NFTABLES, Results, Samples, firewall, memory, portmap, sbr};
 
 /// What a target limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,13 +165,13 @@ const fn growth(
 
 /// The targets of the plugin issues, in report order.
 pub const TARGETS: &[Target] = &[
-    ratio("tuning", super::tuning::CASE, "ADD", 0.35),
-    ratio("tuning", super::tuning::CASE, "CHECK", 0.35),
-    ratio("tuning", super::tuning::CASE, "DEL", 0.35),
-    ratio("bandwidth", super::bandwidth::CASE, "ADD", 0.35),
-    ratio("bandwidth", super::bandwidth::CASE, "CHECK", 0.35),
+    ratio("tuning", crate::tuning::CASE, "ADD", 0.35),
+    ratio("tuning", crate::tuning::CASE, "CHECK", 0.35),
+    ratio("tuning", crate::tuning::CASE, "DEL", 0.35),
+    ratio("bandwidth", crate::bandwidth::CASE, "ADD", 0.35),
+    ratio("bandwidth", crate::bandwidth::CASE, "CHECK", 0.35),
     // Issue 21: the kernel's IFB deletion dominates both DELs.
-    ratio("bandwidth", super::bandwidth::CASE, "DEL", 1.0),
+    ratio("bandwidth", crate::bandwidth::CASE, "DEL", 1.0),
     ratio("sbr", sbr::CASE_MOVES, "ADD", 0.35),
     ratio("sbr", sbr::CASE_MOVES, "CHECK", 0.35),
     ratio("sbr", sbr::CASE_MOVES, "DEL", 0.35),
@@ -427,7 +427,7 @@ impl Target {
                          (run --sizes with a size of at least {others})"
                     ));
                 };
-                super::ratio(grown, base).ok_or_else(|| "not measured: no timings".to_owned())
+                crate::ratio(grown, base).ok_or_else(|| "not measured: no timings".to_owned())
             }
             Measure::Busy {
                 suite,
@@ -448,7 +448,7 @@ impl Target {
             } => {
                 let grown = busy_row(results, (conntrack, kube_rules), suite, case, step)?;
                 let base = busy_row(results, (base, kube_rules), suite, case, step)?;
-                super::ratio(&grown.ours, &base.ours)
+                crate::ratio(&grown.ours, &base.ours)
                     .ok_or_else(|| "not measured: no timings".to_owned())
             }
             Measure::BusyUserSpace {
@@ -508,7 +508,7 @@ fn row<'a>(
     suite: &str,
     case: &str,
     step: &str,
-) -> Result<&'a super::Row, String> {
+) -> Result<&'a crate::Row, String> {
     results
         .rows
         .iter()
@@ -524,7 +524,7 @@ fn busy_row<'a>(
     suite: &str,
     case: &str,
     step: &str,
-) -> Result<&'a super::Row, String> {
+) -> Result<&'a crate::Row, String> {
     results
         .busy
         .iter()
@@ -596,7 +596,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::bench::{Install, Row, Sample, ScalePoint};
+    use crate::{Install, Row, Sample, ScalePoint};
 
     fn ms(values: &[u64]) -> Samples {
         Samples(
@@ -652,7 +652,7 @@ mod tests {
         let results = Results {
             rows: vec![Row {
                 suite: "tuning".into(),
-                case: crate::bench::tuning::CASE.into(),
+                case: crate::tuning::CASE.into(),
                 step: "ADD".into(),
                 ours: ms(&[1]),
                 reference: ms(&[4]),
@@ -696,7 +696,7 @@ mod tests {
     #[test]
     fn growth_divides_by_the_base_timed_alongside_when_there_is_one() {
         let mut grown = point(OURS_IPTABLES, 500, 14);
-        grown.alongside = Some(crate::bench::Alongside {
+        grown.alongside = Some(crate::Alongside {
             add: ms(&[12]),
             del: ms(&[1]),
         });
