@@ -212,7 +212,7 @@ fi
 # The binaries the guests run: the plugins (debug, as the tests use them; release for the
 # demo), and every test binary, listed with its suite name for the guest.
 echo "==> building the plugins and the test binaries"
-cargo build "${locked[@]}" --workspace --bins --quiet
+cargo build "${locked[@]}" --workspace --bins --examples --quiet
 build_release
 [ -n "$out" ] || out="$cache/results/$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out"

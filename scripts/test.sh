@@ -8,7 +8,7 @@ echo "==> cargo fmt --check"
 cargo fmt --all --check
 echo "==> cargo clippy"
 cargo clippy "${locked[@]}" --workspace --all-targets --quiet -- -D warnings
-echo "==> cargo build (plugin binaries for the end-to-end tests)"
-cargo build "${locked[@]}" --workspace --bins --quiet
+echo "==> cargo build (plugin binaries for the end-to-end tests, the cni crate's example plugin)"
+cargo build "${locked[@]}" --workspace --bins --examples --quiet
 echo "==> cargo test"
 cargo test "${locked[@]}" --workspace --no-fail-fast "$@"

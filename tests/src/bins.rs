@@ -49,6 +49,20 @@ pub fn plugin_binary(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Path of the example binary `name` of a workspace crate (`target/<profile>/examples/<name>`,
+/// e.g. the `cni` crate's `passthrough`), which must exist.
+///
+/// # Errors
+/// When it is missing or not executable, telling how to build it.
+pub fn example_binary(name: &str) -> Result<PathBuf> {
+    let path = plugin_dir()?.join("examples").join(name);
+    require_executable(
+        &path,
+        "run `cargo build --workspace --bins --examples` first, or set CNI_TEST_BIN_DIR",
+    )?;
+    Ok(path)
+}
+
 /// Path of the Go reference plugin `name`, which must exist.
 ///
 /// # Errors

@@ -27,7 +27,8 @@
 //! Everything needs root and fails (never skips) without it. Nothing here touches the machine's
 //! own network namespace: namespaces are created on throwaway threads, commands and plugins are
 //! spawned from threads inside test namespaces, and the runtime refuses pid 1's namespace.
-//! Our plugin binaries must be built first: `cargo build --workspace --bins`.
+//! Our plugin binaries, and the `cni` crate's example plugin `passthrough` the conformance suite
+//! runs, must be built first: `cargo build --workspace --bins --examples`.
 
 pub mod bins;
 pub mod chain;

@@ -13,7 +13,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 use tests::{
-    NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
+    NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, bins, main_plugin,
 };
 
 /// One plugin binary under test.
@@ -28,6 +28,8 @@ struct Subject {
 
 fn subjects() -> Vec<Subject> {
     vec![
+        // The `cni` crate's example plugin (cni/examples/passthrough.rs): the protocol crate
+        // alone, no kernel code.
         Subject {
             name: "passthrough",
             versions: cni::version::ALL,
@@ -92,7 +94,8 @@ impl Bench {
     }
 
     fn with_host(host: TestNetns) -> Result<Bench> {
-        let runtime = Runtime::new(&host)?;
+        let runtime =
+            Runtime::new(&host)?.use_binary("passthrough", bins::example_binary("passthrough")?);
         Ok(Bench {
             _host: host,
             runtime,
