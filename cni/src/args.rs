@@ -31,7 +31,22 @@ pub enum ArgsError {
     Unknown(Vec<String>),
 }
 
-/// Parsed `CNI_ARGS`, pairs in their original order.
+/// Parsed `CNI_ARGS`, pairs in their original order ([`crate::skel::Call::cni_args`] parses
+/// the call's):
+///
+/// ```
+/// use cni::args::CniArgs;
+///
+/// let args = CniArgs::parse("IgnoreUnknown=1;K8S_POD_NAMESPACE=web;K8S_POD_NAME=app-0;X=1")?;
+/// assert_eq!(args.k8s_pod().as_deref(), Some("web/app-0"));
+/// assert_eq!(args.get("X"), Some("1"));
+/// assert!(args.check_known(&[]).is_ok()); // IgnoreUnknown: X is let through
+///
+/// let strict = CniArgs::parse("X=1")?;
+/// let err = strict.check_known(&[]).unwrap_err();
+/// assert_eq!(err.to_string(), r#"CNI_ARGS: unknown args ["X=1"]"#);
+/// # Ok::<(), cni::args::ArgsError>(())
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CniArgs {
     pairs: Vec<(String, String)>,

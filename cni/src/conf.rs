@@ -80,6 +80,36 @@ struct Dns {
 }
 
 /// A decoded network configuration: the spec's envelope plus the plugin's keys in `plugin`.
+///
+/// The plugin's keys are a serde type decoded as Go's `encoding/json` decodes the reference
+/// plugin's struct: keys match case-insensitively, unknown keys are ignored, and a value of the
+/// wrong type is a code 6 error in Go's words, naming the struct by `T`'s serde name:
+///
+/// ```
+/// use cni::conf::NetConf;
+/// use cni::error::ErrorCode;
+///
+/// #[derive(Debug, Default, serde::Deserialize)]
+/// #[serde(default, rename_all = "camelCase", rename = "MtuConf")]
+/// struct MtuConf {
+///     mtu: Option<u32>,
+/// }
+///
+/// let conf: NetConf<MtuConf> = NetConf::parse(
+///     br#"{"cniVersion": "1.0.0", "name": "net", "type": "mtu", "MTU": 1400, "other": 1}"#,
+/// )?;
+/// assert_eq!((conf.name.as_str(), conf.plugin.mtu), ("net", Some(1400)));
+/// assert!(conf.prev_result()?.is_none());
+///
+/// let err = NetConf::<MtuConf>::parse(br#"{"name": "net", "mtu": "big"}"#).unwrap_err();
+/// assert_eq!(err.code, ErrorCode::Decode);
+/// assert_eq!(
+///     err.msg,
+///     "failed to decode network configuration: \
+///      json: cannot unmarshal string into Go struct field MtuConf.mtu of type uint32"
+/// );
+/// # Ok::<(), cni::error::CniError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct NetConf<T> {
     /// `cniVersion` as given ("" when absent).

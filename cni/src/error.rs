@@ -58,6 +58,31 @@ impl ErrorCode {
 }
 
 /// An error as a CNI plugin reports it: a code, a short message and optional details.
+///
+/// `msg` is the short account (the reference plugin's words where there is one, so that
+/// tools matching on them keep working), `details` everything else; the skel prints it as the
+/// spec's error object in the caller's `cniVersion`:
+///
+/// ```
+/// use cni::error::{CniError, ErrorCode};
+///
+/// let err = CniError::invalid_config("invalid MTU").with_details("mtu 70000 is above 65535");
+/// assert_eq!(err.code.as_u32(), 7);
+/// assert_eq!(
+///     err.to_json("1.0.0"),
+///     r#"{
+///     "cniVersion": "1.0.0",
+///     "code": 7,
+///     "msg": "invalid MTU",
+///     "details": "mtu 70000 is above 65535"
+/// }"#
+/// );
+///
+/// // Any error type, with its chain of causes in the details.
+/// let io = std::io::Error::other("disk full");
+/// let err = CniError::from_error(ErrorCode::Io, &io);
+/// assert_eq!((err.code, err.msg.as_str()), (ErrorCode::Io, "disk full"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct CniError {
     /// The spec code.

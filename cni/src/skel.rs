@@ -160,6 +160,91 @@ impl Call {
 }
 
 /// What a plugin implements. Verbs the plugin has nothing to do for keep the default bodies.
+///
+/// The skel has checked the environment, the configuration's envelope and the version before
+/// a verb runs; the verb decodes its own keys ([`Call::conf`]) and returns a result or a
+/// [`CniError`], which the skel prints in the caller's `cniVersion`. A chained plugin that
+/// passes the previous result on, driven in-process by [`run_with`] as a runtime would drive
+/// the binary:
+///
+/// ```
+/// use cni::conf::NetConf;
+/// use cni::error::CniError;
+/// use cni::skel::{self, Call, Plugin};
+/// use cni::types::CniResult;
+///
+/// struct Echo;
+///
+/// impl Plugin for Echo {
+///     fn name(&self) -> &'static str {
+///         "echo"
+///     }
+///     fn supported_versions(&self) -> &'static [&'static str] {
+///         cni::version::ALL
+///     }
+///     fn add(&self, call: &Call) -> Result<CniResult, CniError> {
+///         let conf: NetConf<serde::de::IgnoredAny> = call.conf()?;
+///         conf.prev_result()?
+///             .ok_or_else(|| CniError::invalid_config("prevResult is missing"))
+///     }
+///     fn check(&self, _call: &Call) -> Result<(), CniError> {
+///         Ok(())
+///     }
+///     fn del(&self, _call: &Call) -> Result<(), CniError> {
+///         Ok(())
+///     }
+///     // It never enters CNI_NETNS, so the skel leaves the path alone.
+///     fn uses_netns(&self) -> bool {
+///         false
+///     }
+/// }
+///
+/// let env = |key: &str| {
+///     let value = match key {
+///         "CNI_COMMAND" => "ADD",
+///         "CNI_CONTAINERID" => "c1",
+///         "CNI_NETNS" => "/run/netns/c1",
+///         "CNI_IFNAME" => "eth0",
+///         _ => return None,
+///     };
+///     Some(value.to_owned())
+/// };
+/// let stdin = r#"{"cniVersion": "0.3.1", "name": "net", "type": "echo",
+///     "prevResult": {"ips": [{"version": "4", "address": "10.0.0.2/24"}]}}"#;
+/// let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+/// let status = skel::run_with(&Echo, &env, &mut stdin.as_bytes(), &mut stdout, &mut stderr);
+/// assert_eq!(status, 0);
+/// // The result in the configuration's version, printed as Go prints it.
+/// assert_eq!(
+///     String::from_utf8(stdout)?,
+///     r#"{
+///     "cniVersion": "0.3.1",
+///     "ips": [
+///         {
+///             "version": "4",
+///             "address": "10.0.0.2/24"
+///         }
+///     ],
+///     "dns": {}
+/// }"#
+/// );
+///
+/// // DEL without a container ID and interface: code 4, in the reference's words; the
+/// // environment is checked before stdin is read, so the error is in the newest version.
+/// let env = |key: &str| (key == "CNI_COMMAND").then(|| "DEL".to_owned());
+/// let mut stdout = Vec::new();
+/// let status = skel::run_with(&Echo, &env, &mut stdin.as_bytes(), &mut stdout, &mut stderr);
+/// assert_eq!(status, 1);
+/// assert_eq!(
+///     String::from_utf8(stdout)?,
+///     r#"{
+///     "cniVersion": "1.1.0",
+///     "code": 4,
+///     "msg": "required env variables [CNI_CONTAINERID,CNI_IFNAME] missing"
+/// }"#
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait Plugin {
     /// The plugin's type name (its binary name), used in the "about" text and logs.
     fn name(&self) -> &'static str;
@@ -222,6 +307,41 @@ pub fn run(plugin: &dyn Plugin) -> ExitCode {
 /// alternate signal stack with SIGSEGV/SIGBUS handlers that only print "stack overflow",
 /// and a poll of the standard descriptors. That is 60–80 µs of every call on this machine,
 /// where a whole CHECK takes under a millisecond.
+///
+/// It also installs the plugin's allocator ([`crate::arena::Arena`]): the binary must not
+/// declare a `#[global_allocator]` of its own.
+///
+/// A whole plugin binary (`src/main.rs`; `examples/passthrough.rs` is a complete one):
+///
+/// ```
+/// #![no_main]
+///
+/// use cni::error::CniError;
+/// use cni::skel::{Call, Plugin};
+/// use cni::types::CniResult;
+///
+/// struct Noop;
+///
+/// impl Plugin for Noop {
+///     fn name(&self) -> &'static str {
+///         "noop"
+///     }
+///     fn supported_versions(&self) -> &'static [&'static str] {
+///         cni::version::ALL
+///     }
+///     fn add(&self, _call: &Call) -> Result<CniResult, CniError> {
+///         Ok(CniResult::default())
+///     }
+///     fn check(&self, _call: &Call) -> Result<(), CniError> {
+///         Ok(())
+///     }
+///     fn del(&self, _call: &Call) -> Result<(), CniError> {
+///         Ok(())
+///     }
+/// }
+///
+/// cni::plugin_main!("noop", Noop);
+/// ```
 #[macro_export]
 macro_rules! plugin_main {
     ($name:literal, $plugin:expr) => {

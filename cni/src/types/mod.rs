@@ -22,6 +22,58 @@ use crate::decode::{DecodeError, Options, RawJson};
 use crate::version::{Era, LATEST};
 
 /// A result in the internal "current" model (spec 1.1.0); every plugin works on this.
+///
+/// A `prevResult` of any version comes in through [`CniResult::from_prev_result`] (or
+/// [`crate::conf::NetConf::prev_result`]), and [`CniResult::to_json`] prints a result in any
+/// version, converted as Go's `convert.go` converts it:
+///
+/// ```
+/// use cni::types::CniResult;
+/// use serde_json::json;
+///
+/// // A 1.0.0 prevResult (no `version` keys), in a 1.0.0 configuration.
+/// let prev = json!({"cniVersion": "1.0.0",
+///     "interfaces": [{"name": "eth0", "mac": "0a:58:0a:00:00:02", "sandbox": "/run/netns/c1"}],
+///     "ips": [{"address": "10.0.0.2/24", "gateway": "10.0.0.1", "interface": 0}]});
+/// let result = CniResult::from_prev_result(&prev, "1.0.0")?;
+/// assert_eq!(result.ips[0].address.to_string(), "10.0.0.2/24");
+///
+/// // 0.4.0 adds each address's `version`; 0.2.0 has `ip4` blocks and no interfaces.
+/// assert_eq!(
+///     result.to_json("0.4.0")?,
+///     r#"{
+///     "cniVersion": "0.4.0",
+///     "interfaces": [
+///         {
+///             "name": "eth0",
+///             "mac": "0a:58:0a:00:00:02",
+///             "sandbox": "/run/netns/c1"
+///         }
+///     ],
+///     "ips": [
+///         {
+///             "version": "4",
+///             "interface": 0,
+///             "address": "10.0.0.2/24",
+///             "gateway": "10.0.0.1"
+///         }
+///     ],
+///     "dns": {}
+/// }"#
+/// );
+/// assert_eq!(
+///     result.to_json("0.2.0")?,
+///     r#"{
+///     "cniVersion": "0.2.0",
+///     "ip4": {
+///         "ip": "10.0.0.2/24",
+///         "gateway": "10.0.0.1"
+///     },
+///     "dns": {}
+/// }"#
+/// );
+/// # Ok::<(), cni::types::ResultError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CniResult {
     /// Interfaces created or used, referenced by index from [`IpConfig::interface`].
