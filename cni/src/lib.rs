@@ -1,8 +1,5 @@
-//! The CNI protocol as the reference plugins speak it, for plugins written in Rust: the result
-//! types of every CNI version and their conversions, configuration decoded as Go's
-//! `encoding/json` decodes it, the skeleton that reads a call from the environment and stdin
-//! and prints the result or error object (`plugin_main!`), `CNI_ARGS`, error codes and the
-//! reference's wording, and logging to stderr. No kernel code: a plugin brings its own.
+// The crate's documentation is its README (its example compiles and runs as a doctest).
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
 pub mod arena;
