@@ -4,7 +4,7 @@
 //! listing decodes the kernel's dump back into them. Each variant's doc shows how
 //! `nft --debug=netlink` prints it. `netlink-packet-netfilter` encodes payload, meta, cmp,
 //! bitwise, lookup and immediate; ct, fib, nat, masq and counter are encoded here, and golden
-//! bytes captured from `nft` pin both (`common/testdata/nft/`).
+//! bytes captured from `nft` pin both (`netfilter/testdata/nft/`).
 
 use netlink_packet_core::DefaultNla;
 use netlink_packet_netfilter::nftables::{

@@ -33,7 +33,7 @@
 //! below: re-adding a chain that exists costs a wait). Errors carry the errno and name the
 //! object of the batch the kernel refused (it answers each message by sequence number).
 //! Expressions that `netlink-packet-netfilter` lacks (ct, fib, nat, masq, counter) are encoded
-//! in [`expr`]; golden bytes captured with `nft --debug=netlink,mnl` (`common/testdata/nft/`)
+//! in [`expr`]; golden bytes captured with `nft --debug=netlink,mnl` (`netfilter/testdata/nft/`)
 //! pin the encoding, and kernel tests compare with `nft -j list`. Replies are decoded here from
 //! their bytes, not by that crate, whose parser formats every buffer it parses.
 //!
