@@ -25,6 +25,22 @@
 //!
 //! Installed by [`crate::plugin_main!`] in the plugin binaries only; tests and tools keep the
 //! standard allocator.
+//!
+//! # Long-running commands
+//!
+//! The arena suits a process that ends soon after its last allocation, not one that lives on:
+//! memory given back to it is only ever reused for blocks of the same size class (a block
+//! freed at the end is the exception), so a process whose allocations change in size over
+//! time (a watcher reconciling a hundred attachments, then a thousand, then ten) keeps the
+//! blocks of every earlier shape, cut from the region and never merged, until the region is
+//! used up and everything goes to the system allocator anyway; and the region's pages, once
+//! touched, stay resident for the life of the process. An operator's command
+//! ([`crate::operator`]: `reconcile`, and `reconcile --watch`, which runs for days) therefore
+//! does not use it: [`Arena::hand_over`], called by [`crate::plugin_main!`] before the first
+//! allocation when the command line has arguments, sends every later allocation to the system
+//! allocator, which coalesces freed blocks and returns memory to the system. The region then
+//! stays untouched and costs nothing (it is `.bss`, mapped lazily). A runtime's call (no
+//! arguments) never hands over, and pays one relaxed load per allocation for the choice.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
@@ -63,6 +79,8 @@ pub struct Arena {
     region: Region,
     locked: AtomicBool,
     state: UnsafeCell<State>,
+    /// Set by [`Arena::hand_over`]: every allocation from then on is the system allocator's.
+    handed_over: AtomicBool,
 }
 
 impl std::fmt::Debug for Arena {
@@ -122,7 +140,20 @@ impl Arena {
                 next: 0,
                 free: [std::ptr::null_mut(); CLASSES],
             }),
+            handed_over: AtomicBool::new(false),
         }
+    }
+
+    /// Sends every allocation from now on to the system allocator, for a process that will
+    /// live long (see the module docs). Blocks the arena handed out before stay valid and
+    /// go back to it when freed; one of them grown later moves to the system allocator.
+    pub fn hand_over(&self) {
+        self.handed_over.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Arena::hand_over`] was called.
+    fn is_handed_over(&self) -> bool {
+        self.handed_over.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> Guard<'_> {
@@ -231,7 +262,8 @@ impl Default for Arena {
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Arena {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if let Some(class) = class_of(layout.size(), layout.align())
+        if !self.is_handed_over()
+            && let Some(class) = class_of(layout.size(), layout.align())
             && let Some(ptr) = self.take(class, layout.align())
         {
             return ptr;
@@ -258,7 +290,9 @@ unsafe impl GlobalAlloc for Arena {
         match class_of(new_size, layout.align()) {
             // It still fits: a smaller size is filed under its smaller class when freed.
             Some(to) if to <= from => return ptr,
-            Some(to) if self.extend_last(offset, from, to) => return ptr,
+            Some(to) if !self.is_handed_over() && self.extend_last(offset, from, to) => {
+                return ptr;
+            }
             _ => {}
         }
         // SAFETY: the caller guarantees `new_size`, rounded up to the alignment, does not
@@ -288,8 +322,8 @@ mod tests {
 
     /// A fresh arena on the heap (a `static` per test would do, but 8 MiB each adds up).
     fn arena() -> Box<Arena> {
-        // SAFETY: all zeroes is `Arena::new()`: an empty region, an unlocked lock, offset 0 and
-        // null free lists.
+        // SAFETY: all zeroes is `Arena::new()`: an empty region, an unlocked lock, offset 0,
+        // null free lists and no hand-over.
         #[allow(unsafe_code)]
         unsafe {
             let raw = System.alloc_zeroed(Layout::new::<Arena>()).cast::<Arena>();
@@ -392,6 +426,35 @@ mod tests {
             for (ptr, size) in blocks {
                 arena.dealloc(ptr, layout(size, 8));
             }
+        }
+    }
+
+    #[allow(unsafe_code)]
+    #[test]
+    fn after_the_hand_over_blocks_come_from_the_system_and_earlier_ones_still_go_back() {
+        let arena = arena();
+        // SAFETY: as above.
+        unsafe {
+            let before = arena.alloc(layout(32, 8));
+            assert!(arena.offset_of(before).is_some());
+            before.copy_from_nonoverlapping(b"0123456789abcdef".as_ptr(), 16);
+            let used = next(&arena);
+            arena.hand_over();
+            let after = arena.alloc(layout(32, 8));
+            assert!(
+                arena.offset_of(after).is_none(),
+                "a small block from the arena"
+            );
+            // The last block cut is not extended in place any more: it moves out.
+            let grown = arena.realloc(before, layout(32, 8), 64);
+            assert!(arena.offset_of(grown).is_none());
+            assert_eq!(std::slice::from_raw_parts(grown, 16), b"0123456789abcdef");
+            assert!(
+                next(&arena) < used,
+                "the old copy did not go back to the arena"
+            );
+            arena.dealloc(grown, layout(64, 8));
+            arena.dealloc(after, layout(32, 8));
         }
     }
 

@@ -10,6 +10,7 @@ pub mod decode;
 pub mod error;
 pub(crate) mod json;
 pub mod logging;
+pub mod operator;
 pub mod skel;
 pub mod types;
 pub mod version;

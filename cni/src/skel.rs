@@ -34,6 +34,7 @@ use crate::args::CniArgs;
 use crate::conf::{NetConf, decode_error};
 use crate::decode::RawJson;
 use crate::error::{CniError, ErrorCode};
+use crate::operator::{Args, OperatorCommand, OperatorError};
 use crate::types::CniResult;
 use crate::version::{self, CniVersion};
 
@@ -292,6 +293,30 @@ pub trait Plugin {
     fn uses_netns(&self) -> bool {
         true
     }
+
+    /// The commands the plugin takes on its command line when an operator (or a unit) runs
+    /// it with arguments ([`crate::operator`]); none by default. A runtime's call has no
+    /// arguments and never reaches them.
+    fn operator_commands(&self) -> &'static [OperatorCommand] {
+        &[]
+    }
+
+    /// Runs `command`, one of [`Plugin::operator_commands`], with the arguments that follow it
+    /// (none of them `--help`, which the skel answers), printing its report on `out`.
+    ///
+    /// # Errors
+    /// What to print on stderr, with the exit status.
+    fn operate(
+        &self,
+        command: &str,
+        _args: &[String],
+        _out: &mut dyn Write,
+    ) -> Result<(), OperatorError> {
+        Err(OperatorError::usage(format!(
+            "{} takes no command {command:?}",
+            self.name()
+        )))
+    }
 }
 
 /// Runs `plugin` against the real process environment and stdio.
@@ -309,7 +334,11 @@ pub fn run(plugin: &dyn Plugin) -> ExitCode {
 /// where a whole CHECK takes under a millisecond.
 ///
 /// It also installs the plugin's allocator ([`crate::arena::Arena`]): the binary must not
-/// declare a `#[global_allocator]` of its own.
+/// declare a `#[global_allocator]` of its own. The arena is made for a call that lives a
+/// millisecond. A command line with arguments is an operator's command ([`crate::operator`]),
+/// which may run for days (`reconcile --watch`): before anything is allocated, the arena then
+/// hands every allocation to the system allocator ([`crate::arena::Arena::hand_over`]), whose
+/// freed memory goes back to the system.
 ///
 /// A whole plugin binary (`src/main.rs`; `examples/passthrough.rs` is a complete one):
 ///
@@ -355,19 +384,25 @@ macro_rules! plugin_main {
         #[allow(unsafe_code)]
         #[unsafe(no_mangle)]
         extern "C" fn main(
-            _argc: ::std::ffi::c_int,
-            _argv: *const *const ::std::ffi::c_char,
+            argc: ::std::ffi::c_int,
+            argv: *const *const ::std::ffi::c_char,
         ) -> ::std::ffi::c_int {
-            $crate::skel::main_entry($name, &$plugin)
+            // SAFETY: these are the arguments libc passes to `main`.
+            let args = unsafe { $crate::operator::Args::from_main(argc, argv) };
+            if !args.is_empty() {
+                ALLOCATOR.hand_over();
+            }
+            $crate::skel::main_entry($name, &$plugin, args)
         }
     };
 }
 
 /// The body of a plugin's `main` ([`plugin_main!`]): what Rust's start-up would have done
 /// that matters here (SIGPIPE ignored, so a write to a closed pipe is an error, not death),
-/// logging, [`run`], and a flush of stdout and stderr, which nothing else flushes when `main`
-/// returns to libc. Returns the exit status.
-pub fn main_entry(name: &'static str, plugin: &dyn Plugin) -> i32 {
+/// logging, then [`run`] when there are no `args` (a runtime's call) or the operator's command
+/// line ([`crate::operator::run`]), and a flush of stdout and stderr, which nothing else
+/// flushes when `main` returns to libc. Returns the exit status.
+pub fn main_entry(name: &'static str, plugin: &dyn Plugin, args: Args) -> i32 {
     // SAFETY: installs no handler (SIG_IGN), so no code of ours runs on a signal; nothing
     // else in the process has touched SIGPIPE yet.
     #[allow(unsafe_code)]
@@ -375,7 +410,16 @@ pub fn main_entry(name: &'static str, plugin: &dyn Plugin) -> i32 {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     crate::logging::init(name);
-    let status = run_status(plugin);
+    let status = if args.is_empty() {
+        run_status(plugin)
+    } else {
+        crate::operator::run(
+            plugin,
+            &args.to_vec(),
+            &mut std::io::stdout(),
+            &mut std::io::stderr(),
+        )
+    };
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
     i32::from(status)
