@@ -25,6 +25,7 @@
 //! told apart without a cookie): a live namespace is never taken for gone, also not one that
 //! only a socket or a descriptor in flight keeps, which no census can see.
 
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::os::fd::AsFd as _;
 use std::os::unix::ffi::OsStrExt as _;
@@ -33,6 +34,7 @@ use std::path::{Path, PathBuf};
 
 use crate::Netlink;
 use host::netns::{NetNs, NsIdentity};
+use serde::{Deserialize, Serialize};
 
 /// `KCMP_FILES`: whether two tasks share one descriptor table.
 const KCMP_FILES: libc::c_long = 2;
@@ -124,6 +126,88 @@ impl Remembered {
             return census.holder_of_nsid(nsid, cookie);
         }
         Presence::Unknown("no namespace has its inode number".into())
+    }
+}
+
+/// The owner's network namespace as ADD saw it: the `CNI_NETNS` path, and what identifies the
+/// namespace whatever becomes of the path ([`Remembered`]: its nsfs device and inode, its
+/// cookie, the id the plugin's namespace gives it). Whether it is gone is told from the
+/// kernel's accounts of these, never from the path alone (see the module docs).
+///
+/// Serialised as the plugins' records keep it (portmap's state, firewall's records).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetnsId {
+    /// `CNI_NETNS`.
+    pub path: PathBuf,
+    /// `st_dev` of the namespace's nsfs file.
+    pub dev: u64,
+    /// `st_ino` of the namespace's nsfs file: its inode number.
+    pub ino: u64,
+    /// The namespace's cookie (Linux 5.14 and later). Absent in records of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<u64>,
+    /// The id the plugin's namespace gives it (`ip netns list-id`). Absent in records of
+    /// earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nsid: Option<i32>,
+}
+
+impl NetnsId {
+    /// The identity of the namespace at `path`, when it is one that can be opened (with the
+    /// plugin's namespace giving it an id if it had none).
+    #[must_use]
+    pub fn of(path: &Path) -> Option<NetnsId> {
+        let ns = NetNs::open(path)
+            .inspect_err(|e| log::debug!("not recording the owner's namespace: {e}"))
+            .ok()?;
+        let remembered = Remembered::of(&ns)
+            .inspect_err(|e| log::debug!("cannot identify {}: {e}", path.display()))
+            .ok()?;
+        Some(NetnsId {
+            path: path.to_path_buf(),
+            dev: remembered.identity.dev,
+            ino: remembered.identity.ino,
+            cookie: remembered.cookie,
+            nsid: remembered.nsid,
+        })
+    }
+
+    fn remembered(&self) -> Remembered {
+        Remembered {
+            identity: NsIdentity {
+                dev: self.dev,
+                ino: self.ino,
+            },
+            cookie: self.cookie,
+            nsid: self.nsid,
+        }
+    }
+
+    /// Whether the namespace is gone, proven by the kernel ([`Remembered::presence`]); the
+    /// census is taken, once, only when the id and path do not tell. A namespace that cannot
+    /// be proven gone counts as live: a live owner must never lose its ports.
+    #[must_use]
+    pub fn is_gone(&self, census: &OnceCell<Census>) -> bool {
+        let presence = self
+            .remembered()
+            .presence(&self.path, || census.get_or_init(Census::take));
+        match presence {
+            Presence::Gone(proof) => {
+                log::info!("network namespace {} is gone: {proof}", self.path.display());
+                true
+            }
+            Presence::Referenced(at) => {
+                log::debug!("network namespace {} lives: {at}", self.path.display());
+                false
+            }
+            Presence::Unknown(why) => {
+                log::info!(
+                    "network namespace {} counts as live: {why}",
+                    self.path.display()
+                );
+                false
+            }
+        }
     }
 }
 
@@ -529,5 +613,64 @@ mod tests {
             Presence::Unknown(_)
         ));
         drop(file);
+    }
+
+    /// Whether `id` is gone, once the kernel has settled (a namespace whose last holder let
+    /// go is destroyed by a kernel worker).
+    fn settles_gone(id: &NetnsId) -> bool {
+        (0..400).any(|_| {
+            let gone = id.is_gone(&OnceCell::new());
+            if !gone {
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            gone
+        })
+    }
+
+    #[test]
+    fn an_owner_is_gone_only_once_its_namespace_is_not_once_its_path_is() {
+        isolated(|| {
+            // A namespace X, and a process in it whose path ADD records.
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let (ready, got) = std::sync::mpsc::channel();
+            let inside = std::thread::spawn(move || {
+                host::netns::in_new_netns(move || {
+                    let child = std::process::Command::new("sleep")
+                        .arg("1000")
+                        .spawn()
+                        .unwrap();
+                    ready.send(child).unwrap();
+                    // This thread keeps X while it waits.
+                    let _ = rx.recv();
+                })
+                .unwrap();
+            });
+            let mut child = got.recv().unwrap();
+            let path = PathBuf::from(format!("/proc/{}/ns/net", child.id()));
+            let id = NetnsId::of(&path).unwrap();
+            assert!(id.nsid.is_some(), "{id:?}");
+            assert!(!id.is_gone(&OnceCell::new()));
+            // The process exits: its path is gone, the namespace is not (issue 26 item 3).
+            child.kill().unwrap();
+            child.wait().unwrap();
+            assert!(!path.exists());
+            let census = OnceCell::new();
+            assert!(!id.is_gone(&census), "taken for gone with a thread in it");
+            // Nothing holds it any more.
+            drop(tx);
+            inside.join().unwrap();
+            assert!(settles_gone(&id));
+            // An earlier version's record tells only the path and inode: never proven gone.
+            let earlier = NetnsId {
+                cookie: None,
+                nsid: None,
+                ..id
+            };
+            assert!(!earlier.is_gone(&OnceCell::new()));
+            // Something that is no namespace is not recorded.
+            let tmp = tempfile::tempdir().unwrap();
+            std::fs::write(tmp.path().join("ns"), "").unwrap();
+            assert_eq!(NetnsId::of(&tmp.path().join("ns")), None);
+        });
     }
 }

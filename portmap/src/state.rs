@@ -5,16 +5,11 @@
 //! state they describe), one directory per network namespace the plugin runs in, with the
 //! iptables layout's host-port index beside them (the `ports` module's `PortIndex`).
 
-use std::cell::OnceCell;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
 
-use host::netns::NetNs;
-use host::netns::NsIdentity;
 use host::store::StateStore;
 use ipnet::IpNet;
 use netfilter::iptables::native::Recorded;
-use netlink::census::{Census, Presence, Remembered};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{
@@ -68,83 +63,9 @@ pub struct State {
     pub iptables_rules: Vec<Recorded>,
 }
 
-/// The owner's network namespace as ADD saw it: the `CNI_NETNS` path, and what identifies the
-/// namespace whatever becomes of the path ([`Remembered`]: its nsfs device and inode, its
-/// cookie, the id the plugin's namespace gives it). Whether it is gone is told from the
-/// kernel's accounts of these, never from the path alone ([`netlink::census`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NetnsId {
-    /// `CNI_NETNS`.
-    pub path: PathBuf,
-    /// `st_dev` of the namespace's nsfs file.
-    pub dev: u64,
-    /// `st_ino` of the namespace's nsfs file: its inode number.
-    pub ino: u64,
-    /// The namespace's cookie (Linux 5.14 and later). Absent in records of earlier versions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cookie: Option<u64>,
-    /// The id the plugin's namespace gives it (`ip netns list-id`). Absent in records of
-    /// earlier versions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nsid: Option<i32>,
-}
-
-impl NetnsId {
-    /// The identity of the namespace at `path`, when it is one that can be opened (with the
-    /// plugin's namespace giving it an id if it had none).
-    pub fn of(path: &Path) -> Option<NetnsId> {
-        let ns = NetNs::open(path)
-            .inspect_err(|e| log::debug!("not recording the owner's namespace: {e}"))
-            .ok()?;
-        let remembered = Remembered::of(&ns)
-            .inspect_err(|e| log::debug!("cannot identify {}: {e}", path.display()))
-            .ok()?;
-        Some(NetnsId {
-            path: path.to_path_buf(),
-            dev: remembered.identity.dev,
-            ino: remembered.identity.ino,
-            cookie: remembered.cookie,
-            nsid: remembered.nsid,
-        })
-    }
-
-    fn remembered(&self) -> Remembered {
-        Remembered {
-            identity: NsIdentity {
-                dev: self.dev,
-                ino: self.ino,
-            },
-            cookie: self.cookie,
-            nsid: self.nsid,
-        }
-    }
-
-    /// Whether the namespace is gone, proven by the kernel ([`Remembered::presence`]); the
-    /// census is taken, once, only when the id and path do not tell. A namespace that cannot
-    /// be proven gone counts as live: a live owner must never lose its ports.
-    pub fn is_gone(&self, census: &OnceCell<Census>) -> bool {
-        let presence = self
-            .remembered()
-            .presence(&self.path, || census.get_or_init(Census::take));
-        match presence {
-            Presence::Gone(proof) => {
-                log::info!("network namespace {} is gone: {proof}", self.path.display());
-                true
-            }
-            Presence::Referenced(at) => {
-                log::debug!("network namespace {} lives: {at}", self.path.display());
-                false
-            }
-            Presence::Unknown(why) => {
-                log::info!(
-                    "network namespace {} counts as live: {why}",
-                    self.path.display()
-                );
-                false
-            }
-        }
-    }
-}
+/// The owner's network namespace as ADD saw it ([`netlink::census::NetnsId`], shared with the
+/// firewall plugin, whose records keep the same).
+pub use netlink::census::NetnsId;
 
 impl State {
     /// The record of an ADD.
@@ -400,70 +321,6 @@ mod tests {
         store.prune();
         assert!(!store.dir().exists());
         store.prune();
-    }
-
-    /// Runs `f` in a network namespace of its own (where the ids `NetnsId::of` gives go).
-    fn isolated(f: impl FnOnce() + Send) {
-        host::netns::in_new_netns(f).expect("a network namespace of our own needs root");
-    }
-
-    /// Whether `id` is gone, once the kernel has settled (a namespace whose last holder let
-    /// go is destroyed by a kernel worker).
-    fn settles_gone(id: &NetnsId) -> bool {
-        (0..400).any(|_| {
-            let gone = id.is_gone(&OnceCell::new());
-            if !gone {
-                std::thread::sleep(std::time::Duration::from_millis(25));
-            }
-            gone
-        })
-    }
-
-    #[test]
-    fn an_owner_is_gone_only_once_its_namespace_is_not_once_its_path_is() {
-        isolated(|| {
-            // A namespace X, and a process in it whose path ADD records.
-            let (tx, rx) = std::sync::mpsc::channel::<()>();
-            let (ready, got) = std::sync::mpsc::channel();
-            let inside = std::thread::spawn(move || {
-                host::netns::in_new_netns(move || {
-                    let child = std::process::Command::new("sleep")
-                        .arg("1000")
-                        .spawn()
-                        .unwrap();
-                    ready.send(child).unwrap();
-                    // This thread keeps X while it waits.
-                    let _ = rx.recv();
-                })
-                .unwrap();
-            });
-            let mut child = got.recv().unwrap();
-            let path = PathBuf::from(format!("/proc/{}/ns/net", child.id()));
-            let id = NetnsId::of(&path).unwrap();
-            assert!(id.nsid.is_some(), "{id:?}");
-            assert!(!id.is_gone(&OnceCell::new()));
-            // The process exits: its path is gone, the namespace is not (issue 26 item 3).
-            child.kill().unwrap();
-            child.wait().unwrap();
-            assert!(!path.exists());
-            let census = OnceCell::new();
-            assert!(!id.is_gone(&census), "taken for gone with a thread in it");
-            // Nothing holds it any more.
-            drop(tx);
-            inside.join().unwrap();
-            assert!(settles_gone(&id));
-            // An earlier version's record tells only the path and inode: never proven gone.
-            let earlier = NetnsId {
-                cookie: None,
-                nsid: None,
-                ..id
-            };
-            assert!(!earlier.is_gone(&OnceCell::new()));
-            // Something that is no namespace is not recorded.
-            let tmp = tempfile::tempdir().unwrap();
-            std::fs::write(tmp.path().join("ns"), "").unwrap();
-            assert_eq!(NetnsId::of(&tmp.path().join("ns")), None);
-        });
     }
 
     #[test]
