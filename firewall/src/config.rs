@@ -53,8 +53,10 @@ pub enum BackendChoice {
     Firewalld,
 }
 
-/// What happens to traffic between bridges (and, for `isolated`, within one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What happens to traffic between bridges (and, for `isolated`, within one). Serialised
+/// (in the records of attachments) by its configured name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum IngressPolicy {
     /// No isolation (the default; also `""`).
     Open,

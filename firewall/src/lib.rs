@@ -31,6 +31,7 @@ use cni::conf::NetConf;
 use cni::error::CniError;
 use cni::skel::{Call, Plugin};
 use cni::types::CniResult;
+use netlink::census::NetnsId;
 
 use backend::FirewallBackend;
 use backend::firewalld::{self, Firewalld};
@@ -152,7 +153,9 @@ impl Plugin for Firewall {
 
     fn add(&self, call: &Call) -> Result<CniResult, CniError> {
         let (p, result) = parse_chained(call)?;
-        let target = Target::from_result(&result, &p.config)?;
+        let mut target = Target::from_result(&result, &p.config)?;
+        // Recorded with the attachment: whether it is gone is told from this, not the path.
+        target.netns = call.netns.as_deref().and_then(NetnsId::of);
         backend_for(&p.config)?.add(&p.owner, &target)?;
         Ok(result)
     }
@@ -172,7 +175,7 @@ impl Plugin for Firewall {
         let target = match p.conf.prev_result() {
             Ok(result) => result.map(|r| Target {
                 ips: Target::addresses(&r),
-                bridge: None,
+                ..Target::default()
             }),
             Err(e) => {
                 log::warn!(

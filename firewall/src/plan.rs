@@ -5,6 +5,7 @@ use std::net::IpAddr;
 
 use cni::types::CniResult;
 use netfilter::iptables::{Family, IptablesError, TableDump, restore_line};
+use netlink::census::NetnsId;
 
 use crate::config::{Config, IngressPolicy};
 use crate::error::FirewallError;
@@ -21,6 +22,9 @@ pub struct Target {
     pub ips: Vec<IpAddr>,
     /// The bridge (`interfaces[0].name`) when an ingress policy other than `open` is set.
     pub bridge: Option<String>,
+    /// The owner's network namespace, which an ADD records with the attachment so that
+    /// `reconcile` can tell whether it is gone; `None` for other verbs.
+    pub netns: Option<NetnsId>,
 }
 
 impl Target {
@@ -36,6 +40,7 @@ impl Target {
         Ok(Target {
             ips: Target::addresses(result),
             bridge,
+            netns: None,
         })
     }
 
@@ -474,6 +479,7 @@ mod tests {
         Target {
             ips: vec!["10.1.0.5".parse().unwrap(), "fd01::5".parse().unwrap()],
             bridge: bridge.map(str::to_owned),
+            netns: None,
         }
     }
 
@@ -544,6 +550,7 @@ COMMIT
         let t = Target {
             ips: vec!["10.1.0.5".parse().unwrap()],
             bridge: Some("br0".into()),
+            netns: None,
         };
         assert!(iptables_add(&dump, Family::V4, &c, &t).unwrap().is_empty());
         assert_eq!(iptables_missing(&dump, Family::V4, &c, &t), None);
@@ -551,6 +558,7 @@ COMMIT
         let other = Target {
             ips: vec!["10.1.0.6".parse().unwrap()],
             bridge: Some("br0".into()),
+            netns: None,
         };
         let append = iptables_add(&dump, Family::V4, &c, &other).unwrap();
         assert!(append.skeleton_lines().is_empty(), "{append:?}");
@@ -586,6 +594,7 @@ COMMIT
         let t = Target {
             ips: vec!["10.1.0.5".parse().unwrap()],
             bridge: Some("br0".into()),
+            netns: None,
         };
         let lines = iptables_add(&dump, Family::V4, &c, &t)
             .unwrap()
@@ -626,6 +635,7 @@ COMMIT
         let t = Target {
             ips: vec!["10.1.0.5".parse().unwrap()],
             bridge: Some("br0".into()),
+            netns: None,
         };
         let forward_jump =
             "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD\n";

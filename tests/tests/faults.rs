@@ -1647,23 +1647,12 @@ fn a_held_lock_makes_add_and_del_give_up_with_code_11_and_change_nothing() -> Re
 // ---------------------------------------------------------------------------------------------
 // The state directory is read-only.
 
-/// What a DEL with the state directory read-only does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ReadOnlyDel {
-    /// It fails naming the directory and keeps its record for the retry, having undone what
-    /// it made and can identify (portmap's rules and elements, tuning's attributes and
-    /// sysctls from the readable backup, firewall's accepts): it fails only on the record it
-    /// could not remove (code 5).
-    FailsOnTheRecord,
-    /// It succeeds, having undone everything: it keeps no record there (firewall's nftables
-    /// backend: its elements carry their owner; only its lock file is there).
-    Succeeds,
-}
-
 /// ADD with `dir` read-only fails naming it and changes nothing; after an ADD with it
-/// writable, DEL with it read-only undoes what it made and can identify, and fails or not as
-/// `del` says; the retry with it writable leaves the state of before the ADD.
-fn read_only_state_dir(stage: &Stage, dir: &Path, del: ReadOnlyDel) -> Result<()> {
+/// writable, DEL with it read-only undoes what it made and can identify (portmap's rules and
+/// elements, tuning's attributes and sysctls from the readable backup, firewall's accepts
+/// and elements), and fails only on the record it could not remove (code 5), which it keeps
+/// for the retry; the retry with it writable leaves the state of before the ADD.
+fn read_only_state_dir(stage: &Stage, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let before = stage.warmed_up()?;
     let said = |err: &CniErrorObject| {
@@ -1692,19 +1681,14 @@ fn read_only_state_dir(stage: &Stage, dir: &Path, del: ReadOnlyDel) -> Result<()
     let added = stage.state()?;
     {
         let _ro = ReadOnly::new(dir)?;
-        match del {
-            ReadOnlyDel::FailsOnTheRecord => {
-                let err = stage.fails("DEL", true, &[])?;
-                said(&err)?;
-                ensure!(
-                    err.code == 5,
-                    "{} DEL into a read-only {}: {err:?}",
-                    stage.plugin,
-                    dir.display()
-                );
-            }
-            ReadOnlyDel::Succeeds => stage.ok("DEL", true, &[])?,
-        }
+        let err = stage.fails("DEL", true, &[])?;
+        said(&err)?;
+        ensure!(
+            err.code == 5,
+            "{} DEL into a read-only {}: {err:?}",
+            stage.plugin,
+            dir.display()
+        );
         // What DEL needs for its retry is still there.
         let now = stage.state()?;
         for name in ["files:portmap", "files:firewall", "files:data"] {
@@ -1746,7 +1730,7 @@ fn read_only_state_dir(stage: &Stage, dir: &Path, del: ReadOnlyDel) -> Result<()
 fn read_only_data_dir_tuning() -> Result<()> {
     isolated(|| {
         let stage = tuning_stage("frotun")?;
-        read_only_state_dir(&stage, &stage.data_dir(), ReadOnlyDel::FailsOnTheRecord)
+        read_only_state_dir(&stage, &stage.data_dir())
     })
 }
 
@@ -1819,28 +1803,22 @@ fn read_only_state_dir_portmap_both_backends() -> Result<()> {
     isolated(|| {
         for backend in ["nftables", "iptables"] {
             let stage = Stage::new("fropm", "portmap", portmap_keys(backend))?;
-            read_only_state_dir(
-                &stage,
-                Path::new(PORTMAP_RUN),
-                ReadOnlyDel::FailsOnTheRecord,
-            )
-            .with_context(|| format!("backend {backend}"))?;
+            read_only_state_dir(&stage, Path::new(PORTMAP_RUN))
+                .with_context(|| format!("backend {backend}"))?;
         }
         Ok(())
     })
 }
 
-/// The iptables backend keeps its records there, and both backends their lock: DEL removes
-/// the accepts or elements all the same, and only the iptables backend fails, on its record.
+/// Both backends keep their records there (for DEL without prevResult, and for
+/// `reconcile`) and their lock: DEL removes the accepts or elements all the same, and fails
+/// on the record.
 #[test]
 fn read_only_state_dir_firewall_both_backends() -> Result<()> {
     isolated(|| {
-        for (backend, del) in [
-            ("nftables", ReadOnlyDel::Succeeds),
-            ("iptables", ReadOnlyDel::FailsOnTheRecord),
-        ] {
+        for backend in ["nftables", "iptables"] {
             let stage = Stage::new("frofw", "firewall", firewall_keys(backend))?;
-            read_only_state_dir(&stage, Path::new(FIREWALL_RUN), del)
+            read_only_state_dir(&stage, Path::new(FIREWALL_RUN))
                 .with_context(|| format!("backend {backend}"))?;
         }
         Ok(())

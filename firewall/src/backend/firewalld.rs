@@ -12,7 +12,7 @@ use zbus::address::transport::UnixSocket;
 use zbus::blocking::Connection;
 
 use super::FirewallBackend;
-use super::state::State;
+use super::state::{AttachmentState, Made, State};
 use crate::config::Config;
 use crate::error::FirewallError;
 use crate::names::{
@@ -291,7 +291,15 @@ impl FirewallBackend for Firewalld {
         let known = self.state.attachment(&name)?.is_some();
         // Recorded before firewalld changes anything: a call killed after a source was added
         // leaves a record through which a DEL without prevResult finds it.
-        self.state.record(&name, &target.ips, &[])?;
+        let made = Made::new(self.name(), &self.config, owner, target);
+        self.state.record(
+            &name,
+            &AttachmentState {
+                ips: target.ips.clone(),
+                accepts: Vec::new(),
+                made: Some(made),
+            },
+        )?;
         let mut added = Vec::new();
         let result = self.add_sources(target, &mut added);
         if result.is_err() {

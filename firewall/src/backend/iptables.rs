@@ -21,7 +21,7 @@ use netfilter::iptables::{Family, Iptables as Tools, IptablesError, TableDump, r
 use netfilter::nft::{Batch, LazyNft, Nft, NftError, addr_bytes};
 
 use super::FirewallBackend;
-use super::state::{Accept, State};
+use super::state::{Accept, AttachmentState, Made, State};
 use crate::config::Config;
 use crate::error::FirewallError;
 use crate::names::{CNI_FORWARD_CHAIN, FILTER_TABLE, FORWARD_CHAIN, STAGE1_CHAIN, STAGE2_CHAIN};
@@ -435,17 +435,28 @@ impl FirewallBackend for Iptables {
             }
             plans.push((family, iptables_add(&dump, family, &self.config, target)?));
         }
-        // The accepts a repeated ADD finds in place stay those of the record.
+        // The accepts a repeated ADD finds in place stay those of the record (those of an
+        // address whose accepts are written again, after a flush, are gone).
+        let rewritten = |ip: &IpAddr| {
+            plans
+                .iter()
+                .any(|(_, p)| p.accepts.iter().any(|a| a.0 == *ip))
+        };
         let kept: Vec<Accept> = existing
             .map(|e| e.accepts)
             .unwrap_or_default()
             .into_iter()
-            .filter(|a| target.ips.contains(&a.ip))
+            .filter(|a| target.ips.contains(&a.ip) && !rewritten(&a.ip))
             .collect();
+        let mut record = AttachmentState {
+            ips: target.ips.clone(),
+            accepts: kept.clone(),
+            made: Some(Made::new(self.name(), &self.config, owner, target)),
+        };
         // Recorded before any rule is committed: a call killed after its commit (or an
         // `iptables-restore` it fed, finishing after it) leaves rules that only the record
         // lets a DEL without prevResult find.
-        self.state.record(&name, &target.ips, &kept)?;
+        self.state.record(&name, &record)?;
         let forget = |state: &State| {
             // A first ADD leaves no record behind; a repeated one keeps its record, whose
             // earlier rules are still there.
@@ -471,8 +482,8 @@ impl FirewallBackend for Iptables {
             }
             if let Some(appended) = self.append_natively(&batch, ips) {
                 if !appended.is_empty() {
-                    let all: Vec<Accept> = kept.iter().copied().chain(appended).collect();
-                    if let Err(e) = self.state.record_accepts(&name, &target.ips, &all) {
+                    record.accepts.extend(appended);
+                    if let Err(e) = self.state.rewrite(&name, &record) {
                         // DEL then looks the accepts up in the chain.
                         log::warn!("ADD {name}: recording the accepts' handles: {e}");
                     }

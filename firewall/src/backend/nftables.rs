@@ -39,13 +39,13 @@ use netfilter::nft::{
 };
 
 use super::FirewallBackend;
-use super::state::State;
-use crate::config::IngressPolicy;
+use super::state::{AttachmentState, Made, State};
+use crate::config::{BackendChoice, Config, IngressPolicy};
 use crate::error::FirewallError;
 use crate::names::{
-    NFT_ADMIN_CHAIN, NFT_ATTACHMENTS_CHAIN, NFT_FORWARD_CHAIN, NFT_FORWARD_PRIORITY,
-    NFT_ISOLATION_CHAIN, NFT_ISOLATION_OUT_CHAIN, NFT_SET_V4, NFT_SET_V6, NFT_TABLE,
-    isolation_comment,
+    DEFAULT_ADMIN_CHAIN, DEFAULT_ZONE, NFT_ADMIN_CHAIN, NFT_ATTACHMENTS_CHAIN, NFT_FORWARD_CHAIN,
+    NFT_FORWARD_PRIORITY, NFT_ISOLATION_CHAIN, NFT_ISOLATION_OUT_CHAIN, NFT_SET_V4, NFT_SET_V6,
+    NFT_TABLE, isolation_comment,
 };
 use crate::plan::Target;
 use cni::Attachment;
@@ -202,6 +202,16 @@ impl Nftables {
             nft: LazyNft::new(),
             policy,
             state,
+        }
+    }
+
+    /// The configuration it works with (only the ingress policy matters to it).
+    fn config(&self) -> Config {
+        Config {
+            backend: BackendChoice::Nftables,
+            admin_chain: DEFAULT_ADMIN_CHAIN.to_owned(),
+            zone: DEFAULT_ZONE.to_owned(),
+            ingress: self.policy,
         }
     }
 
@@ -363,10 +373,35 @@ impl Nftables {
         Ok(())
     }
 
-    /// ADD: the skeleton and isolation rules the table lacks, and the attachment's elements.
+    /// ADD: the skeleton and isolation rules the table lacks, and the attachment's elements;
+    /// the attachment recorded first (for `reconcile`; its elements' comments name it for DEL
+    /// and GC).
     fn add_elements(&mut self, owner: &Attachment, target: &Target) -> Result<(), FirewallError> {
         // Look-up and change of an address's owner must not interleave with another call's.
         let _lock = self.state.lock()?;
+        let name = crate::names::state_name(owner);
+        let known = self.state.attachment(&name)?.is_some();
+        self.state.record(
+            &name,
+            &AttachmentState {
+                ips: target.ips.clone(),
+                accepts: Vec::new(),
+                made: Some(Made::new(self.name(), &self.config(), owner, target)),
+            },
+        )?;
+        let added = self.put_elements(owner, target);
+        if added.is_err()
+            && !known
+            && let Err(f) = self.state.forget(&name, &target.ips)
+        {
+            log::warn!("ADD rollback of the state of {name} failed: {f}");
+        }
+        added
+    }
+
+    /// What ADD commits: the skeleton and isolation rules the table lacks, and the
+    /// attachment's elements, in one batch.
+    fn put_elements(&mut self, owner: &Attachment, target: &Target) -> Result<(), FirewallError> {
         let t = table();
         let comment = crate::names::owner_comment(owner);
         let mut batch = Batch::new();
@@ -451,19 +486,22 @@ impl Nftables {
     ) -> Result<(), FirewallError> {
         let _lock = self.state.lock_for_teardown()?;
         let comment = crate::names::owner_comment(owner);
-        let elements = match target {
-            // prevResult names the addresses: look up only those.
-            Some(target) if !target.ips.is_empty() => {
-                let mut found = Vec::new();
-                for ip in &target.ips {
-                    found.extend(self.lookup(*ip, false)?);
-                }
-                found
+        let name = crate::names::state_name(owner);
+        // The addresses of prevResult and of the record (none in an earlier version's table).
+        let ips = self.state.to_remove(&name, target)?.ips;
+        let elements = if ips.is_empty() {
+            // Find this attachment's elements by their owner comment.
+            self.list()?
+        } else {
+            // Look up only those.
+            let mut found = Vec::new();
+            for ip in &ips {
+                found.extend(self.lookup(*ip, false)?);
             }
-            // Without it, find this attachment's elements by their owner comment.
-            _ => self.list()?,
+            found
         };
-        self.remove_where(elements, &|c| c == comment)
+        self.remove_where(elements, &|c| c == comment)?;
+        self.state.forget(&name, &ips)
     }
 
     /// GC: the elements of `network` whose attachment is not in `valid`.
@@ -478,7 +516,18 @@ impl Nftables {
         let elements = self.list()?;
         self.remove_where(elements, &|c| {
             crate::names::owned_by_network(c, network) && !live.iter().any(|l| l == c)
-        })
+        })?;
+        for name in self.state.attachments_of(network)? {
+            let valid = valid.iter().any(|a| {
+                crate::names::state_name(&Attachment::new(network, &a.container_id, &a.ifname))
+                    == name
+            });
+            if !valid {
+                let ips = self.state.to_remove(&name, None)?.ips;
+                self.state.forget(&name, &ips)?;
+            }
+        }
+        Ok(())
     }
 }
 

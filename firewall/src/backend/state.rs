@@ -3,6 +3,10 @@
 //! stale attachments), and which attachment last claimed each IP (so a stale DEL never removes
 //! the accepts of a newer container that reuses the address).
 //!
+//! Every backend records how ADD made each attachment ([`Made`]: the backend, its keys, the
+//! bridge, and the owner's network namespace as [`NetnsId`]), so that `firewall reconcile`
+//! can put back what something else removed, and tell a dead attachment from a live one.
+//!
 //! Layout: `/run/cni-firewall/<netns inode>/attachments/<network>:<containerID>:<ifname>` and
 //! `…/ips/<ip>`, JSON, written atomically; plus `…/lock`, serialising our read-modify-write
 //! of the rules within one network namespace.
@@ -11,12 +15,18 @@ use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
+use std::cell::OnceCell;
+
+use cni::Attachment;
 use host::lock::FileLock;
 use host::store::StateStore;
+use netlink::census::NetnsId;
 use serde::{Deserialize, Serialize};
 
+use crate::config::{BackendChoice, Config, IngressPolicy};
 use crate::error::FirewallError;
-use crate::names::{LOCK_WAIT, RUN_DIR};
+use crate::names::{DEFAULT_ADMIN_CHAIN, DEFAULT_ZONE, LOCK_WAIT, RUN_DIR};
+use crate::plan::Target;
 
 /// What one attachment was given.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +38,101 @@ pub struct AttachmentState {
     /// a fallback) and in the records of earlier versions: DEL then looks them up.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accepts: Vec<Accept>,
+    /// How ADD made it. Absent in the records of earlier versions, which `reconcile` leaves
+    /// alone: it neither puts their objects back nor drops them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made: Option<Made>,
+}
+
+/// How ADD made an attachment: what putting its objects back needs, and its owner's network
+/// namespace, to tell whether the attachment is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Made {
+    /// The backend that made it: `iptables`, `nftables` or `firewalld` (text, so that a
+    /// backend of a later version reads as one this version does not know, not as garbage).
+    pub backend: String,
+    /// The network name.
+    pub network: String,
+    /// The container ID.
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    /// The interface name.
+    pub ifname: String,
+    /// `ingressPolicy`.
+    #[serde(rename = "ingressPolicy")]
+    pub ingress: IngressPolicy,
+    /// The bridge its isolation rules are for, under an ingress policy other than `open`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge: Option<String>,
+    /// `iptablesAdminChainName`, for the iptables backend.
+    #[serde(
+        rename = "adminChain",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub admin_chain: Option<String>,
+    /// `firewalldZone`, for the firewalld backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The owner's network namespace as ADD saw it; absent when `CNI_NETNS` could not be
+    /// identified then (the attachment then never counts as gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<NetnsId>,
+}
+
+impl Made {
+    /// What an ADD of `owner` with `target` by `backend` under `config` records.
+    #[must_use]
+    pub fn new(backend: &str, config: &Config, owner: &Attachment, target: &Target) -> Made {
+        Made {
+            backend: backend.to_owned(),
+            network: owner.network.clone(),
+            container_id: owner.container_id.clone(),
+            ifname: owner.ifname.clone(),
+            ingress: config.ingress,
+            bridge: target.bridge.clone(),
+            admin_chain: (backend == "iptables").then(|| config.admin_chain.clone()),
+            zone: (backend == "firewalld").then(|| config.zone.clone()),
+            netns: target.netns.clone(),
+        }
+    }
+
+    /// The configuration to make it again with; `None` for a backend this version does not
+    /// know.
+    #[must_use]
+    pub fn config(&self) -> Option<Config> {
+        let backend = match self.backend.as_str() {
+            "iptables" => BackendChoice::Iptables,
+            "nftables" => BackendChoice::Nftables,
+            "firewalld" => BackendChoice::Firewalld,
+            _ => return None,
+        };
+        Some(Config {
+            backend,
+            admin_chain: self
+                .admin_chain
+                .clone()
+                .unwrap_or_else(|| DEFAULT_ADMIN_CHAIN.to_owned()),
+            zone: self.zone.clone().unwrap_or_else(|| DEFAULT_ZONE.to_owned()),
+            ingress: self.ingress,
+        })
+    }
+
+    /// The attachment.
+    #[must_use]
+    pub fn owner(&self) -> Attachment {
+        Attachment::new(&self.network, &self.container_id, &self.ifname)
+    }
+
+    /// What it needs opened, for the addresses `ips`.
+    #[must_use]
+    pub fn target(&self, ips: Vec<IpAddr>) -> Target {
+        Target {
+            ips,
+            bridge: self.bridge.clone(),
+            netns: self.netns.clone(),
+        }
+    }
 }
 
 /// An accept rule an ADD appended: the address it is for, its nf_tables handle in
@@ -50,6 +155,9 @@ pub struct State {
     dir: PathBuf,
     attachments: StateStore,
     ips: StateStore,
+    /// The caller holds the namespace's lock for as long as this value lives
+    /// ([`State::under`]): [`State::lock`] then takes nothing.
+    held: bool,
 }
 
 impl State {
@@ -71,15 +179,32 @@ impl State {
             attachments: StateStore::new(dir.join("attachments")),
             ips: StateStore::new(dir.join("ips")),
             dir,
+            held: false,
         }
     }
 
-    /// Takes the namespace's lock (code 11 after [`LOCK_WAIT`]).
+    /// The same state for a backend working while the caller holds the namespace's lock
+    /// (`_lock`, from this state's [`State::lock`]): `reconcile` takes it once and has the
+    /// backends do their ADD and DEL under it. The lock is `flock`, which a second open of the
+    /// file in the same process would wait for.
+    #[must_use]
+    pub fn under(&self, _lock: &FileLock) -> State {
+        State {
+            held: true,
+            ..State::in_dir(self.dir.clone())
+        }
+    }
+
+    /// Takes the namespace's lock (code 11 after [`LOCK_WAIT`]); none when the caller holds
+    /// it already ([`State::under`]).
     ///
     /// # Errors
     /// [`FirewallError::Lock`].
-    pub fn lock(&self) -> Result<FileLock, FirewallError> {
-        Ok(FileLock::acquire(self.dir.join("lock"), LOCK_WAIT)?)
+    pub fn lock(&self) -> Result<Option<FileLock>, FirewallError> {
+        if self.held {
+            return Ok(None);
+        }
+        Ok(Some(FileLock::acquire(self.dir.join("lock"), LOCK_WAIT)?))
     }
 
     /// The lock for a DEL or GC, which must clean the kernel up even when the state
@@ -89,26 +214,65 @@ impl State {
     /// # Errors
     /// [`FirewallError::Lock`]: a timeout, or a lock file that cannot be opened otherwise.
     pub fn lock_for_teardown(&self) -> Result<Option<FileLock>, FirewallError> {
+        if self.held {
+            return Ok(None);
+        }
         Ok(FileLock::acquire_for_teardown(
             self.dir.join("lock"),
             LOCK_WAIT,
         )?)
     }
 
-    /// Forgets every attachment: the caller found the namespace without our skeleton, so any
-    /// state here belongs to an earlier namespace that had the same inode number.
+    /// Forgets the attachments that cannot be live ones of this namespace: the caller found
+    /// the namespace without our skeleton, which is a new namespace that got the inode number
+    /// of an earlier one (whose records are here), or this one after something flushed its
+    /// firewall (a reload, `iptables -F; -X`), whose live attachments `reconcile` must still
+    /// find. So it keeps the records whose owner's namespace is not proven gone
+    /// ([`NetnsId::is_gone`], asked here: the ids an earlier namespace gave are none of this
+    /// one's), and drops the others and the records of earlier versions, which tell no
+    /// namespace (as those versions did: they forgot every attachment here).
     ///
     /// # Errors
-    /// A directory that cannot be removed.
+    /// A record that cannot be read or removed.
     pub fn reset(&self) -> Result<(), FirewallError> {
-        for dir in [self.attachments.dir(), self.ips.dir()] {
-            match std::fs::remove_dir_all(dir) {
+        let census = OnceCell::new();
+        let mut kept = 0;
+        for name in self.attachments.list()? {
+            let record = self.attachment(&name)?;
+            let live = record
+                .as_ref()
+                .and_then(|r| r.made.as_ref())
+                .and_then(|m| m.netns.as_ref())
+                .is_some_and(|netns| !netns.is_gone(&census));
+            if live {
+                kept += 1;
+                continue;
+            }
+            let ips = match record {
+                Some(record) => record.ips,
+                None => self.claimed_by(&name)?,
+            };
+            self.forget(&name, &ips)?;
+        }
+        if kept == 0 {
+            // Claims no record names (a crash between the two writes) go too.
+            match std::fs::remove_dir_all(self.ips.dir()) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(FirewallError::Netns(e)),
             }
+        } else {
+            log::info!("kept the records of {kept} attachment(s) whose namespace lives");
         }
         Ok(())
+    }
+
+    /// The names of every recorded attachment, sorted.
+    ///
+    /// # Errors
+    /// An unreadable state directory.
+    pub fn names(&self) -> Result<Vec<String>, FirewallError> {
+        Ok(self.attachments.list()?)
     }
 
     /// The recorded IPs of an attachment; none when its record does not parse (logged, and
@@ -137,7 +301,7 @@ impl State {
             // claims name its addresses. A rare path, so a scan of the claims is fine.
             None if existed => AttachmentState {
                 ips: self.claimed_by(name)?,
-                accepts: Vec::new(),
+                ..AttachmentState::default()
             },
             None => AttachmentState::default(),
         };
@@ -149,40 +313,25 @@ impl State {
         Ok(record)
     }
 
-    /// Records an attachment with the accepts known to be its own, and claims its IPs.
+    /// Records an attachment, and claims its IPs.
     ///
     /// # Errors
     /// An unwritable state file.
-    pub fn record(
-        &self,
-        name: &str,
-        ips: &[IpAddr],
-        accepts: &[Accept],
-    ) -> Result<(), FirewallError> {
-        self.record_accepts(name, ips, accepts)?;
-        for ip in ips {
+    pub fn record(&self, name: &str, record: &AttachmentState) -> Result<(), FirewallError> {
+        self.rewrite(name, record)?;
+        for ip in &record.ips {
             self.ips.write(&ip.to_string(), &name)?;
         }
         Ok(())
     }
 
-    /// Rewrites an attachment's record with `accepts` (its IPs already claimed).
+    /// Rewrites an attachment's record (with the accepts now known, say; its IPs already
+    /// claimed).
     ///
     /// # Errors
     /// An unwritable state file.
-    pub fn record_accepts(
-        &self,
-        name: &str,
-        ips: &[IpAddr],
-        accepts: &[Accept],
-    ) -> Result<(), FirewallError> {
-        self.attachments.write(
-            name,
-            &AttachmentState {
-                ips: ips.to_vec(),
-                accepts: accepts.to_vec(),
-            },
-        )?;
+    pub fn rewrite(&self, name: &str, record: &AttachmentState) -> Result<(), FirewallError> {
+        self.attachments.write(name, record)?;
         Ok(())
     }
 
@@ -201,6 +350,14 @@ impl State {
             }
         }
         Ok(false)
+    }
+
+    /// The attachment that claims `ip`, if one does.
+    ///
+    /// # Errors
+    /// An unreadable state file.
+    pub fn claimant(&self, ip: IpAddr) -> Result<Option<String>, FirewallError> {
+        Ok(self.ips.read_or_discard(&ip.to_string())?)
     }
 
     /// Whether `ip` is claimed by an attachment other than `name`.
@@ -262,18 +419,26 @@ impl State {
 mod tests {
     use super::*;
 
+    fn rec(ips: &[IpAddr], accepts: &[Accept]) -> AttachmentState {
+        AttachmentState {
+            ips: ips.to_vec(),
+            accepts: accepts.to_vec(),
+            made: None,
+        }
+    }
+
     #[test]
     fn claims_follow_the_latest_attachment_and_forget_releases_only_own_claims() {
         let dir = tempfile::tempdir().unwrap();
         let state = State::in_dir(dir.path().to_path_buf());
         let ip: IpAddr = "10.0.0.2".parse().unwrap();
-        state.record("net:old:eth0", &[ip], &[]).unwrap();
+        state.record("net:old:eth0", &rec(&[ip], &[])).unwrap();
         let accepts = [Accept {
             ip,
             handle: 7,
             table: 3,
         }];
-        state.record("net:new:eth0", &[ip], &accepts).unwrap();
+        state.record("net:new:eth0", &rec(&[ip], &accepts)).unwrap();
         assert!(state.claimed_by_other(ip, "net:old:eth0").unwrap());
         assert!(!state.claimed_by_other(ip, "net:new:eth0").unwrap());
         state.forget("net:old:eth0", &[ip]).unwrap();
@@ -281,15 +446,12 @@ mod tests {
         assert_eq!(state.attachments_of("net").unwrap(), ["net:new:eth0"]);
         assert_eq!(
             state.attachment("net:new:eth0").unwrap(),
-            Some(AttachmentState {
-                ips: vec![ip],
-                accepts: accepts.to_vec()
-            })
+            Some(rec(&[ip], &accepts))
         );
         state.forget("net:new:eth0", &[ip]).unwrap();
         assert!(!state.claimed_by_other(ip, "x").unwrap());
         assert!(state.attachments_of("net").unwrap().is_empty());
-        state.record("net:stale:eth0", &[ip], &[]).unwrap();
+        state.record("net:stale:eth0", &rec(&[ip], &[])).unwrap();
         state.reset().unwrap();
         assert!(!state.claimed_by_other(ip, "x").unwrap());
         assert!(state.attachments_of("net").unwrap().is_empty());
@@ -301,9 +463,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let state = State::in_dir(dir.path().to_path_buf());
         let ips: [IpAddr; 2] = ["10.0.0.2".parse().unwrap(), "fd00::2".parse().unwrap()];
-        state.record("net:a:eth0", &ips, &[]).unwrap();
+        state.record("net:a:eth0", &rec(&ips, &[])).unwrap();
         state
-            .record("net:b:eth0", &["10.0.0.3".parse().unwrap()], &[])
+            .record("net:b:eth0", &rec(&["10.0.0.3".parse().unwrap()], &[]))
             .unwrap();
         for garbage in ["", "{\"ips\": [", "\u{0}\u{1}garbage"] {
             let path = dir.path().join("attachments/net:a:eth0");
@@ -312,7 +474,7 @@ mod tests {
             assert_eq!(record.ips, ips, "{garbage:?}");
             assert!(!path.exists(), "the garbage stays");
             assert_eq!(state.attachment("net:a:eth0").unwrap(), None);
-            state.record("net:a:eth0", &ips, &[]).unwrap();
+            state.record("net:a:eth0", &rec(&ips, &[])).unwrap();
         }
         // A claim that does not parse is no claim.
         std::fs::write(dir.path().join("ips/10.0.0.3"), "garbage").unwrap();
@@ -322,6 +484,110 @@ mod tests {
                 .unwrap()
         );
         assert_eq!(state.attachments_of("net").unwrap().len(), 2);
+    }
+
+    fn made(owner: &Attachment, netns: Option<NetnsId>) -> Made {
+        let config = Config {
+            backend: BackendChoice::Iptables,
+            admin_chain: "MY-ADMIN".into(),
+            zone: "trusted".into(),
+            ingress: IngressPolicy::SameBridge,
+        };
+        let target = Target {
+            ips: vec!["10.0.0.2".parse().unwrap()],
+            bridge: Some("br0".into()),
+            netns,
+        };
+        Made::new("iptables", &config, owner, &target)
+    }
+
+    #[test]
+    fn a_record_says_how_its_attachment_was_made_and_gives_it_back() {
+        let owner = Attachment::new("net", "ctr", "eth0");
+        let m = made(&owner, None);
+        let json = serde_json::to_value(&m).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "backend": "iptables", "network": "net", "containerID": "ctr", "ifname": "eth0",
+                "ingressPolicy": "same-bridge", "bridge": "br0", "adminChain": "MY-ADMIN",
+            })
+        );
+        assert_eq!(serde_json::from_value::<Made>(json).unwrap(), m);
+        assert_eq!(m.owner(), owner);
+        let config = m.config().unwrap();
+        assert_eq!(
+            (config.backend, config.admin_chain.as_str(), config.ingress),
+            (
+                BackendChoice::Iptables,
+                "MY-ADMIN",
+                IngressPolicy::SameBridge
+            )
+        );
+        let target = m.target(vec!["10.0.0.3".parse().unwrap()]);
+        assert_eq!(target.bridge.as_deref(), Some("br0"));
+        // A backend of a later version is one this version does not know, not garbage.
+        let later = Made {
+            backend: "ebpf".into(),
+            ..m
+        };
+        assert!(later.config().is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let state = State::in_dir(dir.path().to_path_buf());
+        let record = AttachmentState {
+            made: Some(later),
+            ..rec(&["10.0.0.2".parse().unwrap()], &[])
+        };
+        state.record("net:ctr:eth0", &record).unwrap();
+        assert_eq!(state.attachment("net:ctr:eth0").unwrap(), Some(record));
+    }
+
+    #[test]
+    fn a_reset_keeps_the_records_of_owners_whose_namespace_lives() {
+        host::netns::in_new_netns(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let state = State::in_dir(dir.path().to_path_buf());
+            let live = NetnsId::of(std::path::Path::new("/proc/thread-self/ns/net")).unwrap();
+            // An id no namespace has: what a gone one's id is.
+            let gone = NetnsId {
+                nsid: Some(1_000_000),
+                ..live.clone()
+            };
+            let record = |owner: &str, ip: &str, netns: Option<NetnsId>| {
+                let owner = Attachment::new("net", owner, "eth0");
+                let record = AttachmentState {
+                    made: Some(made(&owner, netns)),
+                    ..rec(&[ip.parse().unwrap()], &[])
+                };
+                state
+                    .record(&crate::names::state_name(&owner), &record)
+                    .unwrap();
+            };
+            record("live", "10.0.0.2", Some(live));
+            record("gone", "10.0.0.3", Some(gone));
+            record("unknown", "10.0.0.4", None);
+            state
+                .record("net:old:eth0", &rec(&["10.0.0.5".parse().unwrap()], &[]))
+                .unwrap();
+            let _lock = state.lock().unwrap();
+            state.reset().unwrap();
+            assert_eq!(state.names().unwrap(), ["net:live:eth0"]);
+            assert!(state.claims_any(&["10.0.0.2".parse().unwrap()]).unwrap());
+            for ip in ["10.0.0.3", "10.0.0.4", "10.0.0.5"] {
+                assert!(!state.claims_any(&[ip.parse().unwrap()]).unwrap(), "{ip}");
+            }
+        })
+        .expect("a network namespace of our own needs root");
+    }
+
+    #[test]
+    fn a_state_under_a_held_lock_takes_none_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = State::in_dir(dir.path().to_path_buf());
+        let lock = state.lock().unwrap().unwrap();
+        let under = state.under(&lock);
+        assert!(under.lock().unwrap().is_none());
+        assert!(under.lock_for_teardown().unwrap().is_none());
     }
 
     #[test]
