@@ -26,7 +26,7 @@
 //! only a socket or a descriptor in flight keeps, which no census can see.
 
 use std::cell::OnceCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::AsFd as _;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
@@ -181,6 +181,27 @@ impl NetnsId {
             cookie: self.cookie,
             nsid: self.nsid,
         }
+    }
+
+    /// Whether the namespace is proven gone by its id alone: it recorded one, and `ids`, the
+    /// ids the recording namespace gives namespaces that exist ([`Netlink::nsids`], one dump
+    /// for many records), lacks it. The kernel forgets an id only when it destroys the
+    /// namespace, so this holds when `ids` was read after the record was written. The first
+    /// proof [`NetnsId::is_gone`] tries, for many records at the cost of one request; `false`
+    /// tells nothing (no id recorded, or it is there: then only `is_gone` can tell; a dump
+    /// still lists the id of a namespace being destroyed, until the kernel's cleanup of it
+    /// runs, where `is_gone`'s look-up of the one id finds none).
+    #[must_use]
+    pub fn gone_by_id(&self, ids: &HashSet<i32>) -> bool {
+        let gone = self.nsid.is_some_and(|id| !ids.contains(&id));
+        if gone {
+            log::info!(
+                "network namespace {} is gone: its namespace id {} names none any more",
+                self.path.display(),
+                self.nsid.unwrap_or_default()
+            );
+        }
+        gone
     }
 
     /// Whether the namespace is gone, proven by the kernel ([`Remembered::presence`]); the
@@ -656,10 +677,42 @@ mod tests {
             assert!(!path.exists());
             let census = OnceCell::new();
             assert!(!id.is_gone(&census), "taken for gone with a thread in it");
+            let ids: HashSet<i32> = Netlink::new()
+                .unwrap()
+                .nsids()
+                .unwrap()
+                .into_iter()
+                .collect();
+            assert!(
+                ids.contains(&id.nsid.unwrap()) && !id.gone_by_id(&ids),
+                "{ids:?}"
+            );
             // Nothing holds it any more.
             drop(tx);
             inside.join().unwrap();
             assert!(settles_gone(&id));
+            // The ids of the namespace that recorded it, in one dump, lack its id too, once
+            // the kernel's cleanup has run (a dump lists the id of a namespace being
+            // destroyed, which the look-up of one id does not find).
+            let dumped = || -> HashSet<i32> {
+                Netlink::new()
+                    .unwrap()
+                    .nsids()
+                    .unwrap()
+                    .into_iter()
+                    .collect()
+            };
+            assert!(
+                (0..400).any(|_| {
+                    let gone = id.gone_by_id(&dumped());
+                    if !gone {
+                        std::thread::sleep(std::time::Duration::from_millis(25));
+                    }
+                    gone
+                }),
+                "{:?}",
+                dumped()
+            );
             // An earlier version's record tells only the path and inode: never proven gone.
             let earlier = NetnsId {
                 cookie: None,

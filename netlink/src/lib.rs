@@ -430,6 +430,29 @@ impl Netlink {
             .ok_or_else(|| NetlinkError::new(op, io::Error::from_raw_os_error(libc::ENOENT)))
     }
 
+    /// The ids this handle's namespace has given namespaces (`ip netns list-id`: an
+    /// `RTM_GETNSID` dump), one request for any number of them.
+    ///
+    /// # Errors
+    /// The kernel's errno.
+    pub fn nsids(&mut self) -> Result<Vec<i32>, NetlinkError> {
+        let replies = self.dump(
+            "list network namespace ids",
+            RouteNetlinkMessage::GetNsId(NsidMessage::default()),
+        )?;
+        Ok(replies
+            .into_iter()
+            .filter_map(|r| match r {
+                RouteNetlinkMessage::NewNsId(m) => m.attributes.into_iter().find_map(|a| match a {
+                    NsidAttribute::Id(id) => Some(id),
+                    _ => None,
+                }),
+                _ => None,
+            })
+            .filter(|&id| id >= 0)
+            .collect())
+    }
+
     /// Whether a namespace that exists has id `id` here (`RTM_GETNSID` with `NETNSA_NSID`).
     /// The kernel forgets a namespace's ids only when it destroys it, and answers for none
     /// that is being destroyed, so an id given to a namespace that is not found any more
