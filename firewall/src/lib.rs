@@ -6,6 +6,9 @@
 //! rules); CHECK verifies exactly this attachment's objects; DEL removes them (without
 //! prevResult too, and after the netns is gone); GC removes the objects of this network whose
 //! attachment is not in `cni.dev/valid-attachments`; STATUS reports whether the backend works.
+//! Run by an operator as `firewall reconcile`, it puts back what something else removed of
+//! the live attachments' objects ([`reconcile`]), from the record each ADD keeps under
+//! `/run/cni-firewall/` (every backend).
 //!
 //! Kernel objects, by backend:
 //! - `iptables` (the reference's layout, `iptables-save -t filter` shows it): chains
@@ -26,9 +29,11 @@ pub mod config;
 pub mod error;
 pub mod names;
 pub mod plan;
+pub mod reconcile;
 
 use cni::conf::NetConf;
 use cni::error::CniError;
+use cni::operator::{OperatorCommand, OperatorError};
 use cni::skel::{Call, Plugin};
 use cni::types::CniResult;
 use netlink::census::NetnsId;
@@ -111,22 +116,24 @@ fn parse_teardown(call: &Call) -> Result<Parsed<TeardownWire>, CniError> {
 /// # Errors
 /// When the nftables socket or the state directory cannot be opened.
 pub fn backend_for(config: &Config) -> Result<Box<dyn FirewallBackend>, FirewallError> {
+    Ok(backend_in(config, State::for_current_netns()?))
+}
+
+/// The backend `config` selects, keeping its state in `state`.
+#[must_use]
+pub fn backend_in(config: &Config, state: State) -> Box<dyn FirewallBackend> {
     let choice = match config.backend {
         BackendChoice::Auto if firewalld::is_running() => BackendChoice::Firewalld,
         BackendChoice::Auto => BackendChoice::Iptables,
         chosen => chosen,
     };
-    Ok(match choice {
-        BackendChoice::Nftables => {
-            Box::new(Nftables::new(config.ingress, State::for_current_netns()?))
-        }
-        BackendChoice::Firewalld => {
-            Box::new(Firewalld::new(config.clone(), State::for_current_netns()?))
-        }
+    match choice {
+        BackendChoice::Nftables => Box::new(Nftables::new(config.ingress, state)),
+        BackendChoice::Firewalld => Box::new(Firewalld::new(config.clone(), state)),
         BackendChoice::Iptables | BackendChoice::Auto => {
-            Box::new(Iptables::new(config.clone(), State::for_current_netns()?))
+            Box::new(Iptables::new(config.clone(), state))
         }
-    })
+    }
 }
 
 /// The prevResult, which ADD and CHECK need; its errors in the reference's words: the plugin
@@ -201,5 +208,21 @@ impl Plugin for Firewall {
         let p = parse(call)?;
         backend_for(&p.config)?.status()?;
         Ok(())
+    }
+
+    fn operator_commands(&self) -> &'static [OperatorCommand] {
+        &[reconcile::COMMAND]
+    }
+
+    fn operate(
+        &self,
+        command: &str,
+        args: &[String],
+        out: &mut dyn std::io::Write,
+    ) -> Result<(), OperatorError> {
+        match command {
+            "reconcile" => reconcile::command(args, out),
+            other => Err(OperatorError::usage(format!("unknown command {other:?}"))),
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Pure planning: what an attachment needs (from prevResult), and for iptables the restore
 //! lines that take a dumped filter table to the wanted layout. Nothing here touches the kernel.
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 
 use cni::types::CniResult;
@@ -435,6 +436,82 @@ pub fn iptables_missing(
 /// Targets that are not chains.
 const BUILTIN_TARGETS: [&str; 3] = ["ACCEPT", "DROP", "RETURN"];
 
+/// What a dumped table lacks of many attachments' rules ([`iptables_lacking`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lacking {
+    /// The shared rules that are missing, described (`FORWARD jump to CNI-FORWARD`).
+    pub shared: Vec<String>,
+    /// The targets (their indices) that lack a rule of their own, with what they lack
+    /// (`accepts of 10.0.0.2`, `isolation of br0`).
+    pub targets: Vec<(usize, Vec<String>)>,
+}
+
+/// What `dump` lacks in `family` of what ADD made for each of `targets` under `config`: the
+/// rules [`iptables_missing`] checks for one attachment (both jumps, so the chains they
+/// jump to; the accepts; the bridge's isolation rules), looked up in one index of the dump,
+/// so that thousands of attachments cost one pass over their chains.
+#[must_use]
+pub fn iptables_lacking(
+    dump: &TableDump,
+    family: Family,
+    config: &Config,
+    targets: &[&Target],
+) -> Lacking {
+    let mut index: HashSet<(&str, &[String])> = HashSet::new();
+    for chain in dump.chains() {
+        for rule in dump.rules(chain) {
+            index.insert((chain.as_str(), rule.as_slice()));
+        }
+    }
+    let has = |chain: &str, rule: &[String]| index.contains(&(chain, rule));
+    let mut lacking = Lacking::default();
+    if !has(FORWARD_CHAIN, &forward_jump()) {
+        lacking
+            .shared
+            .push(format!("{FORWARD_CHAIN} jump to {CNI_FORWARD_CHAIN}"));
+    }
+    if !has(CNI_FORWARD_CHAIN, &admin_jump(&config.admin_chain))
+        || !dump.has_chain(&config.admin_chain)
+    {
+        lacking.shared.push(format!(
+            "{CNI_FORWARD_CHAIN} jump to {}",
+            config.admin_chain
+        ));
+    }
+    let mut isolation: Vec<(&str, bool)> = Vec::new();
+    for (i, target) in targets.iter().enumerate() {
+        // ADD writes in the families the attachment has addresses of, its isolation too.
+        if target.ips_of(family).next().is_none() {
+            continue;
+        }
+        let mut what = Vec::new();
+        for ip in target.ips_of(family) {
+            if ip_rules(ip).iter().any(|r| !has(CNI_FORWARD_CHAIN, r)) {
+                what.push(format!("accepts of {ip}"));
+            }
+        }
+        if let Some(bridge) = target.bridge.as_deref() {
+            let complete = match isolation.iter().find(|(b, _)| *b == bridge) {
+                Some((_, complete)) => *complete,
+                None => {
+                    let complete = isolation_rules(bridge, config.ingress)
+                        .iter()
+                        .all(|(chain, _, rule)| has(chain, rule));
+                    isolation.push((bridge, complete));
+                    complete
+                }
+            };
+            if !complete {
+                what.push(format!("isolation of {bridge}"));
+            }
+        }
+        if !what.is_empty() {
+            lacking.targets.push((i, what));
+        }
+    }
+    lacking
+}
+
 /// Restore lines deleting every copy of the per-address accepts of `ips` in `family` that
 /// `dump` holds. Chains, jumps and isolation rules are shared and stay.
 ///
@@ -712,5 +789,71 @@ COMMIT
             Target::from_result(&result, &config(IngressPolicy::Open)).unwrap(),
             Target::default()
         );
+    }
+
+    #[test]
+    fn lacking_finds_what_each_of_many_attachments_misses_in_one_index() {
+        let c = config(IngressPolicy::SameBridge);
+        let one = Target {
+            ips: vec!["10.1.0.5".parse().unwrap()],
+            bridge: Some("br0".into()),
+            netns: None,
+        };
+        let two = Target {
+            ips: vec!["10.1.0.6".parse().unwrap(), "fd01::6".parse().unwrap()],
+            bridge: Some("br0".into()),
+            netns: None,
+        };
+        // What Go's ADD of `one` made: nothing of `one` lacks, `two` its accepts.
+        let dump = TableDump::parse(GO_SAME_BRIDGE).unwrap();
+        let lacking = iptables_lacking(&dump, Family::V4, &c, &[&one, &two]);
+        assert_eq!(
+            lacking,
+            Lacking {
+                shared: Vec::new(),
+                targets: vec![(1, vec!["accepts of 10.1.0.6".to_owned()])],
+            }
+        );
+        // Each agrees with the one-attachment CHECK.
+        assert!(iptables_missing(&dump, Family::V4, &c, &one).is_none());
+        assert!(iptables_missing(&dump, Family::V4, &c, &two).is_some());
+        // A flushed table lacks everything, the shared jumps included.
+        let empty = TableDump::parse(EMPTY).unwrap();
+        let lacking = iptables_lacking(&empty, Family::V4, &c, &[&one, &two]);
+        assert_eq!(
+            lacking.shared,
+            [
+                "FORWARD jump to CNI-FORWARD",
+                "CNI-FORWARD jump to CNI-ADMIN"
+            ]
+        );
+        assert_eq!(
+            lacking.targets,
+            [
+                (
+                    0,
+                    vec![
+                        "accepts of 10.1.0.5".to_owned(),
+                        "isolation of br0".to_owned()
+                    ]
+                ),
+                (
+                    1,
+                    vec![
+                        "accepts of 10.1.0.6".to_owned(),
+                        "isolation of br0".to_owned()
+                    ]
+                ),
+            ]
+        );
+        // Only the family's own addresses are looked for, and the isolation of those that
+        // have some (the dump stands for an ip6 table that has the isolation rules).
+        let lacking = iptables_lacking(&dump, Family::V6, &c, &[&one, &two]);
+        assert_eq!(
+            lacking.targets,
+            [(1, vec!["accepts of fd01::6".to_owned()])]
+        );
+        let lacking = iptables_lacking(&empty, Family::V6, &c, &[&one]);
+        assert!(lacking.targets.is_empty(), "{lacking:?}");
     }
 }

@@ -135,6 +135,26 @@ pub fn ipv4_iptables_tools() -> Result<tempfile::TempDir> {
     Ok(dir)
 }
 
+/// A directory of the legacy (x_tables) iptables tools under the usual names (`iptables`,
+/// `iptables-save`, `iptables-restore` and the `ip6tables` ones, symlinks to the
+/// `*-legacy` tools on `PATH`), to put first on a plugin's `PATH`: it then runs, and tells,
+/// legacy iptables on a machine whose default is `iptables-nft`.
+///
+/// # Errors
+/// When a legacy tool is not on `PATH` or the directory cannot be made.
+pub fn legacy_iptables_tools() -> Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    for family in ["iptables", "ip6tables"] {
+        for suffix in ["", "-save", "-restore"] {
+            std::os::unix::fs::symlink(
+                on_path(&format!("{family}-legacy{suffix}"))?,
+                dir.path().join(format!("{family}{suffix}")),
+            )?;
+        }
+    }
+    Ok(dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

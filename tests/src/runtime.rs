@@ -780,6 +780,39 @@ impl Runtime {
         env: &[(&str, &str)],
         stdin: &[u8],
     ) -> anyhow::Result<PluginOutput> {
+        self.exec_with_args(plugin, &[], command, env, stdin)
+    }
+
+    /// Runs one plugin as an operator would (`firewall reconcile`): with `args` on its
+    /// command line, no `CNI_*` variable but those of `env`, and nothing on stdin, inside the
+    /// host namespace (with the list calls' extra environment, [`Runtime::with_env`]).
+    ///
+    /// # Errors
+    /// When the binary is not found, cannot start or times out; a failure exit is not an error.
+    pub fn operate(
+        &self,
+        plugin: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<PluginOutput> {
+        let mut all: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        all.extend_from_slice(env);
+        self.exec_with_args(plugin, args, None, &all, b"")
+    }
+
+    /// [`Runtime::exec_plugin`] with `args` on the command line.
+    fn exec_with_args(
+        &self,
+        plugin: &str,
+        args: &[&str],
+        command: Option<&str>,
+        env: &[(&str, &str)],
+        stdin: &[u8],
+    ) -> anyhow::Result<PluginOutput> {
         let path = if plugin.contains('/') {
             PathBuf::from(plugin)
         } else {
@@ -793,6 +826,7 @@ impl Runtime {
             }
             None => Command::new(&path),
         };
+        cmd.args(args);
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("CNI_") {
                 cmd.env_remove(key);

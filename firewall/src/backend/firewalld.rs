@@ -6,13 +6,13 @@ use std::net::IpAddr;
 
 use cni::conf::GcAttachment;
 use cni::error::go_errno;
-use netfilter::iptables::Iptables as Tools;
+use netfilter::iptables::{Family, Iptables as Tools};
 use zbus::address::Transport;
 use zbus::address::transport::UnixSocket;
 use zbus::blocking::Connection;
 
-use super::FirewallBackend;
 use super::state::{AttachmentState, Made, State};
+use super::{FirewallBackend, Missing, Recorded, Restored};
 use crate::config::Config;
 use crate::error::FirewallError;
 use crate::names::{
@@ -203,6 +203,29 @@ impl Firewalld {
         Ok(reply.body().deserialize::<bool>().ok())
     }
 
+    /// The zone's sources (`getSources(zone)`), as firewalld spells them (`10.0.0.2/32`).
+    fn sources(&mut self) -> Result<Vec<String>, FirewallError> {
+        let zone = self.config.zone.clone();
+        let failed = |reason: String| FirewallError::Firewalld {
+            op: format!("getSources({zone})"),
+            reason,
+        };
+        let conn = self.conn()?;
+        let reply = conn
+            .call_method(
+                Some(FIREWALLD_NAME),
+                FIREWALLD_PATH,
+                Some(FIREWALLD_ZONE_IFACE),
+                "getSources",
+                &(zone.as_str(),),
+            )
+            .map_err(|e| failed(CallError::from(e).to_string()))?;
+        reply
+            .body()
+            .deserialize::<Vec<String>>()
+            .map_err(|e| failed(e.to_string()))
+    }
+
     /// `addSource(zone, ip)`; firewalld's `ZONE_ALREADY_SET` is success.
     fn add_source(&mut self, ip: IpAddr) -> Result<bool, FirewallError> {
         match self.zone_call("addSource", ip) {
@@ -359,6 +382,62 @@ impl FirewallBackend for Firewalld {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    fn missing(&mut self, attachments: &[Recorded]) -> Result<Missing, FirewallError> {
+        let sources = self.sources()?;
+        let mut dumps = Vec::new();
+        if attachments.iter().any(|a| a.target.bridge.is_some()) {
+            for family in Family::BOTH {
+                if attachments
+                    .iter()
+                    .any(|a| a.target.ips_of(family).next().is_some())
+                {
+                    dumps.push((family, Tools::new(family).save(FILTER_TABLE)?));
+                }
+            }
+        }
+        let mut missing = Missing::default();
+        for (i, a) in attachments.iter().enumerate() {
+            let mut what: Vec<String> = a
+                .target
+                .ips
+                .iter()
+                .map(|ip| host_cidr(*ip))
+                .filter(|cidr| !sources.contains(cidr))
+                .map(|cidr| format!("source {cidr} of zone {}", self.config.zone))
+                .collect();
+            if let Some(bridge) = &a.target.bridge {
+                for (family, dump) in &dumps {
+                    if a.target.ips_of(*family).next().is_some()
+                        && !iptables_isolation(dump, self.config.ingress, bridge)?.is_empty()
+                    {
+                        what.push(format!("{family} isolation of {bridge}"));
+                    }
+                }
+            }
+            if !what.is_empty() {
+                missing.attachments.push((i, what));
+            }
+        }
+        Ok(missing)
+    }
+
+    fn restore(
+        &mut self,
+        attachments: &[Recorded],
+        missing: &Missing,
+    ) -> Result<Restored, FirewallError> {
+        // As ADD does: `ZONE_ALREADY_SET` is success, so a source there is not added twice.
+        Ok(missing
+            .attachments
+            .iter()
+            .filter_map(|(i, _)| Some((*i, attachments.get(*i)?)))
+            .map(|(i, a)| {
+                let added = self.add_sources(&a.target, &mut Vec::new());
+                (i, added.err().map(|e| e.to_string()))
+            })
+            .collect())
     }
 
     fn status(&mut self) -> Result<(), FirewallError> {

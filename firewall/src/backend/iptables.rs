@@ -13,6 +13,7 @@
 //! concurrently, and DEL first tries its deletions blind (one restore, no save), reading the
 //! table only when that transaction fails.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use cni::conf::GcAttachment;
@@ -20,12 +21,14 @@ use netfilter::iptables::native::{self, Wanted};
 use netfilter::iptables::{Family, Iptables as Tools, IptablesError, TableDump, restore_line};
 use netfilter::nft::{Batch, LazyNft, Nft, NftError, addr_bytes};
 
-use super::FirewallBackend;
 use super::state::{Accept, AttachmentState, Made, State};
+use super::{FirewallBackend, Missing, Recorded, Restored};
 use crate::config::Config;
 use crate::error::FirewallError;
 use crate::names::{CNI_FORWARD_CHAIN, FILTER_TABLE, FORWARD_CHAIN, STAGE1_CHAIN, STAGE2_CHAIN};
-use crate::plan::{AddPlan, Target, ip_rules, iptables_add, iptables_del, iptables_missing};
+use crate::plan::{
+    AddPlan, Target, ip_rules, iptables_add, iptables_del, iptables_lacking, iptables_missing,
+};
 use cni::Attachment;
 
 /// Runs `f` on every item, concurrently when there are several (each runs its own tool
@@ -274,6 +277,22 @@ fn read(
         FILTER_TABLE,
         &[
             (CNI_FORWARD_CHAIN, cni_forward),
+            (FORWARD_CHAIN, Wanted::All),
+            (&config.admin_chain, Wanted::Containing(&[])),
+            (STAGE1_CHAIN, Wanted::All),
+            (STAGE2_CHAIN, Wanted::All),
+        ],
+    )
+}
+
+/// The chains of the `filter` table that hold what [`read`] reads, every rule of them, for
+/// `reconcile`'s check of all the attachments at once (with thousands of addresses, a
+/// filter by each would cost more than decoding the chain).
+fn read_all(family: Family, config: &Config) -> Result<TableDump, IptablesError> {
+    Tools::new(family).snapshot(
+        FILTER_TABLE,
+        &[
+            (CNI_FORWARD_CHAIN, Wanted::All),
             (FORWARD_CHAIN, Wanted::All),
             (&config.admin_chain, Wanted::Containing(&[])),
             (STAGE1_CHAIN, Wanted::All),
@@ -571,6 +590,61 @@ impl FirewallBackend for Iptables {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    fn missing(&mut self, attachments: &[Recorded]) -> Result<Missing, FirewallError> {
+        let targets: Vec<&Target> = attachments.iter().map(|a| &a.target).collect();
+        let families: Vec<Family> = Family::BOTH
+            .into_iter()
+            .filter(|f| targets.iter().any(|t| t.ips_of(*f).next().is_some()))
+            .collect();
+        let mut missing = Missing::default();
+        let mut lacking: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for (family, dump) in per_family(&families, |f| read_all(f, &self.config)) {
+            let found = iptables_lacking(&dump?, family, &self.config, &targets);
+            missing
+                .shared
+                .extend(found.shared.into_iter().map(|s| format!("{s} in {family}")));
+            for (i, what) in found.targets {
+                let all = lacking.entry(i).or_default();
+                for w in what {
+                    if !all.contains(&w) {
+                        all.push(w);
+                    }
+                }
+            }
+        }
+        missing.attachments = lacking.into_iter().collect();
+        Ok(missing)
+    }
+
+    fn restore(
+        &mut self,
+        attachments: &[Recorded],
+        missing: &Missing,
+    ) -> Result<Restored, FirewallError> {
+        // Through ADD's own path, one attachment at a time: it reads what its attachment
+        // needs, writes what lacks (the shared chains and jumps with the first), and records
+        // the new accepts' handles.
+        if missing.attachments.is_empty() {
+            if let Some(first) = attachments.first()
+                && !missing.shared.is_empty()
+            {
+                self.add(&first.owner, &first.target)?;
+            }
+            return Ok(Vec::new());
+        }
+        Ok(missing
+            .attachments
+            .iter()
+            .filter_map(|(i, _)| Some((*i, attachments.get(*i)?)))
+            .map(|(i, a)| {
+                (
+                    i,
+                    self.add(&a.owner, &a.target).err().map(|e| e.to_string()),
+                )
+            })
+            .collect())
     }
 
     fn status(&mut self) -> Result<(), FirewallError> {

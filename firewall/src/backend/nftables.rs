@@ -30,6 +30,7 @@
 //! within a second), and fall back to deleting, last and closing once at exit, in a table an
 //! earlier version made without the flag (see README).
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use cni::conf::GcAttachment;
@@ -38,8 +39,8 @@ use netfilter::nft::{
     ListedRule, NfProto, Nft, NftError, Rule, Selector, Set, Table, Value,
 };
 
-use super::FirewallBackend;
 use super::state::{AttachmentState, Made, State};
+use super::{FirewallBackend, Missing, Recorded, Restored};
 use crate::config::{BackendChoice, Config, IngressPolicy};
 use crate::error::FirewallError;
 use crate::names::{
@@ -427,6 +428,114 @@ impl Nftables {
         Ok(())
     }
 
+    /// `reconcile`'s look: the skeleton, then the elements of both sets and the isolation
+    /// chains, each listed once for all of `attachments`.
+    fn missing_of(&mut self, attachments: &[Recorded]) -> Result<Missing, FirewallError> {
+        let t = table();
+        let mut missing = Missing::default();
+        if !self.nft()?.table_exists(&t)? {
+            missing.shared.push(format!("table {t}"));
+        } else {
+            let forward = rules_or_none(self.nft()?, &t, NFT_FORWARD_CHAIN)?;
+            if !exactly(forward.as_ref(), &skeleton()) {
+                missing
+                    .shared
+                    .push(format!("chain {t} {NFT_FORWARD_CHAIN}"));
+            }
+            let accepts = rules_or_none(self.nft()?, &t, NFT_ATTACHMENTS_CHAIN)?;
+            if !exactly(accepts.as_ref(), &shared_accepts()) {
+                missing
+                    .shared
+                    .push(format!("chain {t} {NFT_ATTACHMENTS_CHAIN}"));
+            }
+        }
+        let owners: HashMap<IpAddr, Option<String>> = self
+            .list()?
+            .into_iter()
+            .filter_map(|e| {
+                let ip = match e.key.first()? {
+                    Value::Ipv4(a) => IpAddr::V4(*a),
+                    Value::Ipv6(a) => IpAddr::V6(*a),
+                    _ => return None,
+                };
+                Some((ip, e.comment))
+            })
+            .collect();
+        let mut chains: HashMap<&str, Vec<ListedRule>> = HashMap::new();
+        if attachments.iter().any(|a| a.target.bridge.is_some()) {
+            for chain in [NFT_ISOLATION_CHAIN, NFT_ISOLATION_OUT_CHAIN] {
+                let rules = rules_or_none(self.nft()?, &t, chain)?.unwrap_or_default();
+                chains.insert(chain, rules);
+            }
+        }
+        for (i, a) in attachments.iter().enumerate() {
+            let comment = crate::names::owner_comment(&a.owner);
+            let mut what = Vec::new();
+            for ip in &a.target.ips {
+                match owners.get(ip) {
+                    None => what.push(format!("element {ip}")),
+                    Some(Some(c)) if *c == comment => {}
+                    // Another attachment's now (an address reused): not this one's to put back.
+                    Some(other) => log::info!(
+                        "{ip} of {comment} is {}'s in {t}",
+                        other.as_deref().unwrap_or("no one")
+                    ),
+                }
+            }
+            if let Some(bridge) = &a.target.bridge {
+                let complete = isolation_rules(bridge, self.policy)
+                    .iter()
+                    .all(|(c, _, r)| {
+                        chains
+                            .get(c)
+                            .is_some_and(|rules| rules.iter().any(|have| have.is(r, Family::Inet)))
+                    });
+                if !complete {
+                    what.push(format!("isolation of {bridge}"));
+                }
+            }
+            if !what.is_empty() {
+                missing.attachments.push((i, what));
+            }
+        }
+        Ok(missing)
+    }
+
+    /// `reconcile`'s repair, in one batch: the skeleton, the isolation rules and the elements
+    /// that `missing` found missing (each looked up again, and any a DEL left expiring waited
+    /// out, as ADD does).
+    fn restore_elements(
+        &mut self,
+        attachments: &[Recorded],
+        missing: &Missing,
+    ) -> Result<Restored, FirewallError> {
+        let t = table();
+        let mut batch = Batch::new();
+        self.ensure_skeleton(&mut batch)?;
+        let mut bridges: Vec<&str> = Vec::new();
+        let mut restored = Vec::new();
+        for (i, _) in &missing.attachments {
+            let Some(a) = attachments.get(*i) else {
+                continue;
+            };
+            if let Some(bridge) = a.target.bridge.as_deref()
+                && !bridges.contains(&bridge)
+            {
+                self.ensure_isolation(&mut batch, bridge)?;
+                bridges.push(bridge);
+            }
+            let comment = crate::names::owner_comment(&a.owner);
+            for ip in &a.target.ips {
+                if self.lookup(*ip, true)?.is_none() {
+                    batch.add_elements(&t, set_of(*ip), &[element(*ip, &comment)]);
+                }
+            }
+            restored.push((*i, None));
+        }
+        self.nft()?.apply(&batch)?;
+        Ok(restored)
+    }
+
     /// CHECK: the skeleton, the attachment's elements and its bridge's isolation rules.
     fn check_elements(&mut self, owner: &Attachment, target: &Target) -> Result<(), FirewallError> {
         let t = table();
@@ -550,6 +659,18 @@ impl FirewallBackend for Nftables {
 
     fn gc(&mut self, network: &str, valid: &[GcAttachment]) -> Result<(), FirewallError> {
         nothing_where_absent(self.gc_elements(network, valid))
+    }
+
+    fn missing(&mut self, attachments: &[Recorded]) -> Result<Missing, FirewallError> {
+        self.missing_of(attachments).map_err(named)
+    }
+
+    fn restore(
+        &mut self,
+        attachments: &[Recorded],
+        missing: &Missing,
+    ) -> Result<Restored, FirewallError> {
+        self.restore_elements(attachments, missing).map_err(named)
     }
 
     fn status(&mut self) -> Result<(), FirewallError> {

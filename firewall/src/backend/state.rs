@@ -229,8 +229,8 @@ impl State {
     /// firewall (a reload, `iptables -F; -X`), whose live attachments `reconcile` must still
     /// find. So it keeps the records whose owner's namespace is not proven gone
     /// ([`NetnsId::is_gone`], asked here: the ids an earlier namespace gave are none of this
-    /// one's), and drops the others and the records of earlier versions, which tell no
-    /// namespace (as those versions did: they forgot every attachment here).
+    /// one's), and drops the others and the records of earlier versions, which tell nothing
+    /// of how they were made (as those versions did: they forgot every attachment here).
     ///
     /// # Errors
     /// A record that cannot be read or removed.
@@ -242,8 +242,7 @@ impl State {
             let live = record
                 .as_ref()
                 .and_then(|r| r.made.as_ref())
-                .and_then(|m| m.netns.as_ref())
-                .is_some_and(|netns| !netns.is_gone(&census));
+                .is_some_and(|m| !m.netns.as_ref().is_some_and(|n| n.is_gone(&census)));
             if live {
                 kept += 1;
                 continue;
@@ -571,9 +570,14 @@ mod tests {
                 .unwrap();
             let _lock = state.lock().unwrap();
             state.reset().unwrap();
-            assert_eq!(state.names().unwrap(), ["net:live:eth0"]);
+            // One that recorded no namespace is never taken for gone.
+            assert_eq!(
+                state.names().unwrap(),
+                ["net:live:eth0", "net:unknown:eth0"]
+            );
             assert!(state.claims_any(&["10.0.0.2".parse().unwrap()]).unwrap());
-            for ip in ["10.0.0.3", "10.0.0.4", "10.0.0.5"] {
+            assert!(state.claims_any(&["10.0.0.4".parse().unwrap()]).unwrap());
+            for ip in ["10.0.0.3", "10.0.0.5"] {
                 assert!(!state.claims_any(&[ip.parse().unwrap()]).unwrap(), "{ip}");
             }
         })

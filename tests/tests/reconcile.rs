@@ -1,0 +1,589 @@
+//! `firewall reconcile` end to end: Debian's Go `bridge` + `host-local`, then our `firewall`
+//! with `ingressPolicy: same-bridge` on two bridges, with real TCP through the firewall's
+//! accepts (the host's iptables `FORWARD` policy DROP) and across its isolation; then what
+//! other programs do to a node's firewall (`iptables -F; -X`, an `iptables-restore` of an
+//! older save, `nft flush ruleset`), and `firewall reconcile` run in the host namespace as an
+//! operator would. For the iptables backend with the `iptables-nft` and the legacy tools, and
+//! for the nftables backend; and a hundred attachments restored by one reconcile. (firewalld's
+//! reload is in `firewalld.rs`, with the firewalld those tests start.)
+
+// An integration test crate is a test module of its own.
+#![allow(clippy::tests_outside_test_module)]
+
+// Helpers unwrap like tests do: the whole file is test code.
+#[cfg(test)]
+mod e2e {
+    use std::net::{IpAddr, SocketAddr};
+    use std::path::PathBuf;
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    use serde_json::{Value, json};
+    use tests::netns::CLIENT_V4;
+    use tests::traffic::{TcpServer, tcp_request};
+    use tests::{
+        NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
+        nft_has_element,
+    };
+
+    /// How long a connection that must succeed may take.
+    const OPEN: Duration = Duration::from_secs(3);
+    /// How long to wait before calling a flow blocked (dropped packets never answer).
+    const BLOCKED: Duration = Duration::from_millis(700);
+
+    fn can_connect(from: &TestNetns, to: SocketAddr, wait: Duration) -> bool {
+        tcp_request(from, to, b"", wait).is_ok_and(|reply| reply == b"hello")
+    }
+
+    /// The iptables tools a case uses, and where the plugin finds them.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Tools {
+        /// The machine's `iptables-nft`.
+        Nft,
+        /// `iptables-legacy`, first on the plugin's `PATH`.
+        Legacy,
+    }
+
+    impl Tools {
+        /// `iptables`, `iptables-save`…, as the case runs them.
+        fn tool(self, family: &str, suffix: &str) -> String {
+            match self {
+                Tools::Nft => format!("{family}{suffix}"),
+                Tools::Legacy => format!("{family}-legacy{suffix}"),
+            }
+        }
+    }
+
+    /// What the test does to the host's firewall.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Disruption {
+        /// `iptables -F; iptables -X` (and ip6tables) of the filter table.
+        FlushFilter,
+        /// `iptables-restore` (and ip6tables) of the filter table saved before the ADDs.
+        RestoreOlder,
+        /// `nft flush ruleset`.
+        FlushRuleset,
+    }
+
+    /// The firewall's own config for a direct exec, with `prevResult`.
+    fn firewall_conf(list: &NetworkConfigList, prev: &Value) -> Value {
+        let mut conf = list.plugins.last().unwrap().clone();
+        conf["cniVersion"] = json!(list.cni_version);
+        conf["name"] = json!(list.name);
+        conf["prevResult"] = prev.clone();
+        conf
+    }
+
+    fn conflist(
+        network: &str,
+        bridge: &str,
+        subnets: &[&str],
+        dir: &std::path::Path,
+        backend: &str,
+    ) -> NetworkConfigList {
+        NetworkConfigList::new(
+            network,
+            "1.0.0",
+            vec![
+                main_plugin::bridge(bridge, subnets, dir),
+                json!({ "type": "firewall", "backend": backend, "ingressPolicy": "same-bridge" }),
+            ],
+        )
+    }
+
+    /// The container's IPv4 address in a result.
+    fn container_v4(result: &Value) -> IpAddr {
+        result["ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|ip| ip["address"].as_str())
+            .map(|a| a.split('/').next().unwrap().parse::<IpAddr>().unwrap())
+            .find(IpAddr::is_ipv4)
+            .unwrap()
+    }
+
+    /// `<tool>-save -t filter` of `ns` without comments and counters, sorted (the order of
+    /// rules a reconcile appends may differ from the ADDs'; their number may not).
+    fn filter_table(ns: &TestNetns, tools: Tools) -> Vec<String> {
+        let mut lines = Vec::new();
+        for family in ["iptables", "ip6tables"] {
+            let save = ns
+                .exec_ok(&tools.tool(family, "-save"), &["-t", "filter"])
+                .unwrap();
+            lines.extend(save.lines().filter(|l| !l.starts_with('#')).map(
+                |l| match l.find(" [") {
+                    Some(i) if l.starts_with(':') => format!("{family} {}", &l[..i]),
+                    _ => format!("{family} {l}"),
+                },
+            ));
+        }
+        lines.sort();
+        lines
+    }
+
+    /// `firewall reconcile` in `rt`'s host namespace: its stdout, after checking it succeeded.
+    fn reconcile(rt: &Runtime) -> String {
+        let out = rt.operate("firewall", &["reconcile"], &[]).unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "reconcile failed ({}): {stdout} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
+    /// Lines of a reconcile's output that say it changed something.
+    fn changes(stdout: &str) -> Vec<&str> {
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("restored ") || l.starts_with("removed "))
+            .collect()
+    }
+
+    fn ok(out: &PluginOutput, what: &str) {
+        assert!(
+            out.status.success(),
+            "{what}: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The records of the attachments of `host` (their file names).
+    fn records(host: &TestNetns) -> Vec<String> {
+        use std::os::unix::fs::MetadataExt as _;
+        let ino = std::fs::metadata(host.path()).unwrap().ino();
+        let dir = PathBuf::from(format!("/run/cni-firewall/{ino}/attachments"));
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| !n.starts_with('.'))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Waits until `host` gives the namespace of the attachment recorded as `record` no id any
+    /// more: the kernel has destroyed it.
+    fn wait_destroyed(host: &TestNetns, record: &str) {
+        use std::os::unix::fs::MetadataExt as _;
+        let ino = std::fs::metadata(host.path()).unwrap().ino();
+        let path = format!("/run/cni-firewall/{ino}/attachments/{record}");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let nsid = serde_json::from_str::<Value>(&text).unwrap()["made"]["netns"]["nsid"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{path} records no namespace id: {text}"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while host
+            .ip(&["netns", "list-id"])
+            .unwrap()
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(&nsid.to_string()))
+        {
+            assert!(Instant::now() < deadline, "namespace id {nsid} stays");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Breaks the host's firewall as `what` says, with the case's tools.
+    fn disrupt(host: &TestNetns, tools: Tools, what: Disruption, older: &[(String, String)]) {
+        match what {
+            Disruption::FlushFilter => {
+                for family in ["iptables", "ip6tables"] {
+                    let tool = tools.tool(family, "");
+                    host.exec_ok(&tool, &["-t", "filter", "-F"]).unwrap();
+                    host.exec_ok(&tool, &["-t", "filter", "-X"]).unwrap();
+                }
+            }
+            Disruption::RestoreOlder => {
+                for (family, save) in older {
+                    let out = host
+                        .output(
+                            &mut Command::new(tools.tool(family, "-restore")),
+                            save.as_bytes(),
+                            OPEN,
+                        )
+                        .unwrap();
+                    assert!(out.status.success(), "{family}-restore: {out:?}");
+                }
+            }
+            Disruption::FlushRuleset => {
+                host.exec_ok("nft", &["flush", "ruleset"]).unwrap();
+            }
+        }
+    }
+
+    /// Two networks with `same-bridge` isolation, `a` (dual-stack) with a live container and
+    /// one whose namespace is deleted after its ADD, `b` with one live container; each of
+    /// `disruptions` in turn, each followed by two reconciles; then DEL of all three.
+    fn comes_back(backend: &str, tools: Tools, disruptions: &[Disruption]) {
+        let topo = Topology::new(&format!(
+            "rc{}{}",
+            &backend[..2],
+            &format!("{tools:?}")[..1]
+        ))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let legacy_bin = tests::bins::legacy_iptables_tools().unwrap();
+        let mut rt = Runtime::new(&topo.host).unwrap();
+        if tools == Tools::Legacy {
+            let path = std::env::join_paths(
+                std::iter::once(legacy_bin.path().to_path_buf())
+                    .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+            )
+            .unwrap();
+            rt = rt.with_env("PATH", &path.to_string_lossy());
+        }
+        let iptables = backend == "iptables";
+        if iptables {
+            // The accepts are what lets the containers' traffic out.
+            for family in ["iptables", "ip6tables"] {
+                topo.host
+                    .exec_ok(&tools.tool(family, ""), &["-P", "FORWARD", "DROP"])
+                    .unwrap();
+            }
+        }
+        let before = filter_table(&topo.host, tools);
+        let older: Vec<(String, String)> = ["iptables", "ip6tables"]
+            .into_iter()
+            .map(|family| {
+                let save = topo
+                    .host
+                    .exec_ok(&tools.tool(family, "-save"), &["-t", "filter"])
+                    .unwrap();
+                (family.to_owned(), save)
+            })
+            .collect();
+        let net_a = conflist(
+            "rcneta",
+            "rcbra",
+            &["10.72.0.0/24", "fd72::/64"],
+            dir.path(),
+            backend,
+        );
+        let net_b = conflist("rcnetb", "rcbrb", &["10.73.0.0/24"], dir.path(), backend);
+        let ctr_b = TestNetns::new("rcctrb").unwrap();
+        let mut ctr_dead = TestNetns::new("rcdead").unwrap();
+        let attach_a = RuntimeConf::new("rc-a", topo.container.path(), "eth0");
+        let attach_b = RuntimeConf::new("rc-b", ctr_b.path(), "eth0");
+        let attach_dead = RuntimeConf::new("rc-dead", ctr_dead.path(), "eth0");
+        let result_a = rt.add(&net_a, &attach_a).unwrap();
+        let result_b = rt.add(&net_b, &attach_b).unwrap();
+        let result_dead = rt.add(&net_a, &attach_dead).unwrap();
+        let dead_ip = container_v4(&result_dead);
+        let b = SocketAddr::new(container_v4(&result_b), 8080);
+        let _server_b = TcpServer::banner(&ctr_b, b, "hello").unwrap();
+        let client = SocketAddr::new(CLIENT_V4.parse().unwrap(), 8081);
+        let _server_client = TcpServer::banner(&topo.client, client, "hello").unwrap();
+        let intact = |why: &str| {
+            assert!(
+                can_connect(&topo.container, client, OPEN),
+                "{why}: the container's traffic out is not forwarded"
+            );
+            assert!(
+                !can_connect(&topo.container, b, BLOCKED),
+                "{why}: the isolation of the bridges is gone"
+            );
+        };
+        intact("after ADD");
+        let added = filter_table(&topo.host, tools);
+        let ruleset = |ns: &TestNetns| ns.exec_ok("nft", &["-a", "list", "ruleset"]).unwrap();
+        // Nothing is missing, nobody is gone: nothing changes.
+        let quiet = reconcile(&rt);
+        assert!(changes(&quiet).is_empty(), "{quiet}");
+        assert!(
+            quiet.contains("nothing missing; 3 attachment(s) in place"),
+            "{quiet}"
+        );
+        // The dead attachment's namespace goes.
+        ctr_dead.delete().unwrap();
+        wait_destroyed(&topo.host, "rcneta:rc-dead:eth0");
+        let mut first = true;
+        for what in disruptions {
+            disrupt(&topo.host, tools, *what, &older);
+            let broken = !can_connect(&topo.container, client, BLOCKED)
+                || can_connect(&topo.container, b, OPEN);
+            assert!(broken, "{what:?} changed nothing that traffic shows");
+            if iptables && *what == Disruption::FlushRuleset {
+                // The node's own firewall comes back by its own means; ours by reconcile.
+                for family in ["iptables", "ip6tables"] {
+                    topo.host
+                        .exec_ok(&tools.tool(family, ""), &["-P", "FORWARD", "DROP"])
+                        .unwrap();
+                }
+            }
+            assert!(
+                rt.check(&net_a, &attach_a).is_err(),
+                "{what:?}: CHECK passed"
+            );
+            let stdout = reconcile(&rt);
+            let changed = changes(&stdout);
+            assert!(
+                changed
+                    .iter()
+                    .any(|l| l.starts_with(&format!("restored rcneta/rc-a/eth0 ({backend})")))
+                    && changed
+                        .iter()
+                        .any(|l| l.starts_with(&format!("restored rcnetb/rc-b/eth0 ({backend})"))),
+                "{what:?}: {stdout}"
+            );
+            assert!(
+                !changed
+                    .iter()
+                    .any(|l| l.contains("restored rcneta/rc-dead/")),
+                "{what:?}: the dead attachment came back: {stdout}"
+            );
+            if first {
+                assert!(
+                    changed
+                        .iter()
+                        .any(|l| l.starts_with(&format!("removed rcneta/rc-dead/eth0 ({backend})"))),
+                    "{what:?}: {stdout}"
+                );
+                first = false;
+            }
+            assert_eq!(
+                records(&topo.host),
+                ["rcneta:rc-a:eth0", "rcnetb:rc-b:eth0"]
+            );
+            intact(&format!("after {what:?} and reconcile"));
+            rt.check(&net_a, &attach_a).unwrap();
+            rt.check(&net_b, &attach_b).unwrap();
+            if iptables {
+                // What the ADDs made, but the dead one's accepts, each once.
+                let dead: Vec<String> = result_dead["ips"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|ip| {
+                        let cidr = ip["address"].as_str().unwrap();
+                        format!(" {}/", cidr.split('/').next().unwrap())
+                    })
+                    .collect();
+                let want: Vec<String> = added
+                    .iter()
+                    .filter(|l| !dead.iter().any(|d| l.contains(d.as_str())))
+                    .cloned()
+                    .collect();
+                assert_eq!(filter_table(&topo.host, tools), want, "{what:?}");
+            } else {
+                let set = ("inet", "cni_firewall", "containers4");
+                assert!(
+                    nft_has_element(&topo.host, set, &container_v4(&result_a).to_string()).unwrap()
+                );
+                assert!(nft_has_element(&topo.host, set, &b.ip().to_string()).unwrap());
+                assert!(!nft_has_element(&topo.host, set, &dead_ip.to_string()).unwrap());
+            }
+            // Again: nothing missing, nothing written.
+            let (nft_before, ipt_before) = (ruleset(&topo.host), filter_table(&topo.host, tools));
+            let again = reconcile(&rt);
+            assert!(changes(&again).is_empty(), "{what:?}, again: {again}");
+            assert!(
+                again.contains("nothing missing; 2 attachment(s) in place"),
+                "{again}"
+            );
+            assert_eq!(
+                ruleset(&topo.host),
+                nft_before,
+                "{what:?}: a second reconcile wrote"
+            );
+            assert_eq!(filter_table(&topo.host, tools), ipt_before);
+        }
+        // DEL of each leaves nothing of ours but the shared skeleton.
+        rt.del(&net_a, &attach_a).unwrap();
+        rt.del(&net_b, &attach_b).unwrap();
+        rt.del(&net_a, &attach_dead).unwrap();
+        // A DEL of the firewall alone, with prevResult, of the removed one: nothing to do.
+        let netns = topo.host.path().to_string_lossy().into_owned();
+        let path = rt.cni_path().to_string_lossy().into_owned();
+        ok(
+            &rt.exec_plugin(
+                "firewall",
+                Some("DEL"),
+                &[
+                    ("CNI_CONTAINERID", "rc-dead"),
+                    ("CNI_NETNS", &netns),
+                    ("CNI_IFNAME", "eth0"),
+                    ("CNI_PATH", &path),
+                    ("CNI_NETNS_OVERRIDE", "1"),
+                ],
+                firewall_conf(&net_a, &result_dead).to_string().as_bytes(),
+            )
+            .unwrap(),
+            "DEL of the removed attachment",
+        );
+        assert!(records(&topo.host).is_empty(), "{:?}", records(&topo.host));
+        let shared = [
+            ":CNI-FORWARD -",
+            ":CNI-ADMIN -",
+            ":CNI-ISOLATION-STAGE-1 -",
+            ":CNI-ISOLATION-STAGE-2 -",
+            "-A FORWARD -m comment",
+            "-A CNI-FORWARD -m comment",
+            "-A CNI-ISOLATION-STAGE-",
+        ];
+        let left: Vec<String> = filter_table(&topo.host, tools)
+            .into_iter()
+            .filter(|l| {
+                !shared
+                    .iter()
+                    .any(|s| l.split_once(' ').is_some_and(|(_, r)| r.starts_with(s)))
+            })
+            .collect();
+        assert_eq!(left, before, "DEL left more than the shared skeleton");
+        if !iptables {
+            let table = topo
+                .host
+                .exec_ok("nft", &["list", "table", "inet", "cni_firewall"])
+                .unwrap();
+            assert!(
+                !table.contains("rcnet") && !table.contains("elements"),
+                "{table}"
+            );
+        }
+    }
+
+    #[test]
+    fn iptables_with_nft_tools_comes_back_after_a_flush_an_older_save_and_a_ruleset_flush() {
+        comes_back(
+            "iptables",
+            Tools::Nft,
+            &[
+                Disruption::FlushFilter,
+                Disruption::RestoreOlder,
+                Disruption::FlushRuleset,
+            ],
+        );
+    }
+
+    #[test]
+    fn iptables_with_legacy_tools_comes_back_after_a_flush_and_an_older_save() {
+        comes_back(
+            "iptables",
+            Tools::Legacy,
+            &[Disruption::FlushFilter, Disruption::RestoreOlder],
+        );
+    }
+
+    #[test]
+    fn nftables_comes_back_after_a_ruleset_flush() {
+        comes_back("nftables", Tools::Nft, &[Disruption::FlushRuleset]);
+    }
+
+    /// A hundred attachments (synthetic prevResults, one live namespace), then `disruption`:
+    /// one reconcile restores them all, and CHECK passes for each.
+    fn a_hundred(backend: &str, disruption: Disruption) {
+        let host = TestNetns::new(&format!("rc100{}", &backend[..2])).unwrap();
+        let ctr = TestNetns::new("rc100c").unwrap();
+        let rt = Runtime::new(&host).unwrap();
+        let netns = ctr.path().to_string_lossy().into_owned();
+        let conf = |i: usize| {
+            json!({
+                "cniVersion": "1.0.0", "name": "rc100", "type": "firewall", "backend": backend,
+                "prevResult": {
+                    "cniVersion": "1.0.0",
+                    "interfaces": [{ "name": "br0" }, { "name": "veth1", "sandbox": netns }],
+                    "ips": [{ "address": format!("10.74.{}.{}/16", i / 200, i % 200 + 2), "interface": 1 }],
+                },
+            })
+        };
+        let call = |command: &str, i: usize| {
+            let id = format!("rc100-{i}");
+            rt.exec_plugin(
+                "firewall",
+                Some(command),
+                &[
+                    ("CNI_CONTAINERID", &id),
+                    ("CNI_NETNS", &netns),
+                    ("CNI_IFNAME", "eth0"),
+                    ("CNI_PATH", "/usr/lib/cni"),
+                ],
+                conf(i).to_string().as_bytes(),
+            )
+            .unwrap()
+        };
+        for i in 0..100 {
+            ok(&call("ADD", i), "ADD");
+        }
+        disrupt(&host, Tools::Nft, disruption, &[]);
+        let stdout = reconcile(&rt);
+        let restored = changes(&stdout)
+            .iter()
+            .filter(|l| l.starts_with("restored rc100/"))
+            .count();
+        assert_eq!(restored, 100, "{stdout}");
+        assert!(stdout.contains("100 attachment(s) restored"), "{stdout}");
+        for i in 0..100 {
+            ok(&call("CHECK", i), &format!("CHECK {i}"));
+        }
+        let again = reconcile(&rt);
+        assert!(changes(&again).is_empty(), "{again}");
+        for i in 0..100 {
+            ok(&call("DEL", i), "DEL");
+        }
+        assert!(records(&host).is_empty());
+    }
+
+    #[test]
+    fn a_hundred_iptables_attachments_come_back_in_one_reconcile() {
+        a_hundred("iptables", Disruption::FlushFilter);
+    }
+
+    #[test]
+    fn a_hundred_nftables_attachments_come_back_in_one_reconcile() {
+        a_hundred("nftables", Disruption::FlushRuleset);
+    }
+
+    /// The command line: `--help` lists the command, a wrong one is a usage error (2), and
+    /// reconcile in a namespace where nothing was ever added succeeds quietly.
+    #[test]
+    fn the_command_line_describes_reconcile_and_refuses_what_it_does_not_take() {
+        let host = TestNetns::new("rccli").unwrap();
+        let rt = Runtime::new(&host).unwrap();
+        let help = rt.operate("firewall", &["--help"], &[]).unwrap();
+        ok(&help, "--help");
+        let text = String::from_utf8_lossy(&help.stdout);
+        assert!(
+            text.contains("reconcile") && text.contains("CNI_COMMAND"),
+            "{text}"
+        );
+        let help = rt
+            .operate("firewall", &["reconcile", "--help"], &[])
+            .unwrap();
+        ok(&help, "reconcile --help");
+        assert!(
+            String::from_utf8_lossy(&help.stdout).starts_with("Usage: firewall reconcile"),
+            "{help:?}"
+        );
+        for args in [&["reconsile"][..], &["reconcile", "--now"]] {
+            let out = rt.operate("firewall", args, &[]).unwrap();
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+            assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+        }
+        let stdout = reconcile(&rt);
+        assert_eq!(
+            stdout,
+            "reconcile: nothing missing; 0 attachment(s) in place\n"
+        );
+        // A runtime's call is unchanged: no arguments, CNI_COMMAND set.
+        let version = rt
+            .exec_plugin(
+                "firewall",
+                Some("VERSION"),
+                &[],
+                b"{\"cniVersion\":\"1.1.0\"}",
+            )
+            .unwrap();
+        ok(&version, "VERSION");
+        assert_eq!(
+            String::from_utf8_lossy(&version.stdout),
+            "{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"0.4.0\",\"1.0.0\",\"1.1.0\"]}\n"
+        );
+    }
+}
