@@ -460,4 +460,84 @@ mod real_firewalld {
         );
         Ok(())
     }
+
+    /// A reload of firewalld drops the zone's sources (its runtime configuration): CHECK
+    /// fails; `firewall reconcile` puts them back (once: a second one finds nothing
+    /// missing), CHECK passes again, and a later DEL removes them and the record.
+    #[test]
+    fn reconcile_puts_back_the_sources_a_reload_of_firewalld_dropped() -> Result<()> {
+        let ns = TestNetns::new("fwdrec")?;
+        let fw = Firewalld::start(&ns).context("starting a private firewalld")?;
+        let rt = Runtime::new(&ns)?;
+        let bus = [("DBUS_SYSTEM_BUS_ADDRESS", fw.address.as_str())];
+        let reconcile = || -> Result<String> {
+            let out = rt.operate("firewall", &["reconcile"], &bus)?;
+            ok(&out, "reconcile")?;
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        };
+        ok(
+            &exec(&rt, &fw, &ns, "ADD", &conf("firewalld", true))?,
+            "ADD",
+        )?;
+        let quiet = reconcile()?;
+        ensure!(
+            quiet == "reconcile: nothing missing; 1 attachment(s) in place\n",
+            "{quiet}"
+        );
+        dbus_send(
+            &ns,
+            &fw.address,
+            "org.fedoraproject.FirewallD1",
+            &[
+                "/org/fedoraproject/FirewallD1",
+                "org.fedoraproject.FirewallD1.reload",
+            ],
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while fw.sources(&ns).map_or(true, |s| s.contains("10.68.0.2")) {
+            ensure!(Instant::now() < deadline, "the reload kept the sources");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let check = exec(&rt, &fw, &ns, "CHECK", &conf("firewalld", true))?;
+        ensure!(!check.status.success(), "CHECK passed without the sources");
+        let stdout = reconcile()?;
+        ensure!(
+            stdout.starts_with(
+                "restored fwdnet/fwd-ctr/eth0 (firewalld): source 10.68.0.2/32 of zone trusted, \
+                 source fd68::2/128 of zone trusted\n"
+            ) && stdout.ends_with(
+                "reconcile: 1 attachment(s) restored, 0 removed (namespace gone), 0 in place\n"
+            ),
+            "{stdout}"
+        );
+        let sources = fw.sources(&ns)?;
+        ensure!(
+            sources.contains("\"10.68.0.2/32\"") && sources.contains("\"fd68::2/128\""),
+            "{sources}"
+        );
+        ok(
+            &exec(&rt, &fw, &ns, "CHECK", &conf("firewalld", true))?,
+            "CHECK",
+        )?;
+        let again = reconcile()?;
+        ensure!(
+            again == "reconcile: nothing missing; 1 attachment(s) in place\n",
+            "{again}"
+        );
+        ok(
+            &exec(&rt, &fw, &ns, "DEL", &conf("firewalld", false))?,
+            "DEL",
+        )?;
+        let sources = fw.sources(&ns)?;
+        ensure!(
+            !sources.contains("10.68.0.2") && !sources.contains("fd68::2"),
+            "{sources}"
+        );
+        let none = reconcile()?;
+        ensure!(
+            none == "reconcile: nothing missing; 0 attachment(s) in place\n",
+            "{none}"
+        );
+        Ok(())
+    }
 }
