@@ -147,6 +147,10 @@ struct Entry {
 /// When the records, the namespace ids or a backend's objects cannot be read.
 pub fn reconcile(out: &mut dyn Write) -> Result<Report, FirewallError> {
     let state = State::for_current_netns()?;
+    if state.names()?.is_empty() {
+        // Nothing recorded: not even the lock file is made.
+        return Ok(Report::default());
+    }
     let Some(lock) = state.lock()? else {
         return Err(FirewallError::Netns(std::io::Error::other(
             "the namespace's lock is held by this process",

@@ -571,6 +571,10 @@ mod e2e {
             stdout,
             "reconcile: nothing missing; 0 attachment(s) in place\n"
         );
+        // Not even a lock file is made where nothing is recorded.
+        let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(host.path()).unwrap());
+        let dir = PathBuf::from(format!("/run/cni-firewall/{ino}"));
+        assert!(!dir.exists(), "{} made", dir.display());
         // A runtime's call is unchanged: no arguments, CNI_COMMAND set.
         let version = rt
             .exec_plugin(
