@@ -101,7 +101,8 @@ impl Report {
     /// The last line printed.
     #[must_use]
     pub fn summary(&self) -> String {
-        let mut text = if self.restored == 0 && self.dropped == 0 && !self.shared {
+        let quiet = self.restored == 0 && self.dropped == 0 && !self.shared;
+        let mut text = if quiet && self.failed.is_empty() {
             format!(
                 "reconcile: nothing missing; {} attachment(s) in place",
                 self.in_place
@@ -144,7 +145,8 @@ struct Entry {
 /// removed on `out`.
 ///
 /// # Errors
-/// When the records, the namespace ids or a backend's objects cannot be read.
+/// When the records cannot be read. A backend whose objects cannot be read, and attachments
+/// that cannot be restored or removed, are in the report's failures.
 pub fn reconcile(out: &mut dyn Write) -> Result<Report, FirewallError> {
     let state = State::for_current_netns()?;
     if state.names()?.is_empty() {
@@ -212,7 +214,18 @@ pub fn reconcile(out: &mut dyn Write) -> Result<Report, FirewallError> {
     for (config, entries) in groups {
         let mut backend = crate::backend_in(&config, state.under(&lock));
         let recorded: Vec<Recorded> = entries.iter().map(|e| e.recorded.clone()).collect();
-        let found = backend.missing(&recorded)?;
+        // A backend that cannot be read (firewalld stopped, say) fails its attachments only.
+        let found = match backend.missing(&recorded) {
+            Ok(found) => found,
+            Err(e) => {
+                report.failed.push(format!(
+                    "{} attachment(s) of the {} backend: {e}",
+                    entries.len(),
+                    backend.name()
+                ));
+                continue;
+            }
+        };
         if found.is_empty() {
             report.in_place += entries.len();
             continue;
@@ -376,6 +389,15 @@ mod tests {
             shared: true,
             failed: vec!["x".into()],
         };
+        let failed = Report {
+            in_place: 3,
+            failed: vec!["x".into()],
+            ..Report::default()
+        };
+        assert_eq!(
+            failed.summary(),
+            "reconcile: 0 attachment(s) restored, 0 removed (namespace gone), 3 in place, 1 failed"
+        );
         assert_eq!(
             busy.summary(),
             "reconcile: 2 attachment(s) restored, 1 removed (namespace gone), 3 in place, \
