@@ -18,8 +18,7 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use harness::netns::TestNetns;
 use netfilter::nft::{
-    Batch, Chain, ChainHook, ChainType, DataType as T, Element, Family, L4Proto, NfProto, Nft,
-    Rule, Selector, Set, Table, Value, priority,
+    Batch, DataType as T, Element, Family, L4Proto, Nft, Rule, Set, Table, Value,
 };
 
 use crate::{Exec, Options, Results, Row, Samples, time_exec};
@@ -65,36 +64,7 @@ pub fn run(options: &Options) -> Result<Results> {
     let ns = TestNetns::new("bench-nft")?;
     let netns = ns.netns()?;
     let t = Table::new(Family::Ip, TABLE);
-    let mut skeleton = Batch::new();
-    skeleton
-        .add_table(&t)
-        .add_set(
-            &t,
-            &Set::map(
-                "ports",
-                &[T::InetProto, T::InetService],
-                &[T::Ipv4Addr, T::InetService],
-            ),
-        )
-        .add_chain(&t, &Chain::regular("hostports"))
-        .add_chain(
-            &t,
-            &Chain::base(
-                "prerouting",
-                ChainType::Nat,
-                ChainHook::Prerouting,
-                priority::DSTNAT,
-            ),
-        )
-        .add_rule(
-            &t,
-            "hostports",
-            &Rule::new().dnat_map(
-                NfProto::Ipv4,
-                &[Selector::MetaL4proto, Selector::ThDport],
-                "ports",
-            ),
-        );
+    let skeleton = netfilter::nft::fixtures::hostport_table(&t);
     let mut nft = Nft::open_in(&netns)?;
     nft.apply(&skeleton)?;
 
@@ -123,14 +93,14 @@ pub fn run(options: &Options) -> Result<Results> {
         })??;
         open_apply.push_time(elapsed);
     }
-    // Every step landed: 3 elements and 3 rules per iteration, plus the skeleton's rule.
+    // Every step landed: 3 elements and 3 rules per iteration, plus the skeleton's two rules.
     let elements = nft.elements(&t, "ports")?.len();
     let rules = nft.rules(&t, "hostports")?.len();
     let want = 3 * usize::from(n);
-    if elements != want || rules != want + 1 {
+    if elements != want || rules != want + 2 {
         bail!(
             "expected {want} elements and {} rules, found {elements} and {rules}",
-            want + 1
+            want + 2
         );
     }
     let row = |step: &str, ours: Samples| Row {

@@ -9,8 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use netfilter::nft::{
-    Batch, Chain, ChainHook, ChainType, DataType as T, Element, Family, L4Proto, NfProto, Nft,
-    NftError, Rule, Selector::*, Set, Table, Value, priority,
+    Batch, DataType as T, Element, Family, L4Proto, Nft, NftError, Set, Table, Value,
 };
 use tests::netns::{HOST_UPLINK_V4, Topology, veth_pair};
 use tests::traffic::{TcpServer, tcp_request};
@@ -44,54 +43,8 @@ fn a_dnat_map_rule_forwards_tcp_to_the_mapped_container_until_its_element_is_del
     let by_host_ip = Element::new([host_ip.into(), L4Proto::Tcp.into(), Value::Port(9090)])
         .to([v4("10.77.0.2").into(), Value::Port(80)])
         .comment("net/ctr/eth0");
-    let mut batch = Batch::new();
+    let mut batch = netfilter::nft::fixtures::hostport_table(&t);
     batch
-        .add_table(&t)
-        .add_set(
-            &t,
-            &Set::map(
-                "hostip_ports",
-                &[T::Ipv4Addr, T::InetProto, T::InetService],
-                &[T::Ipv4Addr, T::InetService],
-            ),
-        )
-        .add_set(
-            &t,
-            &Set::map(
-                "ports",
-                &[T::InetProto, T::InetService],
-                &[T::Ipv4Addr, T::InetService],
-            ),
-        )
-        .add_chain(&t, &Chain::regular("hostports"))
-        .add_chain(
-            &t,
-            &Chain::base(
-                "prerouting",
-                ChainType::Nat,
-                ChainHook::Prerouting,
-                priority::DSTNAT,
-            ),
-        )
-        .add_rule(
-            &t,
-            "prerouting",
-            &Rule::new().fib_daddr_local().jump("hostports"),
-        )
-        .add_rule(
-            &t,
-            "hostports",
-            &Rule::new().dnat_map(
-                NfProto::Ipv4,
-                &[IpDaddr, MetaL4proto, ThDport],
-                "hostip_ports",
-            ),
-        )
-        .add_rule(
-            &t,
-            "hostports",
-            &Rule::new().dnat_map(NfProto::Ipv4, &[MetaL4proto, ThDport], "ports"),
-        )
         .add_elements(&t, "ports", std::slice::from_ref(&by_port))
         .add_elements(&t, "hostip_ports", std::slice::from_ref(&by_host_ip));
     let mut nft = Nft::open_in(&topo.host.netns().unwrap()).unwrap();

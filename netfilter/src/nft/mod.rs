@@ -98,6 +98,8 @@
 
 mod batch;
 pub mod expr;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
 pub mod monitor;
 mod probe;
 pub(crate) mod raw;

@@ -341,36 +341,10 @@ fn json_rules(family: &str, table: &str, chain: &str) -> Vec<(u64, Option<String
 fn hostport_table() -> (Table, Batch) {
     use super::L4Proto as P;
     let t = Table::new(Family::Ip, "cni_test");
-    let mut b = Batch::new();
-    b.add_table(&t)
-        .add_set(
-            &t,
-            &Set::map(
-                "hostip_ports",
-                &[T::Ipv4Addr, T::InetProto, T::InetService],
-                &[T::Ipv4Addr, T::InetService],
-            ),
-        )
-        .add_set(
-            &t,
-            &Set::map(
-                "ports",
-                &[T::InetProto, T::InetService],
-                &[T::Ipv4Addr, T::InetService],
-            ),
-        )
-        .add_set(&t, &Set::new("hairpins", &[T::Ipv4Addr, T::Ipv4Addr]))
+    // The shared fixture, and what the golden listing below adds to it.
+    let mut b = super::fixtures::hostport_table(&t);
+    b.add_set(&t, &Set::new("hairpins", &[T::Ipv4Addr, T::Ipv4Addr]))
         .add_set(&t, &Set::verdict_map("by_proto", &[T::InetProto]))
-        .add_chain(&t, &Chain::regular("hostports"))
-        .add_chain(
-            &t,
-            &Chain::base(
-                "prerouting",
-                ChainType::Nat,
-                ChainHook::Prerouting,
-                priority::DSTNAT,
-            ),
-        )
         .add_chain(
             &t,
             &Chain::base(
@@ -391,29 +365,8 @@ fn hostport_table() -> (Table, Batch) {
         )
         .add_rule(
             &t,
-            "prerouting",
-            &Rule::new().fib_daddr_local().jump("hostports"),
-        )
-        .add_rule(
-            &t,
             "output",
             &Rule::new().fib_daddr_local().goto("hostports"),
-        )
-        .add_rule(
-            &t,
-            "hostports",
-            &Rule::new()
-                .dnat_map(
-                    NfProto::Ipv4,
-                    &[IpDaddr, MetaL4proto, ThDport],
-                    "hostip_ports",
-                )
-                .comment("by host ip"),
-        )
-        .add_rule(
-            &t,
-            "hostports",
-            &Rule::new().dnat_map(NfProto::Ipv4, &[MetaL4proto, ThDport], "ports"),
         )
         .add_rule(
             &t,
