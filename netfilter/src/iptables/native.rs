@@ -35,8 +35,8 @@ mod xt;
 
 pub use codec::{Unsupported, canonical, decode, encode};
 pub use tables::{
-    Listed, Missing, NativeError, NativeTables, Position, Recorded, Removal, RuleSpec, Transaction,
-    writes,
+    Listed, Lookup, Missing, NativeError, NativeTables, Position, Recorded, Removal, RuleSpec,
+    Transaction, writes,
 };
 pub use xt::MULTIPORT_MAX;
 

@@ -20,7 +20,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::native::{
-    self, Missing, NativeError, NativeTables, Position, Recorded, Removal, RuleSpec, Variant,
+    self, Lookup, Missing, NativeError, NativeTables, Position, Recorded, Removal, RuleSpec,
+    Variant, Wanted,
 };
 use super::{Family, Iptables, IptablesError, TableDump, restore_line};
 use crate::nft::{Expr, LazyNft, Verdict};
@@ -49,6 +50,22 @@ pub struct Unchain {
     pub recorded: Option<Recorded>,
 }
 
+/// Rules to delete from one chain of one family's table ([`Writer::delete_rules`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unrule {
+    /// The family.
+    pub family: Family,
+    /// The chain.
+    pub chain: String,
+    /// The rules, in the tools' words (without `-A CHAIN`): every copy of each is deleted,
+    /// unless `recorded` names them.
+    pub rules: Vec<Vec<String>>,
+    /// The handles of exactly the copies to delete, where a caller recorded them
+    /// ([`Applied::recorded`]): natively, while the table is the incarnation they were
+    /// recorded in, those rules go and the chain is not listed.
+    pub recorded: Option<Recorded>,
+}
+
 /// A change to one iptables table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
@@ -63,6 +80,9 @@ pub struct Plan {
     /// What to remove from a family whose part was written when a later family's part
     /// fails (the tools commit per family; natively both families are one transaction).
     pub undo: Vec<Unchain>,
+    /// Likewise, rules to delete from such a family: one copy of each that the write added
+    /// (the rules it found in place stay; `recorded` is not used).
+    pub undo_rules: Vec<Unrule>,
 }
 
 /// What [`Writer::apply`] did.
@@ -149,10 +169,18 @@ impl<'n> Writer<'n> {
     /// native where every family's tools are `iptables-nft` and the encoder takes every rule
     /// (over `nft`, the call's socket), else the tools.
     pub fn choose(nft: &'n mut LazyNft, table: &str, families: &[Family], parts: &[Part]) -> Self {
+        // A removal in a family without any tools goes over nf_tables too, unless the
+        // namespace holds that x_tables table: whatever iptables-nft wrote is there, and
+        // nothing could remove legacy rules without the tools.
+        let removing = parts.is_empty();
         let tools_nft = families
             .iter()
             .chain(parts.iter().map(|p| &p.family))
-            .all(|f| native::variant(*f) == Variant::Nft);
+            .all(|f| match native::variant(*f) {
+                Variant::Nft => true,
+                Variant::Missing => removing && !legacy_table_exists(*f, table),
+                Variant::Legacy | Variant::Other => false,
+            });
         let refused = parts.iter().find_map(|p| {
             p.rules
                 .iter()
@@ -177,7 +205,17 @@ impl<'n> Writer<'n> {
         }
     }
 
+    /// The tools' writer of `table`, whatever the node's tools are.
+    #[cfg(test)]
+    fn with_tools(table: &str) -> Writer<'static> {
+        Writer {
+            table: table.to_owned(),
+            how: How::Tools(HashMap::new()),
+        }
+    }
+
     /// [`Writer::choose`] for `plan`'s families and rules.
+    #[must_use]
     pub fn for_plan(nft: &'n mut LazyNft, plan: &Plan) -> Self {
         let families: Vec<Family> = plan.removals.iter().map(|r| r.family).collect();
         Writer::choose(nft, &plan.table, &families, &plan.parts)
@@ -238,7 +276,8 @@ impl<'n> Writer<'n> {
 
     /// The first thing of `part` that `family`'s table lacks: its chains first, then its
     /// rules in order (a rule marked recorded is looked up by the handles of `recorded`,
-    /// where they are this table's). `None` when it holds all.
+    /// where they are this table's; every rule is looked for, [`Lookup::Absent`] or not).
+    /// `None` when it holds all.
     ///
     /// # Errors
     /// nf_tables failures; the tools' failure.
@@ -254,13 +293,17 @@ impl<'n> Writer<'n> {
                 let mut probe = tables.transaction();
                 let chains: Vec<&str> = part.chains.iter().map(String::as_str).collect();
                 let recorded: Vec<Recorded> = recorded.into_iter().cloned().collect();
-                let missing = tables.ensure_recorded(
-                    &mut probe,
-                    part.family,
-                    &chains,
-                    &part.rules,
-                    &recorded,
-                )?;
+                // A check looks every rule up.
+                let rules: Vec<RuleSpec> = part
+                    .rules
+                    .iter()
+                    .map(|r| match r.lookup {
+                        Lookup::Absent => r.clone().looked_up(Lookup::Listed),
+                        _ => r.clone(),
+                    })
+                    .collect();
+                let missing =
+                    tables.ensure_recorded(&mut probe, part.family, &chains, &rules, &recorded)?;
                 if let Some(chain) = missing.chains.first() {
                     return Ok(Some(Absent::Chain(chain.clone())));
                 }
@@ -306,6 +349,45 @@ impl<'n> Writer<'n> {
                     .collect())
             }
         }
+    }
+
+    /// Deletes `unrules`: natively in one transaction for both families, each by its
+    /// recorded handles where they are this table's (else, or when one of them is gone,
+    /// every copy found by listing the chain, the rules holding the rules' needles decoded
+    /// and compared by meaning); with the tools, per family, one restore deleting one copy of
+    /// each without reading the table (the copy a caller's write made), and when that is
+    /// refused (a rule is absent), every copy in a fresh read; every copy in a table this
+    /// writer has read already. A family whose chain holds, among the rules read, one the codec
+    /// does not decode (another version's form: it might be one of them) is left to the
+    /// tools, which read every form. A chain, table or nf_tables that is not there holds none.
+    ///
+    /// # Errors
+    /// The first family's failure (the others are still tried).
+    pub fn delete_rules(&mut self, unrules: &[Unrule]) -> Result<(), WriteError> {
+        let table = self.table.clone();
+        let tools: Vec<Family> = match &mut self.how {
+            How::Native(nft) => match nft.get() {
+                Ok(nft) => delete_natively(nft, &table, unrules)?,
+                Err(e) if e.is_unsupported() => {
+                    log::debug!("no nf_tables here, so no iptables-nft rule either: {e}");
+                    return Ok(());
+                }
+                Err(e) => return Err(NativeError::Nft(e).into()),
+            },
+            How::Tools(_) => families_of_rules(unrules),
+        };
+        let mut first = None;
+        for family in tools {
+            let read = match &mut self.how {
+                How::Tools(dumps) => dumps.remove(&family),
+                How::Native(_) => None,
+            };
+            if let Err(e) = delete_with_tools(&table, family, unrules, read) {
+                log::warn!("deleting {family} rules from {table}: {e}");
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// Removes `removals` (the chains and the rules jumping to them; a chain that is not
@@ -380,6 +462,192 @@ fn families_of(removals: &[Unchain]) -> Vec<Family> {
     families
 }
 
+/// The families of `unrules`, each once, in order.
+fn families_of_rules(unrules: &[Unrule]) -> Vec<Family> {
+    let mut families = Vec::new();
+    for u in unrules {
+        if !families.contains(&u.family) {
+            families.push(u.family);
+        }
+    }
+    families
+}
+
+/// Whether the x_tables (legacy) table `table` of `family` exists in the calling thread's
+/// namespace: only then can the legacy tools hold rules that nf_tables does not list.
+fn legacy_table_exists(family: Family, table: &str) -> bool {
+    let names = match family {
+        Family::V4 => "/proc/net/ip_tables_names",
+        Family::V6 => "/proc/net/ip6_tables_names",
+    };
+    std::fs::read_to_string(names).is_ok_and(|s| s.lines().any(|l| l == table))
+}
+
+/// [`Writer::delete_rules`] over nf_tables: one transaction for every family it can answer
+/// for, by the recorded handles and, should one of them be gone, once more by listing.
+/// Returns the families left to the tools.
+fn delete_natively(
+    nft: &mut crate::nft::Nft,
+    table: &str,
+    unrules: &[Unrule],
+) -> Result<Vec<Family>, WriteError> {
+    let mut tables = NativeTables::on(nft, table);
+    let recorded = unrules.iter().any(|u| u.recorded.is_some());
+    let (tx, tools) = deletions(&mut tables, unrules, true)?;
+    if tx.is_empty() {
+        return Ok(tools);
+    }
+    match tables.commit(&tx) {
+        Ok(_) => {}
+        // A recorded rule is gone (deleted by hand): the transaction changed nothing.
+        Err(NativeError::Nft(e)) if e.is_not_found() && recorded => {
+            log::debug!("deleting by the recorded handles: {e}; looking the rules up");
+            let (tx, tools) = deletions(&mut tables, unrules, false)?;
+            if !tx.is_empty() {
+                tables.commit(&tx)?;
+            }
+            return Ok(tools);
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(tools)
+}
+
+/// The transaction deleting `unrules` (by their recorded handles with `use_records`), and the
+/// families left to the tools.
+fn deletions(
+    tables: &mut NativeTables<&mut crate::nft::Nft>,
+    unrules: &[Unrule],
+    use_records: bool,
+) -> Result<(native::Transaction, Vec<Family>), WriteError> {
+    let mut tx = tables.transaction();
+    let mut tools: Vec<Family> = Vec::new();
+    let mut handles: Vec<(Family, &str, u64)> = Vec::new();
+    for u in unrules {
+        if u.rules.is_empty() || tools.contains(&u.family) {
+            continue;
+        }
+        let by_record = match u
+            .recorded
+            .as_ref()
+            .filter(|r| use_records && r.family == u.family)
+        {
+            Some(r) if !r.rules.is_empty() && tables.generation(u.family)? == Some(r.table) => {
+                Some(r)
+            }
+            _ => None,
+        };
+        if let Some(r) = by_record {
+            handles.extend(r.rules.iter().map(|h| (u.family, u.chain.as_str(), *h)));
+            continue;
+        }
+        let mut wanted = Vec::with_capacity(u.rules.len());
+        let mut needles: Option<Vec<Vec<u8>>> = Some(Vec::new());
+        for args in &u.rules {
+            match native::canonical(u.family, args) {
+                Ok(canonical) => wanted.push(canonical),
+                Err(e) => {
+                    log::debug!("{}: {e}: deleting with the tools", u.family);
+                    tools.push(u.family);
+                    break;
+                }
+            }
+            let needle = RuleSpec::append(&u.chain, args).needle();
+            match (&mut needles, needle.is_empty()) {
+                (Some(_), true) => needles = None,
+                (Some(n), false) => n.push(needle),
+                (None, _) => {}
+            }
+        }
+        if tools.contains(&u.family) {
+            continue;
+        }
+        let read = needles.as_deref().map_or(Wanted::All, Wanted::Containing);
+        let listed = match tables.rules(u.family, &u.chain, read) {
+            Ok(listed) => listed.unwrap_or_default(),
+            Err(NativeError::Nft(e)) if e.is_not_found() => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        for rule in listed {
+            match &rule.args {
+                Some(args) if wanted.contains(args) => {
+                    handles.push((u.family, u.chain.as_str(), rule.handle));
+                }
+                Some(_) => {}
+                None => {
+                    log::debug!(
+                        "{} {}: rule {} is not decoded: deleting with the tools",
+                        u.family,
+                        u.chain,
+                        rule.handle
+                    );
+                    tools.push(u.family);
+                    break;
+                }
+            }
+        }
+    }
+    for (family, chain, handle) in handles {
+        if !tools.contains(&family) {
+            tx.delete_rule(family, chain, handle);
+        }
+    }
+    Ok((tx, tools))
+}
+
+/// [`Writer::delete_rules`] with the tools for `family`: every copy in `read` (the table this
+/// call read, if it did), else one copy of each without reading, and every copy in a fresh
+/// read when that is refused.
+fn delete_with_tools(
+    table: &str,
+    family: Family,
+    unrules: &[Unrule],
+    read: Option<TableDump>,
+) -> Result<(), WriteError> {
+    let ipt = Iptables::new(family);
+    let mine: Vec<&Unrule> = unrules.iter().filter(|u| u.family == family).collect();
+    if mine.iter().all(|u| u.rules.is_empty()) {
+        return Ok(());
+    }
+    if let Some(dump) = read {
+        return Ok(ipt.restore(table, &deletion_lines(&dump, &mine)?)?);
+    }
+    let mut blind = Vec::new();
+    for u in &mine {
+        for args in &u.rules {
+            blind.push(restore_line("-D", &u.chain, args)?);
+        }
+    }
+    match ipt.restore(table, &blind) {
+        Ok(()) => return Ok(()),
+        Err(e @ (IptablesError::Locked { .. } | IptablesError::Timeout { .. })) => {
+            return Err(e.into());
+        }
+        Err(e) => log::debug!("{family}: deleting without reading refused, reading: {e}"),
+    }
+    let dump = ipt.save(table)?;
+    Ok(ipt.restore(table, &deletion_lines(&dump, &mine)?)?)
+}
+
+/// The restore lines with which the tools' writer deletes every copy of the rules of
+/// `unrules` that `dump` (a table as `iptables-save` printed it) holds.
+///
+/// # Errors
+/// An argument that cannot be written on a restore line.
+pub fn deletion_lines(dump: &TableDump, unrules: &[&Unrule]) -> Result<Vec<String>, IptablesError> {
+    let mut lines = Vec::new();
+    for u in unrules {
+        let mut seen: HashSet<&[String]> = HashSet::new();
+        for args in u.rules.iter().filter(|a| seen.insert(a.as_slice())) {
+            let copies = dump.rules(&u.chain).iter().filter(|r| *r == args).count();
+            for _ in 0..copies {
+                lines.push(restore_line("-D", &u.chain, args)?);
+            }
+        }
+    }
+    Ok(lines)
+}
+
 /// The table of `family` as `iptables-save` prints it, read once until forgotten.
 fn dump<'d>(
     dumps: &'d mut HashMap<Family, TableDump>,
@@ -448,6 +716,9 @@ fn apply_with_tools(
             }
             Err(e) => {
                 for f in done {
+                    if let Err(u) = undo_rules(table, plan, &applied, f) {
+                        log::warn!("rollback of {f} rules failed: {u}");
+                    }
                     let undo: Vec<Unchain> = plan
                         .undo
                         .iter()
@@ -487,6 +758,32 @@ fn apply_with_tools(
         }
     }
     Ok(applied)
+}
+
+/// Deletes from `family`'s table one copy of each rule of `plan.undo_rules` that `applied`
+/// says the write added there.
+fn undo_rules(
+    table: &str,
+    plan: &Plan,
+    applied: &Applied,
+    family: Family,
+) -> Result<(), IptablesError> {
+    let added: Vec<&RuleSpec> = plan
+        .parts
+        .iter()
+        .zip(&applied.added)
+        .filter(|(part, _)| part.family == family)
+        .flat_map(|(part, (_, missing))| missing.rules.iter().filter_map(|i| part.rules.get(*i)))
+        .collect();
+    let mut lines = Vec::new();
+    for u in plan.undo_rules.iter().filter(|u| u.family == family) {
+        for args in &u.rules {
+            if added.iter().any(|r| r.chain == u.chain && r.args == *args) {
+                lines.push(restore_line("-D", &u.chain, args)?);
+            }
+        }
+    }
+    Iptables::new(family).restore(table, &lines)
 }
 
 /// The restore lines with which the tools' writer creates what `dump` (a table as
@@ -724,5 +1021,190 @@ mod tests {
             removal_lines(&table, &[&gone]).unwrap(),
             ["-D PREROUTING -j A", "-F A", "-X A"]
         );
+    }
+
+    #[test]
+    fn a_needle_is_the_jump_target_else_a_host_address_and_a_verdict_is_no_chain() {
+        let spec = |line: &str| RuleSpec::append("C", &args(&line.split(' ').collect::<Vec<_>>()));
+        assert_eq!(
+            spec("-m comment --comment x -j CNI-ADMIN").needle(),
+            b"CNI-ADMIN"
+        );
+        assert_eq!(spec("-s 10.1.0.5/32 -j ACCEPT").needle(), [10, 1, 0, 5]);
+        assert_eq!(
+            spec("-d fd01::5/128 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT").needle(),
+            "fd01::5".parse::<std::net::Ipv6Addr>().unwrap().octets()
+        );
+        assert_eq!(spec("-s 10.1.0.0/24 -j DROP").needle(), b"");
+        assert_eq!(spec("-o br0 -j DROP").needle(), b"");
+        assert_eq!(spec("-j RETURN").target_chain(), None);
+        assert_eq!(spec("-j CNI-X").target_chain(), Some("CNI-X"));
+    }
+
+    #[test]
+    fn the_tools_delete_every_copy_of_each_rule_and_nothing_else() {
+        let table = dump(
+            ":FORWARD ACCEPT [0:0]\n:C - [0:0]\n-A C -s 10.0.0.2/32 -j ACCEPT\n-A C -s 10.0.0.2/32 -j DROP\n-A C -s 10.0.0.2/32 -j ACCEPT\n-A FORWARD -s 10.0.0.2/32 -j ACCEPT\n",
+        );
+        let unrule = Unrule {
+            family: Family::V4,
+            chain: "C".into(),
+            rules: vec![
+                args(&["-s", "10.0.0.2/32", "-j", "ACCEPT"]),
+                args(&["-s", "10.0.0.2/32", "-j", "ACCEPT"]),
+                args(&["-s", "10.0.0.3/32", "-j", "ACCEPT"]),
+            ],
+            recorded: None,
+        };
+        assert_eq!(
+            deletion_lines(&table, &[&unrule]).unwrap(),
+            [
+                "-D C -s 10.0.0.2/32 -j ACCEPT",
+                "-D C -s 10.0.0.2/32 -j ACCEPT"
+            ]
+        );
+    }
+
+    /// The `-A CHAIN` lines of `iptables-save -t filter` in the calling thread's namespace.
+    fn saved(chain: &str) -> Vec<String> {
+        let out = std::process::Command::new("iptables-save")
+            .args(["-t", "filter"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with(&format!("-A {chain} ")))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn accepts(ip: &str) -> Vec<Vec<String>> {
+        vec![
+            args(&[
+                "-d",
+                &format!("{ip}/32"),
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "RELATED,ESTABLISHED",
+                "-j",
+                "ACCEPT",
+            ]),
+            args(&["-s", &format!("{ip}/32"), "-j", "ACCEPT"]),
+        ]
+    }
+
+    fn accept_plan(ip: &str, lookup: Lookup) -> Plan {
+        Plan {
+            table: "filter".into(),
+            parts: vec![Part {
+                family: Family::V4,
+                chains: vec!["C".into()],
+                rules: accepts(ip)
+                    .iter()
+                    .map(|r| RuleSpec::append_recorded("C", r).looked_up(lookup))
+                    .collect(),
+            }],
+            ..Plan::default()
+        }
+    }
+
+    #[test]
+    fn rules_are_written_once_and_deleted_by_their_handles_or_every_copy_natively_and_with_the_tools()
+     {
+        assert!(
+            native::writes_nf_tables(Family::V4),
+            "this test needs iptables-nft"
+        );
+        crate::iptables::tests::in_new_netns(|| {
+            let mut nft = LazyNft::new();
+            let plan = accept_plan("10.0.0.2", Lookup::Listed);
+            let mut writer = Writer::for_plan(&mut nft, &plan);
+            assert!(matches!(writer.how, How::Native(_)));
+            let first = writer.apply(&plan).unwrap();
+            assert_eq!(first.added[0].1.rules, [0, 1]);
+            assert_eq!(first.recorded[0].rules.len(), 2);
+            // Looked up (the accepts by their address): not written again.
+            let again = writer.apply(&plan).unwrap();
+            assert!(again.added[0].1.is_empty(), "{again:?}");
+            assert!(again.recorded.is_empty());
+            // Not looked up: a copy, as another writer's would be; and a lookalike.
+            writer
+                .apply(&accept_plan("10.0.0.2", Lookup::Absent))
+                .unwrap();
+            Iptables::new(Family::V4)
+                .restore(
+                    "filter",
+                    &["-A C -s 10.0.0.2/32 -m conntrack --ctstate NEW -j ACCEPT".to_owned()],
+                )
+                .unwrap();
+            assert_eq!(saved("C").len(), 5);
+            let unrule = Unrule {
+                family: Family::V4,
+                chain: "C".into(),
+                rules: accepts("10.0.0.2"),
+                recorded: first.recorded.first().cloned(),
+            };
+            // By the recorded handles: exactly those rules.
+            writer.delete_rules(std::slice::from_ref(&unrule)).unwrap();
+            assert_eq!(saved("C").len(), 3);
+            // Those handles are gone: every copy, found by listing; the lookalike stays.
+            writer.delete_rules(std::slice::from_ref(&unrule)).unwrap();
+            assert_eq!(
+                saved("C"),
+                ["-A C -s 10.0.0.2/32 -m conntrack --ctstate NEW -j ACCEPT"]
+            );
+            // The tools: one copy each without reading; every copy once one is absent.
+            writer
+                .apply(&accept_plan("10.0.0.2", Lookup::Absent))
+                .unwrap();
+            writer
+                .apply(&accept_plan("10.0.0.2", Lookup::Absent))
+                .unwrap();
+            let mut tools = Writer::with_tools("filter");
+            tools.delete_rules(std::slice::from_ref(&unrule)).unwrap();
+            assert_eq!(saved("C").len(), 3);
+            let mut both = unrule.clone();
+            both.rules.extend(accepts("10.0.0.3"));
+            tools.delete_rules(&[both]).unwrap();
+            assert_eq!(saved("C").len(), 1);
+            // Nothing to delete is no error, on either writer.
+            tools.delete_rules(std::slice::from_ref(&unrule)).unwrap();
+            writer.delete_rules(std::slice::from_ref(&unrule)).unwrap();
+        });
+    }
+
+    #[test]
+    fn the_tools_undo_the_rules_a_failed_write_added_in_an_earlier_family_and_only_those() {
+        crate::iptables::tests::in_new_netns(|| {
+            // A rule of this plan already there: it is not this write's, and stays.
+            let ipt = Iptables::new(Family::V4);
+            ipt.restore(
+                "filter",
+                &[
+                    "-N C".to_owned(),
+                    "-A C -s 10.0.0.2/32 -j ACCEPT".to_owned(),
+                ],
+            )
+            .unwrap();
+            let mut plan = accept_plan("10.0.0.2", Lookup::Listed);
+            // The IPv6 part refers to a chain that is neither there nor made: refused.
+            plan.parts.push(Part {
+                family: Family::V6,
+                chains: Vec::new(),
+                rules: vec![RuleSpec::append("NOWHERE", &args(&["-j", "ACCEPT"]))],
+            });
+            plan.undo_rules = vec![Unrule {
+                family: Family::V4,
+                chain: "C".into(),
+                rules: accepts("10.0.0.2"),
+                recorded: None,
+            }];
+            let mut tools = Writer::with_tools("filter");
+            assert!(tools.apply(&plan).is_err());
+            assert_eq!(saved("C"), ["-A C -s 10.0.0.2/32 -j ACCEPT"]);
+        });
     }
 }

@@ -268,6 +268,7 @@ impl PortmapBackend for Iptables {
                 &plan_families(ips),
                 None,
             ),
+            undo_rules: Vec::new(),
         };
         let (taken, recorded) = self.write(&add, &mut plan)?;
         let result = (add.then)().and_then(|()| {

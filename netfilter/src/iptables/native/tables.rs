@@ -74,6 +74,23 @@ pub enum Position {
     Insert,
 }
 
+/// How [`NativeTables::ensure`] looks a rule up in its chain (the tools, which read the
+/// whole table, compare every rule whatever this says).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Lookup {
+    /// Among the rules of the chain that hold its needle ([`RuleSpec::needle`]; every rule
+    /// of the chain for a rule without one), listed once per chain for all such rules.
+    #[default]
+    Listed,
+    /// Only the first rule of the chain that holds its needle, the listing stopping there: for
+    /// a rule a layout inserts first in a chain that grows with the attachments (its leading
+    /// jump), where a caller knows no earlier rule holds the needle.
+    First,
+    /// Not looked for: the caller knows from its own records that it is absent (an
+    /// attachment's rule its state does not know), and it is written.
+    Absent,
+}
+
 /// A rule a layout wants in a chain, in `iptables-save`'s words (or any the tools take).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleSpec {
@@ -86,6 +103,8 @@ pub struct RuleSpec {
     /// Whether its handle is returned by [`NativeTables::commit`] when it is appended
     /// ([`Transaction::append_recorded`]).
     pub recorded: bool,
+    /// How it is looked up natively.
+    pub lookup: Lookup,
 }
 
 impl RuleSpec {
@@ -97,6 +116,7 @@ impl RuleSpec {
             args: args.to_vec(),
             position: Position::Append,
             recorded: false,
+            lookup: Lookup::Listed,
         }
     }
 
@@ -118,14 +138,58 @@ impl RuleSpec {
         }
     }
 
-    /// The chain this rule jumps or goes to, if any.
+    /// The same rule, looked up as `lookup` says.
+    #[must_use]
+    pub fn looked_up(self, lookup: Lookup) -> RuleSpec {
+        RuleSpec { lookup, ..self }
+    }
+
+    /// The chain this rule jumps or goes to, if any (a verdict is not a chain).
     pub(crate) fn target_chain(&self) -> Option<&str> {
         let n = self.args.len();
         match self.args.get(n.wrapping_sub(2)..) {
-            Some([flag, chain]) if matches!(flag.as_str(), "-j" | "-g") => Some(chain),
+            Some([flag, chain])
+                if matches!(flag.as_str(), "-j" | "-g")
+                    && !matches!(chain.as_str(), "ACCEPT" | "DROP" | "RETURN" | "QUEUE") =>
+            {
+                Some(chain)
+            }
             _ => None,
         }
     }
+
+    /// Bytes that the rule's netlink encoding necessarily holds, by which a listing of a
+    /// long chain picks the rules that can be it: the chain it jumps to (or the extension
+    /// target it names), else the address of its first host-wide `-s` or `-d` (`/32`,
+    /// `/128`: compared whole), in network byte order; empty when it has neither (every rule
+    /// of the chain is read).
+    #[must_use]
+    pub fn needle(&self) -> Vec<u8> {
+        if let Some(chain) = self.target_chain() {
+            return chain.as_bytes().to_vec();
+        }
+        let address = self
+            .args
+            .windows(2)
+            .filter(|w| matches!(w[0].as_str(), "-s" | "-d"))
+            .find_map(|w| host_address(&w[1]));
+        match address {
+            Some(std::net::IpAddr::V4(v4)) => v4.octets().to_vec(),
+            Some(std::net::IpAddr::V6(v6)) => v6.octets().to_vec(),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// The address of `10.0.0.2`, `10.0.0.2/32`, `fd00::2/128`: one host, compared whole.
+fn host_address(word: &str) -> Option<std::net::IpAddr> {
+    let (addr, prefix) = match word.split_once('/') {
+        Some((addr, prefix)) => (addr, Some(prefix)),
+        None => (word, None),
+    };
+    let ip: std::net::IpAddr = addr.parse().ok()?;
+    let full = if ip.is_ipv4() { "32" } else { "128" };
+    prefix.is_none_or(|p| p == full).then_some(ip)
 }
 
 /// What [`NativeTables::ensure`] found missing and added to the transaction.
@@ -368,6 +432,17 @@ pub fn writes(table: &str, family: Family, spec: &RuleSpec) -> bool {
     encodable(table, family, &spec.args).is_ok() && canonical(family, &spec.args).is_ok()
 }
 
+/// How [`NativeTables::ensure_recorded`] read a chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Read {
+    /// The rules holding one of the needles of the rules listed in it (or all).
+    Listing,
+    /// The first rule holding this needle.
+    First(Vec<u8>),
+    /// The recorded rules jumping to this chain, by their handles.
+    Handles(String),
+}
+
 /// Where [`Transaction::add`] puts a rule.
 #[derive(Debug, Clone, Copy)]
 enum Placement {
@@ -580,9 +655,37 @@ impl<N: BorrowMut<Nft>> NativeTables<N> {
                 missing.chains.push((*chain).to_owned());
             }
         }
+        // A recorded rule that jumps is looked up by its handles: its chain is not listed.
+        let by_handle = |spec: &RuleSpec| spec.recorded && recorded.is_some();
+        // What one listing of each chain reads for the rules looked up in it (`None`: every
+        // rule, for a rule without a needle).
+        let mut listings: Vec<(&str, Option<Vec<Vec<u8>>>)> = Vec::new();
+        for spec in rules {
+            let needle = spec.needle();
+            let listed = match spec.lookup {
+                Lookup::Absent => false,
+                Lookup::First => needle.is_empty(),
+                Lookup::Listed => !(by_handle(spec) && spec.target_chain().is_some()),
+            };
+            if !listed {
+                continue;
+            }
+            let at = match listings.iter().position(|(c, _)| *c == spec.chain) {
+                Some(at) => at,
+                None => {
+                    listings.push((&spec.chain, Some(Vec::new())));
+                    listings.len() - 1
+                }
+            };
+            match (&mut listings[at].1, needle.is_empty()) {
+                (Some(_), true) => listings[at].1 = None,
+                (Some(needles), false) if !needles.contains(&needle) => needles.push(needle),
+                _ => {}
+            }
+        }
         // The rules read so far (their arguments, for lookups: a chain may hold thousands),
-        // per chain and needle ("" for all of the chain).
-        let mut read: Vec<(String, String, HashSet<Vec<String>>)> = Vec::new();
+        // per chain and way of reading it.
+        let mut read: Vec<(String, Read, HashSet<Vec<String>>)> = Vec::new();
         // The rules added by this call: a rule given twice goes in once, as the tools'
         // check-then-append does.
         let mut added: HashSet<(&str, Vec<String>)> = HashSet::new();
@@ -607,37 +710,44 @@ impl<N: BorrowMut<Nft>> NativeTables<N> {
                 });
             };
             let target = spec.target_chain();
-            let absent = if chain_new || target.is_some_and(|t| tx.creates(family, t)) {
+            let absent = if chain_new
+                || target.is_some_and(|t| tx.creates(family, t))
+                || spec.lookup == Lookup::Absent
+            {
                 true
             } else {
-                let needle = target.unwrap_or_default();
-                // A recorded rule is looked up by its handles: its chain is not listed.
-                let by_handle = recorded.filter(|_| spec.recorded && target.is_some());
-                let key = match by_handle {
-                    Some(_) => format!("#{needle}"),
-                    None => needle.to_owned(),
+                let needle = spec.needle();
+                let key = match (target.filter(|_| by_handle(spec)), spec.lookup) {
+                    (Some(target), _) => Read::Handles(target.to_owned()),
+                    (None, Lookup::First) if !needle.is_empty() => Read::First(needle),
+                    _ => Read::Listing,
                 };
                 let at = match read
                     .iter()
-                    .position(|(c, n, _)| *c == spec.chain && *n == key)
+                    .position(|(c, k, _)| *c == spec.chain && *k == key)
                 {
                     Some(at) => at,
-                    None if by_handle.is_some() => {
-                        let listed = self.jumps_to(family, &spec.chain, needle, by_handle)?;
+                    None => {
+                        let listed = match &key {
+                            Read::Handles(target) => {
+                                self.jumps_to(family, &spec.chain, target, recorded)?
+                            }
+                            Read::First(needle) => {
+                                let needles = [needle.clone()];
+                                let wanted = Wanted::FirstContaining(&needles);
+                                self.rules(family, &spec.chain, wanted)?.unwrap_or_default()
+                            }
+                            Read::Listing => {
+                                let needles = listings
+                                    .iter()
+                                    .find(|(c, _)| *c == spec.chain)
+                                    .and_then(|(_, n)| n.as_deref());
+                                let wanted = needles.map_or(Wanted::All, Wanted::Containing);
+                                self.rules(family, &spec.chain, wanted)?.unwrap_or_default()
+                            }
+                        };
                         let args = listed.into_iter().filter_map(|r| r.args).collect();
                         read.push((spec.chain.clone(), key, args));
-                        read.len() - 1
-                    }
-                    None => {
-                        let needles = [needle.as_bytes().to_vec()];
-                        let wanted = if needle.is_empty() {
-                            Wanted::All
-                        } else {
-                            Wanted::Containing(&needles)
-                        };
-                        let listed = self.rules(family, &spec.chain, wanted)?.unwrap_or_default();
-                        let args = listed.into_iter().filter_map(|r| r.args).collect();
-                        read.push((spec.chain.clone(), needle.to_owned(), args));
                         read.len() - 1
                     }
                 };
