@@ -8,6 +8,8 @@ use cni::error::{CniError, ErrorCode};
 use host::lock::LockError;
 use host::store::StoreError;
 use netfilter::iptables::IptablesError;
+use netfilter::iptables::native::NativeError;
+use netfilter::iptables::writer::WriteError;
 use netfilter::nft::NftError;
 
 /// Everything that can go wrong in the firewall plugin.
@@ -33,6 +35,10 @@ pub enum FirewallError {
     /// A netlink nftables operation failed.
     #[error(transparent)]
     Nft(#[from] NftError),
+    /// The iptables writer refused a change over nf_tables (a rule into a chain that is not
+    /// there).
+    #[error(transparent)]
+    Native(NativeError),
     /// The nftables backend on a kernel without nf_tables (no nfnetlink, or nfnetlink without
     /// nf_tables: [`NftError::is_absent`]), for ADD and CHECK; DEL and GC take it for nothing
     /// of ours being there.
@@ -106,6 +112,16 @@ pub enum FirewallError {
     Netns(#[source] std::io::Error),
 }
 
+impl From<WriteError> for FirewallError {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::Tools(e) => FirewallError::Iptables(e),
+            WriteError::Native(NativeError::Nft(e)) => FirewallError::Nft(e),
+            WriteError::Native(e) => FirewallError::Native(e),
+        }
+    }
+}
+
 impl FirewallError {
     /// What the error object's `details` carries beyond the message.
     fn details(&self) -> Option<String> {
@@ -144,6 +160,7 @@ impl From<FirewallError> for CniError {
             FirewallError::Store(_) | FirewallError::Lock(_) => ErrorCode::Io,
             FirewallError::Iptables(_)
             | FirewallError::Nft(_)
+            | FirewallError::Native(_)
             | FirewallError::NoNfTables(_)
             | FirewallError::Missing { .. }
             | FirewallError::FirewalldAdd { .. }

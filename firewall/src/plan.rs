@@ -1,10 +1,14 @@
-//! Pure planning: what an attachment needs (from prevResult), and for iptables the restore
-//! lines that take a dumped filter table to the wanted layout. Nothing here touches the kernel.
+//! Pure planning: what an attachment needs (from prevResult), and for iptables the layout it
+//! wants in the `filter` table as the one writer's plan ([`iptables_part`]: chains and rules
+//! in the tools' words), what CHECK names when the writer finds part of it absent, and the
+//! accepts DEL deletes. Nothing here touches the kernel.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
 
 use cni::types::CniResult;
+use netfilter::iptables::native::{Lookup, RuleSpec};
+use netfilter::iptables::writer::{Absent, Part, Unrule};
 use netfilter::iptables::{Family, IptablesError, TableDump, restore_line};
 use netlink::census::NetnsId;
 
@@ -222,95 +226,73 @@ fn isolation_rules(bridge: &str, policy: IngressPolicy) -> Vec<(&'static str, Pl
     rules
 }
 
-/// What ADD of an attachment writes in one family, in order: `head`, the accepts, `tail`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AddPlan {
-    /// Restore lines for the chains the table lacks (`-N`; never `:CHAIN`, which would flush
-    /// an existing one) and the jumps absent anywhere in their chain (inserted first).
-    pub head: Vec<String>,
-    /// The attachment's accepts that `CNI-FORWARD` lacks, with their address, as the
-    /// arguments of `-A CNI-FORWARD`.
-    pub accepts: Vec<(IpAddr, Vec<String>)>,
-    /// Restore lines for the bridge's isolation chains and rules.
-    pub tail: Vec<String>,
-}
-
-impl AddPlan {
-    /// True when everything is in place.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.head.is_empty() && self.accepts.is_empty() && self.tail.is_empty()
-    }
-
-    /// The writes other than the accepts (chains, jumps, isolation rules) as restore lines.
-    #[must_use]
-    pub fn skeleton_lines(&self) -> Vec<String> {
-        self.head.iter().chain(&self.tail).cloned().collect()
-    }
-
-    /// The accepts as restore lines.
-    ///
-    /// # Errors
-    /// An argument that cannot be written on a restore line.
-    pub fn accept_lines(&self) -> Result<Vec<String>, IptablesError> {
-        self.accepts
-            .iter()
-            .map(|(_, args)| restore_line("-A", CNI_FORWARD_CHAIN, args))
-            .collect()
-    }
-
-    /// Every write as restore lines, in order.
-    ///
-    /// # Errors
-    /// An argument that cannot be written on a restore line.
-    pub fn lines(&self) -> Result<Vec<String>, IptablesError> {
-        let mut lines = self.head.clone();
-        lines.extend(self.accept_lines()?);
-        lines.extend(self.tail.iter().cloned());
-        Ok(lines)
-    }
-}
-
-/// What makes `dump` hold what ADD of `target` needs in `family` ([`AddPlan`]): the chains
-/// the dump lacks, the jumps if absent anywhere in their chain, the per-address accepts if
-/// absent, and the bridge's isolation rules. Empty when everything is in place.
-///
-/// # Errors
-/// An argument that cannot be written on a restore line.
-pub fn iptables_add(
-    dump: &TableDump,
-    family: Family,
-    config: &Config,
-    target: &Target,
-) -> Result<AddPlan, IptablesError> {
-    let mut plan = AddPlan::default();
-    for chain in [CNI_FORWARD_CHAIN, config.admin_chain.as_str()] {
-        if !dump.has_chain(chain) {
-            plan.head.push(restore_line::<&str>("-N", chain, &[])?);
-        }
-    }
-    let fwd = forward_jump();
-    if !dump.has_rule(FORWARD_CHAIN, &fwd) {
-        plan.head.push(restore_line("-I", FORWARD_CHAIN, &fwd)?);
-    }
-    let admin = admin_jump(&config.admin_chain);
-    if !dump.has_rule(CNI_FORWARD_CHAIN, &admin) {
-        plan.head
-            .push(restore_line("-I", CNI_FORWARD_CHAIN, &admin)?);
-    }
+/// The layout ADD of `target` wants in `family`'s `filter` table, in the reference's order
+/// (CHECK verifies the same): the chains `CNI-FORWARD` and the admin chain, the jumps to them
+/// (inserted first where absent), the two accepts of each address of the family (appended,
+/// their handles recorded), and the bridge's isolation chains and rules. With `fresh` (an
+/// attachment none of whose addresses the state knows, so none of its accepts is there but
+/// for copies something else wrote), the accepts are not looked for and the admin jump only
+/// as the chain's first jump to it, so that the listing of `CNI-FORWARD`, which grows with the
+/// attachments, stops near its top.
+#[must_use]
+pub fn iptables_part(family: Family, config: &Config, target: &Target, fresh: bool) -> Part {
+    let mut chains = vec![CNI_FORWARD_CHAIN.to_owned(), config.admin_chain.clone()];
+    let lookup = |when_fresh| if fresh { when_fresh } else { Lookup::Listed };
+    let mut rules = vec![
+        RuleSpec::insert(FORWARD_CHAIN, &forward_jump()),
+        RuleSpec::insert(CNI_FORWARD_CHAIN, &admin_jump(&config.admin_chain))
+            .looked_up(lookup(Lookup::First)),
+    ];
     for ip in target.ips_of(family) {
-        for rule in ip_rules(ip) {
-            if !dump.has_rule(CNI_FORWARD_CHAIN, &rule) {
-                plan.accepts.push((ip, rule));
-            }
-        }
+        rules.extend(ip_rules(ip).map(|rule| {
+            RuleSpec::append_recorded(CNI_FORWARD_CHAIN, &rule).looked_up(lookup(Lookup::Absent))
+        }));
     }
-    if let Some(bridge) = &target.bridge {
-        plan.tail = iptables_isolation(dump, config.ingress, bridge)?;
+    if let Some(bridge) = target
+        .bridge
+        .as_deref()
+        .filter(|_| config.ingress != IngressPolicy::Open)
+    {
+        chains.extend([STAGE1_CHAIN.to_owned(), STAGE2_CHAIN.to_owned()]);
+        rules.extend(isolation_rules(bridge, config.ingress).into_iter().map(
+            |(chain, place, rule)| match place {
+                Place::First => RuleSpec::insert(chain, &rule),
+                Place::Last => RuleSpec::append(chain, &rule),
+            },
+        ));
     }
-    // Rendered once here, so a rule that cannot be written fails before anything is done.
-    plan.lines()?;
-    Ok(plan)
+    Part {
+        family,
+        chains,
+        rules,
+    }
+}
+
+/// The address of each accept of [`iptables_part`] (its rules marked recorded, in order).
+#[must_use]
+pub fn accept_ips(family: Family, target: &Target) -> Vec<IpAddr> {
+    target.ips_of(family).flat_map(|ip| [ip, ip]).collect()
+}
+
+/// The accepts of `ips` in `family` (those of other families left out), every copy of which
+/// DEL deletes from `CNI-FORWARD`, or exactly those of `recorded`. Chains, jumps and isolation
+/// rules are shared and stay.
+#[must_use]
+pub fn iptables_unrule(
+    family: Family,
+    ips: &[IpAddr],
+    recorded: Option<netfilter::iptables::native::Recorded>,
+) -> Unrule {
+    Unrule {
+        family,
+        chain: CNI_FORWARD_CHAIN.to_owned(),
+        rules: ips
+            .iter()
+            .filter(|ip| Family::of(ip) == family)
+            .flat_map(|ip| ip_rules(*ip))
+            .collect(),
+        recorded,
+    }
 }
 
 /// Restore lines that add the isolation chains and rules of `bridge` under `policy` that
@@ -389,48 +371,65 @@ impl MissingRule {
     }
 }
 
-/// The first rule CHECK finds missing in `family`; `None` when complete. Checks both jumps
-/// (so the chains they jump to), this attachment's accepts and its bridge's isolation rules,
-/// in the reference's order.
-#[must_use]
-pub fn iptables_missing(
-    dump: &TableDump,
-    family: Family,
-    config: &Config,
-    target: &Target,
-) -> Option<MissingRule> {
-    let mut wanted: Vec<(&str, Vec<String>)> = vec![
-        (FORWARD_CHAIN, forward_jump()),
-        (CNI_FORWARD_CHAIN, admin_jump(&config.admin_chain)),
-    ];
-    for ip in target.ips_of(family) {
-        wanted.extend(ip_rules(ip).map(|r| (CNI_FORWARD_CHAIN, r)));
+/// The first rule of `part` ([`iptables_part`]) CHECK finds missing, in the reference's
+/// order; `None` when complete. `absent` is the writer's answer for a part
+/// ([`netfilter::iptables::writer::Writer::missing`]): asked of the whole part first (one
+/// read), and only when something is absent of each rule in turn, with the chains it is in
+/// and jumps to, so that the rule named is the first missing one and the chain named the
+/// first of those two that is absent.
+///
+/// # Errors
+/// `absent`'s.
+pub fn iptables_missing<E>(
+    part: &Part,
+    mut absent: impl FnMut(&Part) -> Result<Option<Absent>, E>,
+) -> Result<Option<MissingRule>, E> {
+    let Some(whole) = absent(part)? else {
+        return Ok(None);
+    };
+    for rule in &part.rules {
+        let target = rule
+            .args
+            .iter()
+            .skip_while(|a| *a != "-j")
+            .nth(1)
+            .filter(|t| !BUILTIN_TARGETS.contains(&t.as_str()));
+        let chains = std::iter::once(&rule.chain)
+            .chain(target)
+            .filter(|c| part.chains.contains(c))
+            .cloned()
+            .collect();
+        let one = Part {
+            family: part.family,
+            chains,
+            rules: vec![rule.clone()],
+        };
+        if let Some(found) = absent(&one)? {
+            return Ok(Some(missing_rule(part.family, rule, found)));
+        }
     }
-    if let Some(bridge) = &target.bridge {
-        wanted.extend(
-            isolation_rules(bridge, config.ingress)
-                .into_iter()
-                .map(|(c, _, r)| (c, r)),
-        );
-    }
-    let (chain, rule) = wanted
-        .into_iter()
-        .find(|(chain, rule)| !dump.has_rule(chain, rule))?;
-    let jumps_to = rule
-        .iter()
-        .skip_while(|a| *a != "-j")
-        .nth(1)
-        .filter(|t| !BUILTIN_TARGETS.contains(&t.as_str()));
-    let absent_chain = std::iter::once(chain)
-        .chain(jumps_to.map(String::as_str))
-        .find(|c| !dump.has_chain(c))
-        .map(str::to_owned);
-    Some(MissingRule {
+    // Put back in between the two reads: name what the first found.
+    let rule = match &whole {
+        Absent::Rule { index, .. } => part.rules.get(*index),
+        Absent::Chain(chain) => part
+            .rules
+            .iter()
+            .find(|r| r.chain == *chain || r.args.last() == Some(chain)),
+    };
+    Ok(rule.map(|rule| missing_rule(part.family, rule, whole)))
+}
+
+/// What CHECK names of `rule`, found absent as `absent` says.
+fn missing_rule(family: Family, rule: &RuleSpec, absent: Absent) -> MissingRule {
+    MissingRule {
         family,
-        chain: chain.to_owned(),
-        rule,
-        absent_chain,
-    })
+        chain: rule.chain.clone(),
+        rule: rule.args.clone(),
+        absent_chain: match absent {
+            Absent::Chain(chain) => Some(chain),
+            Absent::Rule { .. } => None,
+        },
+    }
 }
 
 /// Targets that are not chains.
@@ -447,7 +446,7 @@ pub struct Lacking {
 }
 
 /// What `dump` lacks in `family` of what ADD made for each of `targets` under `config`: the
-/// rules [`iptables_missing`] checks for one attachment (both jumps, so the chains they
+/// rules CHECK looks for of one attachment ([`iptables_part`]) (both jumps, so the chains they
 /// jump to; the accepts; the bridge's isolation rules), looked up in one index of the dump,
 /// so that thousands of attachments cost one pass over their chains.
 #[must_use]
@@ -512,36 +511,11 @@ pub fn iptables_lacking(
     lacking
 }
 
-/// Restore lines deleting every copy of the per-address accepts of `ips` in `family` that
-/// `dump` holds. Chains, jumps and isolation rules are shared and stay.
-///
-/// # Errors
-/// An argument that cannot be written on a restore line.
-pub fn iptables_del(
-    dump: &TableDump,
-    family: Family,
-    ips: &[IpAddr],
-) -> Result<Vec<String>, IptablesError> {
-    let mut lines = Vec::new();
-    for ip in ips.iter().filter(|ip| Family::of(ip) == family) {
-        for rule in ip_rules(*ip) {
-            let copies = dump
-                .rules(CNI_FORWARD_CHAIN)
-                .iter()
-                .filter(|r| **r == rule)
-                .count();
-            for _ in 0..copies {
-                lines.push(restore_line("-D", CNI_FORWARD_CHAIN, &rule)?);
-            }
-        }
-    }
-    Ok(lines)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::BackendChoice;
+    use netfilter::iptables::writer::{absent_in, deletion_lines, ensure_lines};
 
     fn config(ingress: IngressPolicy) -> Config {
         Config {
@@ -585,39 +559,79 @@ mod tests {
 COMMIT
 "#;
 
+    /// The restore lines with which the tools' writer takes `dump` to `part`.
+    fn lines(dump: &TableDump, part: &Part) -> Vec<String> {
+        ensure_lines(dump, part).unwrap().0
+    }
+
+    /// CHECK's answer on `dump`, as the tools' writer finds it.
+    fn missing(dump: &TableDump, part: &Part) -> Option<MissingRule> {
+        iptables_missing(part, |p| Ok::<_, ()>(absent_in(dump, p))).unwrap()
+    }
+
     #[test]
     fn add_on_an_empty_table_declares_chains_then_jumps_then_accepts() {
         let dump = TableDump::parse(EMPTY).unwrap();
-        let lines = iptables_add(
-            &dump,
+        let part = iptables_part(
             Family::V4,
             &config(IngressPolicy::Open),
             &target(None),
-        )
-        .unwrap()
-        .lines()
-        .unwrap();
+            false,
+        );
         assert_eq!(
-            lines,
+            lines(&dump, &part),
             [
                 "-N CNI-FORWARD",
                 "-N CNI-ADMIN",
-                r#"-I FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD"#,
-                r#"-I CNI-FORWARD -m comment --comment "CNI firewall plugin admin overrides" -j CNI-ADMIN"#,
+                r#"-I FORWARD 1 -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD"#,
+                r#"-I CNI-FORWARD 1 -m comment --comment "CNI firewall plugin admin overrides" -j CNI-ADMIN"#,
                 "-A CNI-FORWARD -d 10.1.0.5/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
                 "-A CNI-FORWARD -s 10.1.0.5/32 -j ACCEPT",
             ]
         );
-        let v6 = iptables_add(
-            &dump,
+        let v6 = iptables_part(
             Family::V6,
             &config(IngressPolicy::Open),
             &target(None),
-        )
-        .unwrap()
-        .lines()
-        .unwrap();
-        assert!(v6.contains(&"-A CNI-FORWARD -s fd01::5/128 -j ACCEPT".to_owned()));
+            false,
+        );
+        assert!(lines(&dump, &v6).contains(&"-A CNI-FORWARD -s fd01::5/128 -j ACCEPT".to_owned()));
+        // The accepts are the recorded rules, for their addresses in order.
+        let recorded: Vec<&RuleSpec> = part.rules.iter().filter(|r| r.recorded).collect();
+        assert_eq!(recorded.len(), 2);
+        assert!(
+            recorded
+                .iter()
+                .all(|r| r.args.contains(&"10.1.0.5/32".to_owned()))
+        );
+        let ip: IpAddr = "10.1.0.5".parse().unwrap();
+        assert_eq!(accept_ips(Family::V4, &target(None)), [ip, ip]);
+    }
+
+    #[test]
+    fn an_add_the_state_does_not_know_looks_for_neither_its_accepts_nor_beyond_the_admin_jump() {
+        let c = config(IngressPolicy::Open);
+        let fresh = iptables_part(Family::V4, &c, &target(None), true);
+        let known = iptables_part(Family::V4, &c, &target(None), false);
+        let lookups = |part: &Part| part.rules.iter().map(|r| r.lookup).collect::<Vec<_>>();
+        assert_eq!(
+            lookups(&fresh),
+            [
+                Lookup::Listed,
+                Lookup::First,
+                Lookup::Absent,
+                Lookup::Absent
+            ]
+        );
+        assert!(lookups(&known).iter().all(|l| *l == Lookup::Listed));
+        // The rules are the same.
+        let rules = |part: &Part| {
+            part.rules
+                .iter()
+                .map(|r| (r.chain.clone(), r.args.clone(), r.position, r.recorded))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(rules(&fresh), rules(&known));
     }
 
     #[test]
@@ -629,37 +643,39 @@ COMMIT
             bridge: Some("br0".into()),
             netns: None,
         };
-        assert!(iptables_add(&dump, Family::V4, &c, &t).unwrap().is_empty());
-        assert_eq!(iptables_missing(&dump, Family::V4, &c, &t), None);
+        let part = iptables_part(Family::V4, &c, &t, false);
+        assert!(lines(&dump, &part).is_empty());
+        assert_eq!(missing(&dump, &part), None);
         // Another address is missing, and so is the isolated policy's own rule.
         let other = Target {
             ips: vec!["10.1.0.6".parse().unwrap()],
             bridge: Some("br0".into()),
             netns: None,
         };
-        let append = iptables_add(&dump, Family::V4, &c, &other).unwrap();
-        assert!(append.skeleton_lines().is_empty(), "{append:?}");
+        let other_part = iptables_part(Family::V4, &c, &other, false);
         let ip: IpAddr = "10.1.0.6".parse().unwrap();
-        assert_eq!(append.accepts, ip_rules(ip).map(|rule| (ip, rule)));
-        let missing = iptables_missing(&dump, Family::V4, &c, &other).unwrap();
+        let accepts: Vec<String> = ip_rules(ip)
+            .iter()
+            .map(|rule| restore_line("-A", CNI_FORWARD_CHAIN, rule).unwrap())
+            .collect();
+        assert_eq!(lines(&dump, &other_part), accepts);
+        let missing_rule = missing(&dump, &other_part).unwrap();
         assert_eq!(
-            missing.message(),
+            missing_rule.message(),
             "expected rule [-d 10.1.0.6/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT] not found"
         );
         assert_eq!(
-            missing.details(),
+            missing_rule.details(),
             "iptables-save -t filter has no rule -A CNI-FORWARD -d 10.1.0.6/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
         );
         let isolated = config(IngressPolicy::Isolated);
-        let plan = iptables_add(&dump, Family::V4, &isolated, &t).unwrap();
-        assert!(plan.accepts.is_empty() && !plan.skeleton_lines().is_empty());
-        let lines = plan.lines().unwrap();
+        let isolated_part = iptables_part(Family::V4, &isolated, &t, false);
         assert_eq!(
-            lines,
+            lines(&dump, &isolated_part),
             [
-                r#"-I FORWARD -m comment --comment "CNI firewall plugin rules (ingressPolicy: isolated)" -j CNI-ISOLATION-STAGE-1"#,
-                r#"-I CNI-ISOLATION-STAGE-1 -i br0 ! -o br0 -m comment --comment "CNI firewall plugin rules (ingressPolicy: isolated)" -j CNI-ISOLATION-STAGE-2"#,
-                r#"-I CNI-ISOLATION-STAGE-1 -i br0 -o br0 -m comment --comment "CNI firewall plugin rules (ingressPolicy: isolated)" -j DROP"#,
+                r#"-I FORWARD 1 -m comment --comment "CNI firewall plugin rules (ingressPolicy: isolated)" -j CNI-ISOLATION-STAGE-1"#,
+                r#"-I CNI-ISOLATION-STAGE-1 1 -i br0 ! -o br0 -m comment --comment "CNI firewall plugin rules (ingressPolicy: isolated)" -j CNI-ISOLATION-STAGE-2"#,
+                r#"-I CNI-ISOLATION-STAGE-1 1 -i br0 -o br0 -m comment --comment "CNI firewall plugin rules (ingressPolicy: isolated)" -j DROP"#,
             ]
         );
     }
@@ -673,17 +689,48 @@ COMMIT
             bridge: Some("br0".into()),
             netns: None,
         };
-        let lines = iptables_add(&dump, Family::V4, &c, &t)
-            .unwrap()
-            .lines()
-            .unwrap();
-        assert_eq!(lines.len(), 2 + 2 + 2 + 2 + 5);
-        assert!(lines[..2].iter().all(|l| l.starts_with("-N ")));
-        assert!(
-            lines[6..8]
-                .iter()
-                .all(|l| l.starts_with("-N CNI-ISOLATION"))
+        let lines = lines(&dump, &iptables_part(Family::V4, &c, &t, false));
+        assert_eq!(lines.len(), 4 + 2 + 2 + 5);
+        assert_eq!(
+            lines[..4],
+            [
+                "-N CNI-FORWARD",
+                "-N CNI-ADMIN",
+                "-N CNI-ISOLATION-STAGE-1",
+                "-N CNI-ISOLATION-STAGE-2",
+            ]
         );
+        // Applied in order, they leave the Go plugin's table.
+        let mut rules: Vec<(String, Vec<String>)> = Vec::new();
+        for line in &lines[4..] {
+            let words = netfilter::iptables::split_args(line).unwrap();
+            match words.as_slice() {
+                [op, chain, pos, rest @ ..] if op == "-I" && pos == "1" => {
+                    let at = rules
+                        .iter()
+                        .position(|(c, _)| c == chain)
+                        .unwrap_or(rules.len());
+                    rules.insert(at, (chain.clone(), rest.to_vec()));
+                }
+                [op, chain, rest @ ..] if op == "-A" => {
+                    let at = rules
+                        .iter()
+                        .rposition(|(c, _)| c == chain)
+                        .map_or(rules.len(), |i| i + 1);
+                    rules.insert(at, (chain.clone(), rest.to_vec()));
+                }
+                _ => panic!("{line}"),
+            }
+        }
+        let go = TableDump::parse(GO_SAME_BRIDGE).unwrap();
+        for chain in ["FORWARD", CNI_FORWARD_CHAIN, STAGE1_CHAIN, STAGE2_CHAIN] {
+            let ours: Vec<Vec<String>> = rules
+                .iter()
+                .filter(|(c, _)| c == chain)
+                .map(|(_, r)| r.clone())
+                .collect();
+            assert_eq!(ours, go.rules(chain), "{chain}");
+        }
     }
 
     #[test]
@@ -694,7 +741,8 @@ COMMIT
         );
         let dump = TableDump::parse(&doubled).unwrap();
         let ips = ["10.1.0.5".parse().unwrap(), "10.1.0.9".parse().unwrap()];
-        let lines = iptables_del(&dump, Family::V4, &ips).unwrap();
+        let v4 = iptables_unrule(Family::V4, &ips, None);
+        let lines = deletion_lines(&dump, &[&v4]).unwrap();
         assert_eq!(
             lines,
             [
@@ -703,7 +751,9 @@ COMMIT
                 "-D CNI-FORWARD -s 10.1.0.5/32 -j ACCEPT",
             ]
         );
-        assert!(iptables_del(&dump, Family::V6, &ips).unwrap().is_empty());
+        let v6 = iptables_unrule(Family::V6, &ips, None);
+        assert!(v6.rules.is_empty());
+        assert!(deletion_lines(&dump, &[&v6]).unwrap().is_empty());
     }
 
     #[test]
@@ -714,10 +764,17 @@ COMMIT
             bridge: Some("br0".into()),
             netns: None,
         };
+        let part = iptables_part(Family::V4, &c, &t, false);
         let forward_jump =
             "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD\n";
         let admin_jump = "-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN\n";
-        let cases: [(&[&str], &str, Option<&str>); 5] = [
+        let stage1 = [
+            ":CNI-ISOLATION-STAGE-1 - [0:0]\n",
+            "-A FORWARD -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j CNI-ISOLATION-STAGE-1\n",
+            "-A CNI-ISOLATION-STAGE-1 -i br0 ! -o br0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j CNI-ISOLATION-STAGE-2\n",
+            "-A CNI-ISOLATION-STAGE-1 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j RETURN\n",
+        ];
+        let cases: [(&[&str], &str, Option<&str>); 7] = [
             (
                 &[forward_jump],
                 "expected FORWARD rule [-m comment --comment CNI firewall plugin rules -j CNI-FORWARD] not found",
@@ -751,6 +808,24 @@ COMMIT
                 "expected CNI-ISOLATION-STAGE-2 rule [-o br0 -m comment --comment CNI firewall plugin rules (ingressPolicy: same-bridge) -j DROP] not found",
                 None,
             ),
+            // A missing chain is not named before an earlier rule that is missing too: the
+            // first missing rule of the reference's order is.
+            (
+                &[
+                    stage1[0],
+                    stage1[1],
+                    stage1[2],
+                    stage1[3],
+                    "-A CNI-FORWARD -s 10.1.0.5/32 -j ACCEPT\n",
+                ],
+                "expected rule [-s 10.1.0.5/32 -j ACCEPT] not found",
+                None,
+            ),
+            (
+                &stage1,
+                "expected FORWARD rule [-m comment --comment CNI firewall plugin rules (ingressPolicy: same-bridge) -j CNI-ISOLATION-STAGE-1] not found",
+                Some("CNI-ISOLATION-STAGE-1"),
+            ),
         ];
         for (lines, msg, absent) in cases {
             let text = lines.iter().fold(GO_SAME_BRIDGE.to_owned(), |text, line| {
@@ -758,7 +833,7 @@ COMMIT
                 text.replace(line, "")
             });
             let dump = TableDump::parse(&text).unwrap();
-            let missing = iptables_missing(&dump, Family::V4, &c, &t).unwrap();
+            let missing = missing(&dump, &part).unwrap();
             assert_eq!(missing.message(), msg);
             assert_eq!(missing.absent_chain.as_deref(), absent);
             if let Some(chain) = absent {
@@ -815,8 +890,8 @@ COMMIT
             }
         );
         // Each agrees with the one-attachment CHECK.
-        assert!(iptables_missing(&dump, Family::V4, &c, &one).is_none());
-        assert!(iptables_missing(&dump, Family::V4, &c, &two).is_some());
+        assert!(missing(&dump, &iptables_part(Family::V4, &c, &one, false)).is_none());
+        assert!(missing(&dump, &iptables_part(Family::V4, &c, &two, false)).is_some());
         // A flushed table lacks everything, the shared jumps included.
         let empty = TableDump::parse(EMPTY).unwrap();
         let lacking = iptables_lacking(&empty, Family::V4, &c, &[&one, &two]);
