@@ -15,8 +15,10 @@
 //!   `CNI-FORWARD` and `CNI-ADMIN` (`iptables -N`), `-I FORWARD -j CNI-FORWARD`,
 //!   `-I CNI-FORWARD -j CNI-ADMIN`, per IP `-A CNI-FORWARD -d IP -m conntrack --ctstate
 //!   RELATED,ESTABLISHED -j ACCEPT` and `-A CNI-FORWARD -s IP -j ACCEPT`; for an ingress
-//!   policy `CNI-ISOLATION-STAGE-1`/`-2` with per-bridge rules. One `iptables-restore
-//!   --noflush` per family per call; state under `/run/cni-firewall/`.
+//!   policy `CNI-ISOLATION-STAGE-1`/`-2` with per-bridge rules. Written by the one iptables
+//!   writer (`netfilter::iptables::writer`): one nf_tables transaction per call where the
+//!   tools are `iptables-nft`, else one `iptables-restore --noflush` per family; state under
+//!   `/run/cni-firewall/`.
 //! - `nftables` (`nft list table inet cni_firewall`): a `forward` base chain (policy accept)
 //!   jumping to `admin`, `isolation` and `attachments`, whose four shared rules accept by the
 //!   sets `containers4`/`containers6` (`nft add element inet cni_firewall containers4 {

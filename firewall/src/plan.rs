@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use cni::types::CniResult;
 use netfilter::iptables::native::{Lookup, RuleSpec};
 use netfilter::iptables::writer::{Absent, Part, Unrule};
-use netfilter::iptables::{Family, IptablesError, TableDump, restore_line};
+use netfilter::iptables::{Family, TableDump, restore_line};
 use netlink::census::NetnsId;
 
 use crate::config::{Config, IngressPolicy};
@@ -254,12 +254,7 @@ pub fn iptables_part(family: Family, config: &Config, target: &Target, fresh: bo
         .filter(|_| config.ingress != IngressPolicy::Open)
     {
         chains.extend([STAGE1_CHAIN.to_owned(), STAGE2_CHAIN.to_owned()]);
-        rules.extend(isolation_rules(bridge, config.ingress).into_iter().map(
-            |(chain, place, rule)| match place {
-                Place::First => RuleSpec::insert(chain, &rule),
-                Place::Last => RuleSpec::append(chain, &rule),
-            },
-        ));
+        rules.extend(isolation_specs(bridge, config.ingress));
     }
     Part {
         family,
@@ -295,36 +290,31 @@ pub fn iptables_unrule(
     }
 }
 
-/// Restore lines that add the isolation chains and rules of `bridge` under `policy` that
-/// `dump` lacks (the firewalld backend uses these alone, as the reference does).
-///
-/// # Errors
-/// An argument that cannot be written on a restore line.
-pub fn iptables_isolation(
-    dump: &TableDump,
-    policy: IngressPolicy,
-    bridge: &str,
-) -> Result<Vec<String>, IptablesError> {
-    let mut lines = Vec::new();
-    if policy == IngressPolicy::Open {
-        return Ok(lines);
-    }
-    for chain in [STAGE1_CHAIN, STAGE2_CHAIN] {
-        if !dump.has_chain(chain) {
-            lines.push(restore_line::<&str>("-N", chain, &[])?);
-        }
-    }
-    let mut added: Vec<(&str, Vec<String>)> = Vec::new();
-    for (chain, place, rule) in isolation_rules(bridge, policy) {
-        let pending = added.iter().any(|(c, r)| *c == chain && *r == rule);
-        if dump.has_rule(chain, &rule) || pending {
-            continue;
-        }
-        let op = if place == Place::First { "-I" } else { "-A" };
-        lines.push(restore_line(op, chain, &rule)?);
-        added.push((chain, rule));
-    }
-    Ok(lines)
+/// The isolation chains and rules of `target`'s bridge under `config`'s policy in `family`'s
+/// `filter` table, for the firewalld backend, which writes these alone (as the reference
+/// does); `None` without a policy or a bridge.
+#[must_use]
+pub fn isolation_part(family: Family, config: &Config, target: &Target) -> Option<Part> {
+    let bridge = target
+        .bridge
+        .as_deref()
+        .filter(|_| config.ingress != IngressPolicy::Open)?;
+    Some(Part {
+        family,
+        chains: vec![STAGE1_CHAIN.to_owned(), STAGE2_CHAIN.to_owned()],
+        rules: isolation_specs(bridge, config.ingress),
+    })
+}
+
+/// [`isolation_rules`] as the writer's rules.
+fn isolation_specs(bridge: &str, policy: IngressPolicy) -> Vec<RuleSpec> {
+    isolation_rules(bridge, policy)
+        .into_iter()
+        .map(|(chain, place, rule)| match place {
+            Place::First => RuleSpec::insert(chain, &rule),
+            Place::Last => RuleSpec::append(chain, &rule),
+        })
+        .collect()
 }
 
 /// A rule CHECK did not find.
@@ -677,6 +667,31 @@ COMMIT
                 r#"-I CNI-ISOLATION-STAGE-1 1 -i br0 ! -o br0 -m comment --comment "CNI firewall plugin rules (ingressPolicy: isolated)" -j CNI-ISOLATION-STAGE-2"#,
                 r#"-I CNI-ISOLATION-STAGE-1 1 -i br0 -o br0 -m comment --comment "CNI firewall plugin rules (ingressPolicy: isolated)" -j DROP"#,
             ]
+        );
+    }
+
+    #[test]
+    fn firewalld_writes_the_isolation_rules_alone_and_nothing_without_a_policy() {
+        let t = Target {
+            ips: vec!["10.1.0.5".parse().unwrap()],
+            bridge: Some("br0".into()),
+            netns: None,
+        };
+        let same_bridge = config(IngressPolicy::SameBridge);
+        let part = isolation_part(Family::V4, &same_bridge, &t).unwrap();
+        let whole = iptables_part(Family::V4, &same_bridge, &t, false);
+        assert_eq!(part.chains, whole.chains[2..]);
+        assert_eq!(part.rules, whole.rules[4..]);
+        let go = TableDump::parse(GO_SAME_BRIDGE).unwrap();
+        assert!(lines(&go, &part).is_empty());
+        assert_eq!(lines(&TableDump::parse(EMPTY).unwrap(), &part).len(), 2 + 5);
+        assert_eq!(
+            isolation_part(Family::V4, &config(IngressPolicy::Open), &t),
+            None
+        );
+        assert_eq!(
+            isolation_part(Family::V4, &same_bridge, &target(None)),
+            None
         );
     }
 

@@ -1560,7 +1560,7 @@ mod e2e {
     }
 
     #[test]
-    fn iptables_add_appends_over_nf_tables_once_the_skeleton_is_there() -> Result<()> {
+    fn iptables_add_writes_over_nf_tables_with_or_without_the_skeleton() -> Result<()> {
         let (host, rt, netns) = host_runtime("fwappend")?;
         let conf = |v4, v6| direct_conf("iptables", "isolated", Some(prev_result(v4, v6)));
         let first = conf("10.66.0.2", "fd66::2");
@@ -1594,9 +1594,9 @@ mod e2e {
             ensure!(accepts(a).len() == 2, "{lines:#?}");
             ensure!(accepts(a) == accepts(b), "{lines:#?}");
         }
-        // A namespace without the skeleton needs the restore, which refuses here: the ADD
-        // fails, naming the tool's complaint.
-        let (_bare, bare_rt, bare_netns) = host_runtime("fwappend2")?;
+        // A namespace without the skeleton: the one writer writes the skeleton natively too
+        // (the restore, which refuses here, is not run), as the first ADD above wrote it.
+        let (bare, bare_rt, bare_netns) = host_runtime("fwappend2")?;
         let add = exec_env(
             &bare_rt,
             "firewall",
@@ -1605,12 +1605,27 @@ mod e2e {
             &first,
             &env,
         );
-        ensure!(
-            !add.status.success(),
-            "ADD without the skeleton did not run the restore"
+        ok(&add, "first ADD over nf_tables");
+        let check = exec_env(
+            &bare_rt,
+            "firewall",
+            "CHECK",
+            ("app-c", &bare_netns),
+            &first,
+            &env,
         );
-        let out = String::from_utf8_lossy(&add.stdout);
-        ensure!(out.contains("refused"), "{out}");
+        ok(&check, "CHECK of the natively written skeleton");
+        let without_b = |lines: Vec<String>| -> Vec<String> {
+            lines
+                .into_iter()
+                .filter(|l| !l.contains("10.66.0.3") && !l.contains("fd66::3"))
+                .collect()
+        };
+        ensure!(
+            both_tables(&bare) == (without_b(v4.clone()), without_b(v6.clone())),
+            "{:#?}",
+            both_tables(&bare)
+        );
         ok(
             &exec(&rt, "firewall", "DEL", "app-b", &netns, &second),
             "DEL of the native attachment",

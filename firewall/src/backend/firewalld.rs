@@ -1,12 +1,15 @@
 //! firewalld over D-Bus (system bus, `$DBUS_SYSTEM_BUS_ADDRESS` honoured): each container IP
 //! becomes a source (`<ip>/32` or `/128`) of the configured zone, in the runtime configuration.
-//! The isolation rules of an ingress policy go to iptables, as the reference does.
+//! The isolation rules of an ingress policy go to iptables, as the reference does, through
+//! the one iptables writer.
 
 use std::net::IpAddr;
 
 use cni::conf::GcAttachment;
 use cni::error::go_errno;
+use netfilter::iptables::writer::{Part, Plan, Writer, absent_in};
 use netfilter::iptables::{Family, Iptables as Tools};
+use netfilter::nft::LazyNft;
 use zbus::address::Transport;
 use zbus::address::transport::UnixSocket;
 use zbus::blocking::Connection;
@@ -18,7 +21,7 @@ use crate::error::FirewallError;
 use crate::names::{
     FILTER_TABLE, FIREWALLD_NAME, FIREWALLD_PATH, FIREWALLD_ZONE_IFACE, ZONE_ALREADY_SET,
 };
-use crate::plan::{Target, host_cidr, iptables_isolation};
+use crate::plan::{Target, host_cidr, isolation_part};
 use cni::Attachment;
 
 const DBUS_NAME: &str = "org.freedesktop.DBus";
@@ -270,15 +273,19 @@ impl Firewalld {
                 added.push(*ip);
             }
         }
-        if let Some(bridge) = &target.bridge {
-            for family in target.families() {
-                let tools = Tools::new(family);
-                let dump = tools.save(FILTER_TABLE)?;
-                tools.restore(
-                    FILTER_TABLE,
-                    &iptables_isolation(&dump, self.config.ingress, bridge)?,
-                )?;
-            }
+        let parts: Vec<Part> = target
+            .families()
+            .into_iter()
+            .filter_map(|family| isolation_part(family, &self.config, target))
+            .collect();
+        if !parts.is_empty() {
+            let plan = Plan {
+                table: FILTER_TABLE.to_owned(),
+                parts,
+                ..Plan::default()
+            };
+            let mut nft = LazyNft::new();
+            Writer::for_plan(&mut nft, &plan).apply(&plan)?;
         }
         Ok(())
     }
@@ -409,9 +416,10 @@ impl FirewallBackend for Firewalld {
                 .collect();
             if let Some(bridge) = &a.target.bridge {
                 for (family, dump) in &dumps {
-                    if a.target.ips_of(*family).next().is_some()
-                        && !iptables_isolation(dump, self.config.ingress, bridge)?.is_empty()
-                    {
+                    let lacks = a.target.ips_of(*family).next().is_some()
+                        && isolation_part(*family, &self.config, &a.target)
+                            .is_some_and(|part| absent_in(dump, &part).is_some());
+                    if lacks {
                         what.push(format!("{family} isolation of {bridge}"));
                     }
                 }
