@@ -7,3 +7,4 @@
 pub mod conntrack;
 pub mod iptables;
 pub mod nft;
+pub mod watch;

@@ -97,6 +97,7 @@
 //! when the call returns, as a deletion would be.
 
 mod batch;
+pub mod committers;
 pub mod expr;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
@@ -733,6 +734,9 @@ impl Nft {
             .map(|e| e.msg.payload.len() + NLMSG_HDRLEN + ECHO_OVERHEAD)
             .sum();
         self.reserve_receive_buffer(echoed)?;
+        if commit {
+            committers::note(&self.socket);
+        }
         let replies = self
             .socket
             .send_batch_as::<_, raw::DumpedRule>(wire)

@@ -161,6 +161,54 @@ pub struct Event {
 }
 
 impl Event {
+    /// An event as the kernel would report it, for a caller's tests of what it reacts to
+    /// (the generation is left at zero).
+    #[must_use]
+    pub fn new(
+        kind: ObjectKind,
+        change: Change,
+        family_code: u8,
+        table: &str,
+        chain: Option<&str>,
+        name: Option<&str>,
+    ) -> Event {
+        Event {
+            kind,
+            change,
+            family_code,
+            table: table.to_owned(),
+            chain: chain.map(str::to_owned),
+            name: name.map(str::to_owned),
+            handle: None,
+            generation16: 0,
+        }
+    }
+
+    /// The object as `nft` would name it: `chain ip filter CNI-FORWARD`, `rule ip filter
+    /// CNI-FORWARD`, `set inet cni_firewall containers4`, `table ip6 nat`.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let family = self.family().map_or_else(
+            || format!("family {}", self.family_code),
+            |f| f.name().to_owned(),
+        );
+        let kind = match self.kind {
+            ObjectKind::Table => "table",
+            ObjectKind::Chain => "chain",
+            ObjectKind::Rule => "rule",
+            ObjectKind::Set => "set",
+            ObjectKind::SetElement => "element of set",
+            ObjectKind::Object => "object",
+            ObjectKind::Flowtable => "flowtable",
+        };
+        let mut text = format!("{kind} {family} {}", self.table);
+        if let Some(inner) = self.chain.as_deref().or(self.name.as_deref()) {
+            text.push(' ');
+            text.push_str(inner);
+        }
+        text
+    }
+
     /// The table's family, when it is one of ours (`ip`, `ip6`, `inet`).
     #[must_use]
     pub fn family(&self) -> Option<Family> {
@@ -338,7 +386,8 @@ impl Monitor {
     }
 
     /// The next transaction, or [`Report::Lost`]; `None` when `timeout` passes first
-    /// (`None`: wait for ever).
+    /// (`None`: wait for ever). What the kernel has queued already is read even with a zero
+    /// timeout, without waiting (a caller that polls the socket drains it so).
     ///
     /// A transaction is returned once its `NFT_MSG_NEWGEN` is read. Events of a generation
     /// whose `NFT_MSG_NEWGEN` was lost are returned as a transaction without generation (and
@@ -352,17 +401,22 @@ impl Monitor {
             if let Some(report) = self.ready.pop_front() {
                 return Ok(Some(report));
             }
-            let wait = match deadline {
-                // At least a microsecond: a zero SO_RCVTIMEO means "block".
+            // Past the deadline, one more read that does not wait: what is queued already
+            // is returned even with a zero timeout.
+            let (wait, flags) = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => Some(left.max(Duration::from_micros(1))),
-                    _ => return Ok(None),
+                    // At least a microsecond: a zero SO_RCVTIMEO means "block".
+                    Some(left) if !left.is_zero() => {
+                        (Some(left.max(Duration::from_micros(1))), libc::MSG_TRUNC)
+                    }
+                    _ => (self.timeout, libc::MSG_TRUNC | libc::MSG_DONTWAIT),
                 },
-                None => None,
+                None => (None, libc::MSG_TRUNC),
             };
+            let polling = flags & libc::MSG_DONTWAIT != 0;
             self.set_timeout(wait)?;
             self.buf.clear();
-            match self.socket.recv(&mut self.buf, libc::MSG_TRUNC) {
+            match self.socket.recv(&mut self.buf, flags) {
                 Ok(n) if n > self.buf.len() => {
                     // Never for events (each datagram is at most a couple of pages), but a
                     // truncated datagram's messages cannot be read: treat them as lost.
@@ -383,7 +437,12 @@ impl Monitor {
                     if matches!(
                         e.kind(),
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
+                    ) =>
+                {
+                    if polling {
+                        return Ok(None);
+                    }
+                }
                 Err(source) => {
                     return Err(NftError::Request {
                         op: "receive nf_tables events".to_string(),

@@ -514,3 +514,32 @@ fn an_overrun_receive_buffer_reports_lost_events_and_the_monitor_goes_on() {
         assert_eq!(deleted.deletions().count(), 502);
     });
 }
+
+#[test]
+fn a_zero_timeout_reads_what_is_queued_without_waiting_and_commits_are_noted_by_port_id() {
+    in_fresh_netns(|| {
+        let mut monitor = Monitor::new().unwrap();
+        assert_eq!(monitor.next(Some(Duration::ZERO)).unwrap(), None);
+        crate::nft::committers::start();
+        let mut handle = Nft::new().unwrap();
+        let (_, batch) = layout();
+        handle.apply(&batch).unwrap();
+        nft(&["delete", "table", "ip", "t"]);
+        // Both transactions are queued before the commits return: read without waiting.
+        let ours = match monitor.next(Some(Duration::ZERO)).unwrap() {
+            Some(Report::Transaction(t)) => t,
+            other => panic!("our transaction, not {other:?}"),
+        };
+        let theirs = match monitor.next(Some(Duration::ZERO)).unwrap() {
+            Some(Report::Transaction(t)) => t,
+            other => panic!("nft's transaction, not {other:?}"),
+        };
+        assert_eq!(monitor.next(Some(Duration::ZERO)).unwrap(), None);
+        // Other tests of this process may commit meanwhile: ours is among those noted, nft's
+        // (another process) is not.
+        let noted = crate::nft::committers::take();
+        assert!(noted.contains(&ours.port_id.unwrap()), "{noted:?} {ours:?}");
+        assert!(!noted.contains(&theirs.port_id.unwrap()), "{noted:?}");
+        assert_eq!(theirs.process.as_deref(), Some("nft"));
+    });
+}
