@@ -8,7 +8,8 @@
 //! attachment is not in `cni.dev/valid-attachments`; STATUS reports whether the backend works.
 //! Run by an operator as `firewall reconcile`, it puts back what something else removed of
 //! the live attachments' objects ([`reconcile`]), from the record each ADD keeps under
-//! `/run/cni-firewall/` (every backend).
+//! `/run/cni-firewall/` (every backend); `firewall reconcile --watch` does so whenever another
+//! program deletes an object of the firewall's or firewalld reloads ([`watch`]).
 //!
 //! Kernel objects, by backend:
 //! - `iptables` (the reference's layout, `iptables-save -t filter` shows it): chains
@@ -32,6 +33,7 @@ pub mod error;
 pub mod names;
 pub mod plan;
 pub mod reconcile;
+pub mod watch;
 
 use cni::conf::NetConf;
 use cni::error::CniError;

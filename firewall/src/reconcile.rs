@@ -41,7 +41,7 @@ use crate::error::FirewallError;
 /// The command, as `firewall --help` lists it.
 pub const COMMAND: OperatorCommand = OperatorCommand {
     name: "reconcile",
-    options: "",
+    options: "[--watch]",
     summary: "put back what is missing of every live attachment's firewall objects",
     help: "Puts back what something else removed of the firewall objects of the live \
 attachments of this network namespace (firewall-cmd --reload, a restart of nftables.service, \
@@ -55,8 +55,16 @@ earlier versions, which do not say how they were made, are left alone.
 Run it as root in the network namespace the plugin runs in (the host's). It prints one line \
 per attachment restored or removed, and a summary; with nothing missing it changes nothing.
 
-Exit status: 0 when everything missing was restored, 1 otherwise (the reason on stderr), 2 \
-for a wrong command line.",
+--watch  Keep running: reconcile at once, then again whenever another program deletes an \
+object of the firewall's (nf_tables events: nft flush ruleset, iptables-nft -F or -X, an \
+iptables-restore) and whenever firewalld reloads or starts (its D-Bus signals), once the burst \
+has settled (100 ms without a new one, at most 500 ms after the first). It ignores its own \
+changes and the plugin's own ADD and DEL, logs what it does on stderr, and stops on SIGTERM or \
+SIGINT with status 0. Changes made with the legacy iptables tools make no event. Meant for a \
+service (deploy/systemd/cni-reconcile-watch@.service), never started by the plugin itself.
+
+Exit status: 0 when everything missing was restored (with --watch: when stopped by a signal), \
+1 otherwise (the reason on stderr), 2 for a wrong command line.",
 };
 
 /// Runs `firewall reconcile` with the arguments after the command.
@@ -65,8 +73,10 @@ for a wrong command line.",
 /// An option it does not take; a failure to read the records or the firewall; attachments
 /// it could not restore.
 pub fn command(args: &[String], out: &mut dyn Write) -> Result<(), OperatorError> {
-    if let Some(arg) = args.first() {
-        return Err(OperatorError::usage(format!("unknown argument {arg:?}")));
+    match args {
+        [] => {}
+        [watch] if watch == "--watch" => return crate::watch::command(),
+        [arg, ..] => return Err(OperatorError::usage(format!("unknown argument {arg:?}"))),
     }
     let report = reconcile(out).map_err(|e| OperatorError::failed(e.to_string()))?;
     let written = writeln!(out, "{}", report.summary());
