@@ -63,6 +63,14 @@ pub const RETRY_MAX: Duration = Duration::from_secs(300);
 /// sources and its clock again.
 const DRAIN_MAX: usize = 4096;
 
+/// The log's line before each reconcile: `watch: reconciling (why)`; what the reconcile
+/// restored and its summary follow, then [`DONE`] or [`FAILED`].
+pub const RECONCILING: &str = "watch: reconciling (";
+/// The start of the log's line after a reconcile that succeeded: `watch: done in 1.2 ms`.
+pub const DONE: &str = "watch: done in ";
+/// The start of the log's line after a reconcile that failed (its reasons before it).
+pub const FAILED: &str = "watch: failed in ";
+
 /// A failure that ends the watch.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -310,14 +318,14 @@ impl<'a> Watch<'a> {
                 }
                 debounce = Debounce::new(self.debounce.quiet, self.debounce.max_delay);
                 let why = causes.take();
-                let _ = writeln!(log, "watch: reconciling ({why})");
+                let _ = writeln!(log, "{RECONCILING}{why})");
                 let started = Instant::now();
                 let outcome = reconcile(log);
                 own_ports = committers::take();
                 let took = started.elapsed().as_secs_f64() * 1000.0;
                 match outcome {
                     Ok(summary) => {
-                        let _ = writeln!(log, "{summary} ({took:.1} ms)");
+                        let _ = writeln!(log, "{summary}\n{DONE}{took:.1} ms");
                         retry = None;
                     }
                     Err(e) => {
@@ -325,7 +333,7 @@ impl<'a> Watch<'a> {
                             .map_or(RETRY_FIRST, |(_, w)| (w * 2).clamp(RETRY_FIRST, RETRY_MAX));
                         let _ = writeln!(
                             log,
-                            "watch: reconcile failed ({took:.1} ms), trying again in {} s: {e}",
+                            "{e}\n{FAILED}{took:.1} ms; trying again in {} s",
                             wait.as_secs()
                         );
                         retry = Some((Instant::now() + wait, wait));

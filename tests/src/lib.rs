@@ -20,7 +20,10 @@
 //! - [`iptables_layout`]: the reference portmap's shared iptables chains and rules, for the
 //!   tests and bench of `netfilter::iptables::native`.
 //! - [`snapshot`]: normalised snapshots of the kernel objects and files plugins leave behind.
+//! - [`firewall_state`]: the firewall plugin's records of a namespace's attachments.
 //! - [`differential`]: the same calls to a Go reference plugin and to ours, compared.
+//! - [`watcher`]: a plugin's `reconcile --watch` started in a runtime's host namespace as its
+//!   service would be, its log read while it runs, stopped with SIGTERM.
 //! - [`userland`]: Debian 11, 12 and 13 root filesystems (their own iptables, nft and Go
 //!   plugins), cached outside the checkout, and nodes made of them that run our plugins.
 //!
@@ -34,6 +37,7 @@ pub mod bins;
 pub mod chain;
 pub mod cleanup;
 pub mod differential;
+pub mod firewall_state;
 pub mod generated;
 pub mod iptables_layout;
 pub mod main_plugin;
@@ -46,6 +50,7 @@ pub mod seccomp;
 pub mod snapshot;
 pub mod traffic;
 pub mod userland;
+pub mod watcher;
 
 pub use netns::{TestNetns, Topology, veth_pair};
 pub use runtime::{

@@ -804,15 +804,16 @@ impl Runtime {
         self.exec_with_args(plugin, args, None, &all, b"")
     }
 
-    /// [`Runtime::exec_plugin`] with `args` on the command line.
-    fn exec_with_args(
+    /// The command that runs `plugin` (a name on the plugin path, or a path) with `args`,
+    /// `CNI_COMMAND=command` when given and `env`, and no other `CNI_*` variable; and the
+    /// binary's path.
+    fn command(
         &self,
         plugin: &str,
         args: &[&str],
         command: Option<&str>,
         env: &[(&str, &str)],
-        stdin: &[u8],
-    ) -> anyhow::Result<PluginOutput> {
+    ) -> anyhow::Result<(Command, PathBuf)> {
         let path = if plugin.contains('/') {
             PathBuf::from(plugin)
         } else {
@@ -838,6 +839,47 @@ impl Runtime {
         for (key, value) in env {
             cmd.env(key, value);
         }
+        Ok((cmd, path))
+    }
+
+    /// Starts `plugin` with `args` as [`Runtime::operate`] runs it, but without waiting: for
+    /// a long-running command (`reconcile --watch`), whose stdout and stderr go to `stdout`
+    /// and `stderr`. The caller stops and reaps the child (see [`crate::watcher`]).
+    ///
+    /// # Errors
+    /// When the binary is not found or cannot start.
+    pub fn spawn_operator(
+        &self,
+        plugin: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stdout: std::process::Stdio,
+        stderr: std::process::Stdio,
+    ) -> anyhow::Result<std::process::Child> {
+        let mut all: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        all.extend_from_slice(env);
+        let (mut cmd, path) = self.command(plugin, args, None, &all)?;
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr);
+        process::spawn_in(&self.host, &mut cmd)
+            .with_context(|| format!("plugin {}", path.display()))
+    }
+
+    /// [`Runtime::exec_plugin`] with `args` on the command line.
+    fn exec_with_args(
+        &self,
+        plugin: &str,
+        args: &[&str],
+        command: Option<&str>,
+        env: &[(&str, &str)],
+        stdin: &[u8],
+    ) -> anyhow::Result<PluginOutput> {
+        let (mut cmd, path) = self.command(plugin, args, command, env)?;
         let out = process::run_in(&self.host, &mut cmd, stdin, self.timeout)
             .with_context(|| format!("plugin {}", path.display()))?;
         Ok(PluginOutput {

@@ -16,7 +16,7 @@ mod e2e {
     use std::net::{IpAddr, SocketAddr};
     use std::path::PathBuf;
     use std::process::Command;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use serde_json::{Value, json};
     use tests::netns::CLIENT_V4;
@@ -152,43 +152,12 @@ mod e2e {
         );
     }
 
-    /// The records of the attachments of `host` (their file names).
     fn records(host: &TestNetns) -> Vec<String> {
-        use std::os::unix::fs::MetadataExt as _;
-        let ino = std::fs::metadata(host.path()).unwrap().ino();
-        let dir = PathBuf::from(format!("/run/cni-firewall/{ino}/attachments"));
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| !n.starts_with('.'))
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.sort();
-        names
+        tests::firewall_state::records(host).unwrap()
     }
 
-    /// Waits until `host` gives the namespace of the attachment recorded as `record` no id any
-    /// more: the kernel has destroyed it.
     fn wait_destroyed(host: &TestNetns, record: &str) {
-        use std::os::unix::fs::MetadataExt as _;
-        let ino = std::fs::metadata(host.path()).unwrap().ino();
-        let path = format!("/run/cni-firewall/{ino}/attachments/{record}");
-        let text = std::fs::read_to_string(&path).unwrap();
-        let nsid = serde_json::from_str::<Value>(&text).unwrap()["made"]["netns"]["nsid"]
-            .as_i64()
-            .unwrap_or_else(|| panic!("{path} records no namespace id: {text}"));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while host
-            .ip(&["netns", "list-id"])
-            .unwrap()
-            .lines()
-            .any(|l| l.split_whitespace().nth(1) == Some(&nsid.to_string()))
-        {
-            assert!(Instant::now() < deadline, "namespace id {nsid} stays");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        tests::firewall_state::wait_destroyed(host, record).unwrap();
     }
 
     /// Breaks the host's firewall as `what` says, with the case's tools.
