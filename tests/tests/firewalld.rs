@@ -540,4 +540,75 @@ mod real_firewalld {
         );
         Ok(())
     }
+
+    /// `firewall reconcile --watch` with the real firewalld: after `firewall-cmd --reload`
+    /// (its `Reloaded` signal) and after a restart (its taking its bus name) the zone's
+    /// sources come back by the watcher alone, each repair caused by firewalld's signal;
+    /// CHECK passes; SIGTERM stops it with status 0.
+    #[test]
+    fn the_watcher_puts_back_the_sources_after_a_reload_and_a_restart_of_firewalld() -> Result<()> {
+        use tests::watcher::Watcher;
+        let ns = TestNetns::new("fwdwat")?;
+        let mut fw = Firewalld::start(&ns).context("starting a private firewalld")?;
+        let rt = Runtime::new(&ns)?;
+        let address = fw.address.clone();
+        let bus = [("DBUS_SYSTEM_BUS_ADDRESS", address.as_str())];
+        ok(
+            &exec(&rt, &fw, &ns, "ADD", &conf("firewalld", true))?,
+            "ADD",
+        )?;
+        let mut watcher = Watcher::start(&rt, "firewall", &bus, Duration::from_secs(60))?;
+        ensure!(
+            watcher.log().contains("and firewalld's signals"),
+            "{}",
+            watcher.log()
+        );
+        let has_sources = |s: &str| s.contains("\"10.68.0.2/32\"") && s.contains("\"fd68::2/128\"");
+        let wait_restored = |fw: &Firewalld, watcher: &mut Watcher, n: usize, cause: &str| {
+            let repair = watcher.wait_for_reconcile(n, Duration::from_secs(60))?;
+            ensure!(
+                repair.starts_with(&format!("watch: reconciling ({cause}")),
+                "reconcile {n} was not caused by {cause}:\n{}",
+                watcher.log()
+            );
+            ensure!(
+                repair.contains("restored fwdnet/fwd-ctr/eth0 (firewalld)"),
+                "{}",
+                watcher.log()
+            );
+            let sources = fw.sources(&ns)?;
+            ensure!(has_sources(&sources), "{sources}");
+            Ok(())
+        };
+        let reload = ns.output(
+            Command::new("firewall-cmd")
+                .arg("--reload")
+                .env("DBUS_SYSTEM_BUS_ADDRESS", &address),
+            b"",
+            Duration::from_secs(60),
+        )?;
+        ensure!(
+            reload.status.success(),
+            "firewall-cmd --reload: {}",
+            String::from_utf8_lossy(&reload.stderr)
+        );
+        wait_restored(&fw, &mut watcher, 2, "firewalld reloaded")?;
+        ok(
+            &exec(&rt, &fw, &ns, "CHECK", &conf("firewalld", true))?,
+            "CHECK after the reload",
+        )?;
+        fw.restart(&ns)?;
+        wait_restored(&fw, &mut watcher, 3, "firewalld started")?;
+        ok(
+            &exec(&rt, &fw, &ns, "CHECK", &conf("firewalld", true))?,
+            "CHECK after the restart",
+        )?;
+        let (status, log) = watcher.stop(Duration::from_secs(20))?;
+        ensure!(status.success(), "{status}:\n{log}");
+        ok(
+            &exec(&rt, &fw, &ns, "DEL", &conf("firewalld", false))?,
+            "DEL",
+        )?;
+        Ok(())
+    }
 }
