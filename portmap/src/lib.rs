@@ -37,6 +37,7 @@ pub mod node;
 pub mod plan;
 pub mod ports;
 pub mod state;
+pub mod watch;
 
 use cni::Attachment;
 use cni::conf::NetConf;
