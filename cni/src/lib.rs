@@ -11,6 +11,7 @@ pub mod error;
 pub(crate) mod json;
 pub mod logging;
 pub mod operator;
+pub mod reconcile;
 pub mod skel;
 pub mod types;
 pub mod version;

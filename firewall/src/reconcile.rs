@@ -29,14 +29,17 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::net::IpAddr;
 
-use cni::Attachment;
 use cni::operator::{OperatorCommand, OperatorError};
+use cni::reconcile::who;
 use netlink::Netlink;
 
 use crate::backend::state::{Made, State};
 use crate::backend::{Missing, Recorded};
 use crate::config::Config;
 use crate::error::FirewallError;
+
+/// What one reconcile did ([`cni::reconcile::Report`], the same for portmap's).
+pub use cni::reconcile::Report;
 
 /// The command, as `firewall --help` lists it.
 pub const COMMAND: OperatorCommand = OperatorCommand {
@@ -79,66 +82,7 @@ pub fn command(args: &[String], out: &mut dyn Write) -> Result<(), OperatorError
         [arg, ..] => return Err(OperatorError::usage(format!("unknown argument {arg:?}"))),
     }
     let report = reconcile(out).map_err(|e| OperatorError::failed(e.to_string()))?;
-    let written = writeln!(out, "{}", report.summary());
-    if !report.failed.is_empty() {
-        return Err(OperatorError::failed(format!(
-            "{} attachment(s) not restored:\n{}",
-            report.failed.len(),
-            report.failed.join("\n")
-        )));
-    }
-    written.map_err(|e| OperatorError::failed(format!("failed to write to stdout: {e}")))
-}
-
-/// What one reconcile did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Report {
-    /// The attachments restored.
-    pub restored: usize,
-    /// The attachments removed because their namespace is gone.
-    pub dropped: usize,
-    /// The attachments found complete.
-    pub in_place: usize,
-    /// The records of earlier versions, left alone.
-    pub unknown: usize,
-    /// Whether a shared object was restored.
-    pub shared: bool,
-    /// What could not be restored or removed, one line each.
-    pub failed: Vec<String>,
-}
-
-impl Report {
-    /// The last line printed.
-    #[must_use]
-    pub fn summary(&self) -> String {
-        let quiet = self.restored == 0 && self.dropped == 0 && !self.shared;
-        let mut text = if quiet && self.failed.is_empty() {
-            format!(
-                "reconcile: nothing missing; {} attachment(s) in place",
-                self.in_place
-            )
-        } else {
-            format!(
-                "reconcile: {} attachment(s) restored, {} removed (namespace gone), {} in place",
-                self.restored, self.dropped, self.in_place
-            )
-        };
-        if !self.failed.is_empty() {
-            text.push_str(&format!(", {} failed", self.failed.len()));
-        }
-        if self.unknown > 0 {
-            text.push_str(&format!(
-                "; {} recorded by an earlier version left alone",
-                self.unknown
-            ));
-        }
-        text
-    }
-}
-
-/// `network/containerID/ifname`, as the lines name an attachment.
-fn who(owner: &Attachment) -> String {
-    format!("{}/{}/{}", owner.network, owner.container_id, owner.ifname)
+    cni::reconcile::finish(&report, out)
 }
 
 /// A recorded attachment.
@@ -380,40 +324,6 @@ fn remove(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_summary_says_nothing_was_restored_when_nothing_was_missing() {
-        let quiet = Report {
-            in_place: 3,
-            ..Report::default()
-        };
-        assert_eq!(
-            quiet.summary(),
-            "reconcile: nothing missing; 3 attachment(s) in place"
-        );
-        let busy = Report {
-            restored: 2,
-            dropped: 1,
-            in_place: 3,
-            unknown: 1,
-            shared: true,
-            failed: vec!["x".into()],
-        };
-        let failed = Report {
-            in_place: 3,
-            failed: vec!["x".into()],
-            ..Report::default()
-        };
-        assert_eq!(
-            failed.summary(),
-            "reconcile: 0 attachment(s) restored, 0 removed (namespace gone), 3 in place, 1 failed"
-        );
-        assert_eq!(
-            busy.summary(),
-            "reconcile: 2 attachment(s) restored, 1 removed (namespace gone), 3 in place, \
-             1 failed; 1 recorded by an earlier version left alone"
-        );
-    }
 
     #[test]
     fn only_addresses_in_several_records_are_shared() {

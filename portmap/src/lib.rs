@@ -36,12 +36,14 @@ pub mod names;
 pub mod node;
 pub mod plan;
 pub mod ports;
+pub mod reconcile;
 pub mod state;
 pub mod watch;
 
 use cni::Attachment;
 use cni::conf::NetConf;
 use cni::error::{CniError, ErrorCode};
+use cni::operator::{OperatorCommand, OperatorError};
 use cni::skel::{Call, Plugin};
 use cni::types::CniResult;
 use netfilter::nft::LazyNft;
@@ -176,5 +178,21 @@ impl Plugin for Portmap {
 
     fn gc(&self, call: &Call) -> Result<(), CniError> {
         gc(call)
+    }
+
+    fn operator_commands(&self) -> &'static [OperatorCommand] {
+        &[reconcile::COMMAND]
+    }
+
+    fn operate(
+        &self,
+        command: &str,
+        args: &[String],
+        out: &mut dyn std::io::Write,
+    ) -> Result<(), OperatorError> {
+        match command {
+            "reconcile" => reconcile::command(args, out),
+            other => Err(OperatorError::usage(format!("unknown command {other:?}"))),
+        }
     }
 }

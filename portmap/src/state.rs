@@ -47,6 +47,13 @@ pub struct State {
     /// nftables `conditionsV6`.
     #[serde(rename = "conditionsV6", default)]
     pub conditions_v6: Vec<NftCondition>,
+    /// The iptables layout's `markMasqBit` and `externalSetMarkChain`, and its conditions
+    /// (the entry rules' extra arguments), so that `portmap reconcile` can write the
+    /// attachment's rules again as its ADD wrote them. Absent in records of earlier versions
+    /// and of the nftables layout, whose objects do not depend on them: an iptables record
+    /// without them is left alone by `reconcile`.
+    #[serde(rename = "iptables", default, skip_serializing_if = "Option::is_none")]
+    pub iptables: Option<IptablesMade>,
     /// The owner's network namespace as ADD saw it, to tell later whether the owner is gone.
     /// Absent in records of earlier versions (their owners are never taken over).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,6 +68,35 @@ pub struct State {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub iptables_rules: Vec<Recorded>,
+}
+
+/// What an iptables ADD was made with beyond the mappings, `snat` and `masqAll`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IptablesMade {
+    /// `markMasqBit`.
+    #[serde(rename = "markMasqBit")]
+    pub mark_masq_bit: u32,
+    /// `externalSetMarkChain`.
+    #[serde(
+        rename = "externalSetMarkChain",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub external_set_mark_chain: Option<String>,
+    /// iptables `conditionsV4`.
+    #[serde(
+        rename = "conditionsV4",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub conditions_v4: Vec<String>,
+    /// iptables `conditionsV6`.
+    #[serde(
+        rename = "conditionsV6",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub conditions_v6: Vec<String>,
 }
 
 /// The owner's network namespace as ADD saw it ([`netlink::census::NetnsId`], shared with the
@@ -80,6 +116,16 @@ impl State {
             Conditions::Nftables(v) => v.clone(),
             _ => Vec::new(),
         };
+        let ipt = |c: &Conditions| match c {
+            Conditions::Iptables(v) => v.clone(),
+            _ => Vec::new(),
+        };
+        let iptables = (backend == Backend::Iptables).then(|| IptablesMade {
+            mark_masq_bit: config.mark_masq_bit,
+            external_set_mark_chain: config.external_set_mark_chain.clone(),
+            conditions_v4: ipt(&config.conditions_v4),
+            conditions_v6: ipt(&config.conditions_v6),
+        });
         State {
             backend,
             network: att.network.clone(),
@@ -91,6 +137,7 @@ impl State {
             masq_all: config.masq_all,
             conditions_v4: nft(&config.conditions_v4),
             conditions_v6: nft(&config.conditions_v6),
+            iptables,
             netns,
             iptables_rules: Vec::new(),
         }
@@ -118,6 +165,29 @@ impl State {
             conditions_v6: conditions(&self.conditions_v6),
             mappings: self.mappings.clone(),
         }
+    }
+
+    /// The configuration the attachment's ADD was made with, in full: for `portmap
+    /// reconcile` to make its objects again. `None` for an iptables record of an earlier
+    /// version, which does not say how its rules were made.
+    pub fn made_with(&self) -> Option<Config> {
+        let mut config = self.config();
+        if self.backend == Backend::Nftables {
+            return Some(config);
+        }
+        let made = self.iptables.as_ref()?;
+        let conditions = |c: &[String]| {
+            if c.is_empty() {
+                Conditions::None
+            } else {
+                Conditions::Iptables(c.to_vec())
+            }
+        };
+        config.mark_masq_bit = made.mark_masq_bit;
+        config.external_set_mark_chain = made.external_set_mark_chain.clone();
+        config.conditions_v4 = conditions(&made.conditions_v4);
+        config.conditions_v6 = conditions(&made.conditions_v6);
+        Some(config)
     }
 
     /// Whether `other` records the same mappings of the same attachment, made the same way
