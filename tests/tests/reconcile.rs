@@ -19,7 +19,7 @@ mod e2e {
     use std::time::Duration;
 
     use serde_json::{Value, json};
-    use tests::netns::CLIENT_V4;
+    use tests::netns::{CLIENT_V4, HOST_UPLINK_V4};
     use tests::traffic::{TcpServer, tcp_request};
     use tests::{
         NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
@@ -57,6 +57,8 @@ mod e2e {
     /// What the test does to the host's firewall.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     enum Disruption {
+        /// `iptables -t nat -F; iptables -t nat -X` (and ip6tables).
+        FlushNat,
         /// `iptables -F; iptables -X` (and ip6tables) of the filter table.
         FlushFilter,
         /// `iptables-restore` (and ip6tables) of the filter table saved before the ADDs.
@@ -124,7 +126,12 @@ mod e2e {
 
     /// `firewall reconcile` in `rt`'s host namespace: its stdout, after checking it succeeded.
     fn reconcile(rt: &Runtime) -> String {
-        let out = rt.operate("firewall", &["reconcile"], &[]).unwrap();
+        reconcile_of(rt, "firewall")
+    }
+
+    /// `<plugin> reconcile` in `rt`'s host namespace: its stdout, after checking it succeeded.
+    fn reconcile_of(rt: &Runtime, plugin: &str) -> String {
+        let out = rt.operate(plugin, &["reconcile"], &[]).unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.status.success(),
@@ -163,11 +170,16 @@ mod e2e {
     /// Breaks the host's firewall as `what` says, with the case's tools.
     fn disrupt(host: &TestNetns, tools: Tools, what: Disruption, older: &[(String, String)]) {
         match what {
-            Disruption::FlushFilter => {
+            Disruption::FlushFilter | Disruption::FlushNat => {
+                let table = if what == Disruption::FlushNat {
+                    "nat"
+                } else {
+                    "filter"
+                };
                 for family in ["iptables", "ip6tables"] {
                     let tool = tools.tool(family, "");
-                    host.exec_ok(&tool, &["-t", "filter", "-F"]).unwrap();
-                    host.exec_ok(&tool, &["-t", "filter", "-X"]).unwrap();
+                    host.exec_ok(&tool, &["-t", table, "-F"]).unwrap();
+                    host.exec_ok(&tool, &["-t", table, "-X"]).unwrap();
                 }
             }
             Disruption::RestoreOlder => {
@@ -558,5 +570,340 @@ mod e2e {
             String::from_utf8_lossy(&version.stdout),
             "{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"0.4.0\",\"1.0.0\",\"1.1.0\"]}\n"
         );
+    }
+
+    // portmap reconcile.
+
+    /// The portmap records of `host` (their file names, the index entries aside).
+    fn portmap_records(host: &TestNetns) -> Vec<String> {
+        list_dir(&portmap_dir(host), |n| !n.starts_with('.'))
+    }
+
+    /// The host-port index entries of `host`.
+    fn portmap_index(host: &TestNetns) -> Vec<String> {
+        list_dir(&portmap_dir(host), |n| n.starts_with(".port-"))
+    }
+
+    fn portmap_dir(host: &TestNetns) -> PathBuf {
+        use std::os::unix::fs::MetadataExt as _;
+        let ino = std::fs::metadata(host.path()).unwrap().ino();
+        PathBuf::from(format!("/run/cni/portmap/net-{ino}"))
+    }
+
+    fn list_dir(dir: &std::path::Path, keep: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| keep(n))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Waits until `host` gives the namespace of portmap's attachment of container `id` no id
+    /// any more: the kernel has destroyed it.
+    fn wait_portmap_destroyed(host: &TestNetns, id: &str) {
+        let dir = portmap_dir(host);
+        let record: Value = portmap_records(host)
+            .iter()
+            .map(|n| serde_json::from_str::<Value>(&std::fs::read_to_string(dir.join(n)).unwrap()))
+            .filter_map(Result::ok)
+            .find(|r| r["containerID"] == id)
+            .unwrap_or_else(|| panic!("no record of {id}"));
+        let nsid = record["netns"]["nsid"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("the record of {id} has no namespace id: {record}"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while host
+            .ip(&["netns", "list-id"])
+            .unwrap()
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(&nsid.to_string()))
+        {
+            assert!(Instant::now() < deadline, "namespace id {nsid} stays");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// What of portmap's `ns` shows: `nft list ruleset` and both families' `nat` tables as
+    /// the case's tools save them, without counters.
+    fn portmap_tables(ns: &TestNetns, tools: Tools) -> String {
+        let mut text = ns.exec_ok("nft", &["list", "ruleset"]).unwrap();
+        for family in ["iptables", "ip6tables"] {
+            let save = ns
+                .exec_ok(&tools.tool(family, "-save"), &["-t", "nat"])
+                .unwrap();
+            for l in save.lines().filter(|l| !l.starts_with('#')) {
+                text.push_str(&l.replace(" [0:0]", ""));
+                text.push('\n');
+            }
+        }
+        text
+    }
+
+    fn portmap_conflist(dir: &std::path::Path, backend: &str) -> NetworkConfigList {
+        NetworkConfigList::new(
+            "rpnet",
+            "1.0.0",
+            vec![
+                main_plugin::bridge("rpbr0", &["10.76.0.0/24"], dir),
+                json!({ "type": "portmap", "backend": backend,
+                        "capabilities": {"portMappings": true} }),
+            ],
+        )
+    }
+
+    fn mapping(host_port: u16) -> Value {
+        json!([{ "hostPort": host_port, "containerPort": 80, "protocol": "tcp" }])
+    }
+
+    /// A live container mapping host port 8080 and one mapping 8081 whose namespace is
+    /// deleted after its ADD, with traffic from the client through the host's address; each
+    /// of `disruptions` in turn breaks the mapping, one `portmap reconcile` brings it back
+    /// (not the dead one, whose record and index entries go), CHECK passes, a second
+    /// reconcile writes nothing; then DEL leaves nothing behind.
+    fn portmap_comes_back(backend: &str, tools: Tools, disruptions: &[Disruption]) {
+        let topo = Topology::new(&format!(
+            "rp{}{}",
+            &backend[..2],
+            &format!("{tools:?}")[..1]
+        ))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let legacy_bin = tests::bins::legacy_iptables_tools().unwrap();
+        let mut rt = Runtime::new(&topo.host).unwrap();
+        if tools == Tools::Legacy {
+            let path = std::env::join_paths(
+                std::iter::once(legacy_bin.path().to_path_buf())
+                    .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+            )
+            .unwrap();
+            rt = rt.with_env("PATH", &path.to_string_lossy());
+        }
+        let older: Vec<(String, String)> = ["iptables", "ip6tables"]
+            .into_iter()
+            .map(|family| {
+                let save = topo
+                    .host
+                    .exec_ok(&tools.tool(family, "-save"), &["-t", "nat"])
+                    .unwrap();
+                (family.to_owned(), save)
+            })
+            .collect();
+        let net = portmap_conflist(dir.path(), backend);
+        let mut ctr_dead = TestNetns::new("rpdead").unwrap();
+        let attach = RuntimeConf::new("rp-a", topo.container.path(), "eth0")
+            .with_capability("portMappings", mapping(8080));
+        let attach_dead = RuntimeConf::new("rp-dead", ctr_dead.path(), "eth0")
+            .with_capability("portMappings", mapping(8081));
+        let result = rt.add(&net, &attach).unwrap();
+        rt.add(&net, &attach_dead).unwrap();
+        let ctr = SocketAddr::new(container_v4(&result), 80);
+        let _server = TcpServer::banner(&topo.container, ctr, "hello").unwrap();
+        let host_port: SocketAddr = SocketAddr::new(HOST_UPLINK_V4.parse().unwrap(), 8080);
+        let forwards = |wait| can_connect(&topo.client, host_port, wait);
+        assert!(forwards(OPEN), "no forwarding after ADD");
+        let quiet = reconcile_of(&rt, "portmap");
+        assert!(changes(&quiet).is_empty(), "{quiet}");
+        assert!(
+            quiet.contains("nothing missing; 2 attachment(s) in place"),
+            "{quiet}"
+        );
+        let index_before = portmap_index(&topo.host);
+        ctr_dead.delete().unwrap();
+        wait_portmap_destroyed(&topo.host, "rp-dead");
+        let mut first = true;
+        for what in disruptions {
+            disrupt(&topo.host, tools, *what, &older);
+            assert!(!forwards(BLOCKED), "{what:?} left the mapping in place");
+            assert!(rt.check(&net, &attach).is_err(), "{what:?}: CHECK passed");
+            let stdout = reconcile_of(&rt, "portmap");
+            let changed = changes(&stdout);
+            assert!(
+                changed
+                    .iter()
+                    .any(|l| l.starts_with(&format!("restored rpnet/rp-a/eth0 ({backend})"))),
+                "{what:?}: {stdout}"
+            );
+            assert!(
+                !changed
+                    .iter()
+                    .any(|l| l.contains("restored rpnet/rp-dead/")),
+                "{what:?}: the dead attachment came back: {stdout}"
+            );
+            if first {
+                assert!(
+                    changed
+                        .iter()
+                        .any(|l| l.starts_with(&format!("removed rpnet/rp-dead/eth0 ({backend})"))),
+                    "{what:?}: {stdout}"
+                );
+                first = false;
+            }
+            let records = portmap_records(&topo.host);
+            assert_eq!(records.len(), 1, "{records:?}");
+            assert!(records[0].contains("rp-a"), "{records:?}");
+            if backend == "iptables" {
+                // The dead one's entry went, the live one's stayed.
+                let index = portmap_index(&topo.host);
+                assert_eq!(index.len(), 1, "{index_before:?} became {index:?}");
+                assert!(index[0].contains("-8080"), "{index:?}");
+            }
+            assert!(forwards(OPEN), "{what:?}: no forwarding after reconcile");
+            rt.check(&net, &attach).unwrap();
+            let tables = portmap_tables(&topo.host, tools);
+            assert!(
+                !tables.contains("8081"),
+                "the dead mapping is back: {tables}"
+            );
+            let again = reconcile_of(&rt, "portmap");
+            assert!(changes(&again).is_empty(), "{what:?}, again: {again}");
+            assert!(
+                again.contains("nothing missing; 1 attachment(s) in place"),
+                "{again}"
+            );
+            assert_eq!(
+                portmap_tables(&topo.host, tools),
+                tables,
+                "{what:?}: a second reconcile wrote"
+            );
+        }
+        rt.del(&net, &attach).unwrap();
+        rt.del(&net, &attach_dead).unwrap();
+        assert!(!forwards(BLOCKED), "forwarding after DEL");
+        let tables = portmap_tables(&topo.host, tools);
+        assert!(
+            !tables.contains("CNI-DN-") && !tables.contains("rpnet/"),
+            "DEL left: {tables}"
+        );
+        assert!(
+            !portmap_dir(&topo.host).exists(),
+            "{:?}",
+            portmap_records(&topo.host)
+        );
+    }
+
+    #[test]
+    fn portmap_iptables_with_nft_tools_comes_back_after_a_nat_flush_an_older_save_and_a_ruleset_flush()
+     {
+        portmap_comes_back(
+            "iptables",
+            Tools::Nft,
+            &[
+                Disruption::FlushNat,
+                Disruption::RestoreOlder,
+                Disruption::FlushRuleset,
+            ],
+        );
+    }
+
+    #[test]
+    fn portmap_iptables_with_legacy_tools_comes_back_after_a_nat_flush_and_an_older_save() {
+        portmap_comes_back(
+            "iptables",
+            Tools::Legacy,
+            &[Disruption::FlushNat, Disruption::RestoreOlder],
+        );
+    }
+
+    #[test]
+    fn portmap_nftables_comes_back_after_a_ruleset_flush() {
+        portmap_comes_back("nftables", Tools::Nft, &[Disruption::FlushRuleset]);
+    }
+
+    /// A hundred portmap attachments (synthetic prevResults, one live namespace), then
+    /// `disruption`: one reconcile restores them all, CHECK passes for each, a second
+    /// reconcile changes nothing, DEL leaves no record.
+    fn portmap_a_hundred(backend: &str, disruption: Disruption) {
+        let host = TestNetns::new(&format!("rp100{}", &backend[..2])).unwrap();
+        let ctr = TestNetns::new("rp100c").unwrap();
+        let rt = Runtime::new(&host).unwrap();
+        let netns = ctr.path().to_string_lossy().into_owned();
+        let conf = |i: usize| {
+            json!({
+                "cniVersion": "1.0.0", "name": "rp100", "type": "portmap", "backend": backend,
+                "runtimeConfig": { "portMappings": mapping(20_000 + u16::try_from(i).unwrap()) },
+                "prevResult": {
+                    "cniVersion": "1.0.0",
+                    "interfaces": [{ "name": "br0" }, { "name": "eth0", "sandbox": netns }],
+                    "ips": [{ "address": format!("10.77.{}.{}/16", i / 200, i % 200 + 2), "interface": 1 }],
+                },
+            })
+        };
+        let call = |command: &str, i: usize| {
+            let id = format!("rp100-{i}");
+            rt.exec_plugin(
+                "portmap",
+                Some(command),
+                &[
+                    ("CNI_CONTAINERID", &id),
+                    ("CNI_NETNS", &netns),
+                    ("CNI_IFNAME", "eth0"),
+                    ("CNI_PATH", "/usr/lib/cni"),
+                ],
+                conf(i).to_string().as_bytes(),
+            )
+            .unwrap()
+        };
+        for i in 0..100 {
+            ok(&call("ADD", i), "ADD");
+        }
+        disrupt(&host, Tools::Nft, disruption, &[]);
+        let stdout = reconcile_of(&rt, "portmap");
+        let restored = changes(&stdout)
+            .iter()
+            .filter(|l| l.starts_with("restored rp100/"))
+            .count();
+        assert_eq!(restored, 100, "{stdout}");
+        assert!(stdout.contains("100 attachment(s) restored"), "{stdout}");
+        for i in 0..100 {
+            ok(&call("CHECK", i), &format!("CHECK {i}"));
+        }
+        let again = reconcile_of(&rt, "portmap");
+        assert!(changes(&again).is_empty(), "{again}");
+        for i in 0..100 {
+            ok(&call("DEL", i), "DEL");
+        }
+        assert!(portmap_records(&host).is_empty());
+    }
+
+    #[test]
+    fn a_hundred_portmap_iptables_attachments_come_back_in_one_reconcile() {
+        portmap_a_hundred("iptables", Disruption::FlushNat);
+    }
+
+    #[test]
+    fn a_hundred_portmap_nftables_attachments_come_back_in_one_reconcile() {
+        portmap_a_hundred("nftables", Disruption::FlushRuleset);
+    }
+
+    /// `portmap --help` lists reconcile; in a namespace where nothing was ever added it
+    /// succeeds quietly, without making the state directory.
+    #[test]
+    fn portmap_s_command_line_describes_reconcile() {
+        let host = TestNetns::new("rpcli").unwrap();
+        let rt = Runtime::new(&host).unwrap();
+        let help = rt.operate("portmap", &["--help"], &[]).unwrap();
+        ok(&help, "--help");
+        assert!(String::from_utf8_lossy(&help.stdout).contains("reconcile"));
+        let help = rt
+            .operate("portmap", &["reconcile", "--help"], &[])
+            .unwrap();
+        ok(&help, "reconcile --help");
+        let text = String::from_utf8_lossy(&help.stdout);
+        assert!(
+            text.starts_with("Usage: portmap reconcile") && text.contains("CNI-HOSTPORT-DNAT"),
+            "{text}"
+        );
+        let out = rt.operate("portmap", &["reconcile", "--now"], &[]).unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        assert_eq!(
+            reconcile_of(&rt, "portmap"),
+            "reconcile: nothing missing; 0 attachment(s) in place\n"
+        );
+        assert!(!portmap_dir(&host).exists());
     }
 }

@@ -318,6 +318,93 @@ impl<'n> Writer<'n> {
         }
     }
 
+    /// What the tables lack of each of `parts`: its chains and rules missing (positions, as
+    /// [`Applied::added`] gives them), rules compared by meaning; an empty [`Missing`] for a
+    /// part the table holds whole. Each family's table is read once for all the parts: with
+    /// the tools the table the writer reads anyway; natively one listing of the table
+    /// (`nft list table`), decoding only the rules of the chains the parts name, where
+    /// [`Writer::missing`] per part would read per part. For a caller that checks many
+    /// attachments at once (`portmap reconcile`); nothing is written.
+    ///
+    /// # Errors
+    /// nf_tables failures; the tools' failure; a rule the native side cannot read back.
+    pub fn lacking(&mut self, parts: &[Part]) -> Result<Vec<Missing>, WriteError> {
+        let mut wanted: HashSet<&str> = HashSet::new();
+        let mut families: Vec<Family> = Vec::new();
+        for part in parts {
+            wanted.extend(part.chains.iter().map(String::as_str));
+            wanted.extend(part.rules.iter().map(|r| r.chain.as_str()));
+            if !families.contains(&part.family) {
+                families.push(part.family);
+            }
+        }
+        // Per family: whether the table exists, and the rules of each chain found.
+        let mut read: HashMap<Family, TableRead> = HashMap::new();
+        let native = matches!(self.how, How::Native(_));
+        for family in families {
+            let found = match &mut self.how {
+                How::Native(nft) => read_natively(nft, &self.table, family, &wanted)?,
+                How::Tools(dumps) => {
+                    let dump = dump(dumps, &self.table, family)?;
+                    let chains = wanted
+                        .iter()
+                        .filter(|c| dump.has_chain(c) || !dump.rules(c).is_empty())
+                        .map(|c| ((*c).to_owned(), dump.rules(c).iter().cloned().collect()))
+                        .collect();
+                    (true, chains)
+                }
+            };
+            read.insert(family, found);
+        }
+        // Chains read natively without a rule may exist all the same: asked once each.
+        let mut empty: HashMap<(Family, String), bool> = HashMap::new();
+        let mut out = Vec::with_capacity(parts.len());
+        for part in parts {
+            let Some((table, chains)) = read.get(&part.family) else {
+                out.push(Missing::default());
+                continue;
+            };
+            let mut missing = Missing::default();
+            for chain in &part.chains {
+                if chains.contains_key(chain) {
+                    continue;
+                }
+                let exists = if native && *table {
+                    let key = (part.family, chain.clone());
+                    match empty.get(&key) {
+                        Some(exists) => *exists,
+                        None => {
+                            let exists = self.chain_exists(part.family, chain)?;
+                            empty.insert(key, exists);
+                            exists
+                        }
+                    }
+                } else {
+                    false
+                };
+                if !exists {
+                    missing.chains.push(chain.clone());
+                }
+            }
+            let mut seen: HashSet<(&str, Vec<String>)> = HashSet::new();
+            for (index, spec) in part.rules.iter().enumerate() {
+                let want = if native {
+                    native::canonical(part.family, &spec.args).map_err(NativeError::from)?
+                } else {
+                    spec.args.clone()
+                };
+                let present = chains
+                    .get(&spec.chain)
+                    .is_some_and(|set| set.contains(&want));
+                if !present && seen.insert((&spec.chain, want)) {
+                    missing.rules.push(index);
+                }
+            }
+            out.push(missing);
+        }
+        Ok(out)
+    }
+
     /// The rules of `chain` in `family`'s table, as jumps ([`Jump`]); none where the chain,
     /// the table, nf_tables or the tools are missing. Reads the whole chain.
     ///
@@ -660,6 +747,46 @@ fn dump<'d>(
             Ok(slot.insert(Iptables::new(family).save(table)?))
         }
     }
+}
+
+/// A family's table as [`Writer::lacking`] reads it: whether it exists, and the rules of each
+/// chain wanted that was found, in `iptables-save`'s words.
+type TableRead = (bool, HashMap<String, HashSet<Vec<String>>>);
+
+/// `family`'s table read over nf_tables for [`Writer::lacking`]: whether it exists, and the
+/// rules of the chains in `wanted` that have any, in `iptables-save`'s words (a rule the codec
+/// does not read, or one with a comment in user data, is not ours: left out).
+fn read_natively(
+    nft: &mut LazyNft,
+    table: &str,
+    family: Family,
+    wanted: &HashSet<&str>,
+) -> Result<TableRead, WriteError> {
+    let nft = match nft.get() {
+        Ok(nft) => nft,
+        Err(e) if e.is_unsupported() => return Ok((false, HashMap::new())),
+        Err(e) => return Err(NativeError::Nft(e).into()),
+    };
+    let t = native::nft_table(family, table);
+    match nft.table_exists(&t) {
+        Ok(true) => {}
+        Ok(false) => return Ok((false, HashMap::new())),
+        Err(e) if e.is_not_found() || e.is_unsupported() => return Ok((false, HashMap::new())),
+        Err(e) => return Err(NativeError::Nft(e).into()),
+    }
+    let listed = nft
+        .table_rules(&t, |chain| wanted.contains(chain))
+        .map_err(NativeError::Nft)?;
+    let mut chains: HashMap<String, HashSet<Vec<String>>> = HashMap::new();
+    for (chain, rule) in listed {
+        let rules = chains.entry(chain).or_default();
+        if rule.comment.is_none()
+            && let Some(args) = native::decode(family, &rule.exprs)
+        {
+            rules.insert(args);
+        }
+    }
+    Ok((true, chains))
 }
 
 fn apply_natively(nft: &mut LazyNft, table: &str, plan: &Plan) -> Result<Applied, WriteError> {

@@ -1013,6 +1013,48 @@ impl Nft {
             .collect())
     }
 
+    /// The rules of every chain of `table` that `wanted` accepts, with their chains, in one
+    /// dump of the table (`nft -a list table …`): the kernel lists every rule of the table,
+    /// but only those of the chains wanted are decoded. For a caller that asks about many
+    /// chains of its own at once (one per attachment), where a listing per chain would cost
+    /// a request each. A table that does not exist holds none.
+    ///
+    /// # Errors
+    /// The kernel's errno.
+    pub fn table_rules(
+        &mut self,
+        table: &Table,
+        mut wanted: impl FnMut(&str) -> bool,
+    ) -> Result<Vec<(String, ListedRule)>, NftError> {
+        let msg = NfTablesMessage::GetRule(RuleMessage {
+            attributes: vec![RuleAttribute::Table(table.name.clone())],
+        });
+        let msg = raw::RawMsg::encode(&batch::nft_message(table.family, msg));
+        let replies: Vec<raw::DumpedRule> = match self.socket.dump_as(msg) {
+            Ok(replies) => replies,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(self.classify(NftError::Request {
+                    op: format!("list table {table}"),
+                    source,
+                }));
+            }
+        };
+        let mut rules = Vec::new();
+        for reply in &replies {
+            let Some(chain) = reply.chain_in(&table.name) else {
+                continue;
+            };
+            let Ok(chain) = std::str::from_utf8(chain) else {
+                continue;
+            };
+            if wanted(chain) {
+                rules.push((chain.to_owned(), reply.decode()));
+            }
+        }
+        Ok(rules)
+    }
+
     /// The first rule of a chain in the calling thread's namespace that contains one of
     /// `needles` (see [`Nft::rules_containing`]), reading the chain only up to it: the kernel
     /// builds a dump one datagram per read, so the rules after it cost nothing, where a full

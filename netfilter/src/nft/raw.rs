@@ -192,6 +192,15 @@ impl DumpedRule {
         name_is(NFTA_RULE_TABLE, table) && name_is(NFTA_RULE_CHAIN, chain)
     }
 
+    /// The chain of a rule of `table` (old kernels ignore a dump's filter), as bytes.
+    pub(crate) fn chain_in(&self, table: &str) -> Option<&[u8]> {
+        let attrs = self.0.as_deref()?;
+        let name = |kind| find(attrs, kind).map(|v| v.strip_suffix(&[0]).unwrap_or(v));
+        (name(NFTA_RULE_TABLE)? == table.as_bytes())
+            .then(|| name(NFTA_RULE_CHAIN))
+            .flatten()
+    }
+
     /// Whether the rule's bytes contain any of `needles`, e.g. an address a wanted rule
     /// compares with: a rule without any cannot be such a rule.
     pub(crate) fn contains_any(&self, needles: &[memchr::memmem::Finder<'_>]) -> bool {

@@ -15,6 +15,9 @@
 //! - DEL: the chains and the jumps to them removed, the jumps found by their recorded handles.
 
 pub mod layout;
+mod reconcile;
+
+pub use reconcile::IptLacking;
 
 use cni::Attachment;
 use cni::conf::GcAttachment as Valid;
@@ -86,7 +89,7 @@ fn removal_error(e: RemoveError) -> PortmapError {
 ///
 /// # Errors
 /// The first failure.
-fn remove_locked(
+pub(crate) fn remove_locked(
     nft: &mut LazyNft,
     network: &str,
     container_id: &str,

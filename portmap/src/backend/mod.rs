@@ -130,6 +130,40 @@ pub trait PortmapBackend {
     fn into_socket(self: Box<Self>) -> LazyNft;
 }
 
+/// What a layout lacks of the recorded attachments `portmap reconcile` asked it about, found
+/// with one read of its own objects, and how to put it back: `S`, the layout's repair of its
+/// shared objects, `A` an attachment's.
+#[derive(Debug, Default)]
+pub struct Lacking<S, A> {
+    /// The shared objects missing, as the lines name them.
+    pub shared: Vec<String>,
+    /// Their repair.
+    pub shared_repair: S,
+    /// The attachments lacking something.
+    pub attachments: Vec<Lack<A>>,
+    /// The attachments that cannot be restored (their position in the records asked about),
+    /// and why: a host port another attachment holds now.
+    pub refused: Vec<(usize, String)>,
+}
+
+impl<S, A> Lacking<S, A> {
+    /// Whether nothing is missing and nothing refused.
+    pub fn is_empty(&self) -> bool {
+        self.shared.is_empty() && self.attachments.is_empty() && self.refused.is_empty()
+    }
+}
+
+/// What one attachment lacks.
+#[derive(Debug)]
+pub struct Lack<A> {
+    /// Its position in the records asked about.
+    pub index: usize,
+    /// What is missing, as the lines name it.
+    pub what: Vec<String>,
+    /// Its repair.
+    pub repair: A,
+}
+
 /// Forgets the record of `att` after a failed ADD (its objects removed).
 fn forget(store: &StateStore, att: &Attachment) {
     if let Err(e) = state::remove_record(store, att) {

@@ -31,6 +31,9 @@
 //! planned from what those lookups find ([`layout::nft_add`], [`layout::nft_del`]).
 
 pub mod layout;
+mod reconcile;
+
+pub use reconcile::NftLacking;
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -70,78 +73,70 @@ pub fn table(family: IpFamily) -> Table {
 
 /// The skeleton of one family's table: declared on the first ADD of a boot only.
 pub fn skeleton(batch: &mut Batch, family: IpFamily) {
-    use DataType::{InetProto, InetService};
     let t = table(family);
-    let addr = DataType::from(family);
-    batch
-        .add_table(&t)
-        .add_set(
-            &t,
-            &Set::map(
-                names::MAP_HOSTIP_PORTS,
-                &[addr, InetProto, InetService],
-                &[addr, InetService],
-            )
-            .with_timeout(),
-        )
-        .add_set(
-            &t,
-            &Set::map(
-                names::MAP_PORTS,
-                &[InetProto, InetService],
-                &[addr, InetService],
-            )
-            .with_timeout(),
-        )
-        .add_set(
-            &t,
-            &Set::verdict_map(names::MAP_HOSTIP_GATED, &[addr, InetProto, InetService])
-                .with_timeout(),
-        )
-        .add_set(
-            &t,
-            &Set::verdict_map(names::MAP_GATED, &[InetProto, InetService]).with_timeout(),
-        )
-        .add_set(
-            &t,
-            &Set::new(names::SET_HAIRPIN, &[addr, addr]).with_timeout(),
-        )
-        .add_set(&t, &Set::new(names::SET_MASQ_ALL, &[addr]).with_timeout());
-    if family == IpFamily::V4 {
-        batch.add_set(&t, &Set::new(names::SET_LOCALHOST, &[addr]).with_timeout());
+    batch.add_table(&t);
+    for set in skeleton_sets(family) {
+        batch.add_set(&t, &set);
     }
-    batch
-        .add_chain(&t, &Chain::regular(names::CHAIN_HOSTPORTS))
-        .add_chain(
-            &t,
-            &Chain::base(
-                names::CHAIN_PREROUTING,
-                ChainType::Nat,
-                ChainHook::Prerouting,
-                priority::DSTNAT,
-            ),
-        )
-        .add_chain(
-            &t,
-            &Chain::base(
-                names::CHAIN_OUTPUT,
-                ChainType::Nat,
-                ChainHook::Output,
-                priority::DSTNAT,
-            ),
-        )
-        .add_chain(
-            &t,
-            &Chain::base(
-                names::CHAIN_POSTROUTING,
-                ChainType::Nat,
-                ChainHook::Postrouting,
-                priority::SRCNAT,
-            ),
-        );
+    for chain in skeleton_chains() {
+        batch.add_chain(&t, &chain);
+    }
     for (chain, rule) in skeleton_rules(family) {
         batch.add_rule(&t, chain, &rule);
     }
+}
+
+/// The maps and sets of the skeleton of `family`.
+fn skeleton_sets(family: IpFamily) -> Vec<Set> {
+    use DataType::{InetProto, InetService};
+    let addr = DataType::from(family);
+    let mut sets = vec![
+        Set::map(
+            names::MAP_HOSTIP_PORTS,
+            &[addr, InetProto, InetService],
+            &[addr, InetService],
+        )
+        .with_timeout(),
+        Set::map(
+            names::MAP_PORTS,
+            &[InetProto, InetService],
+            &[addr, InetService],
+        )
+        .with_timeout(),
+        Set::verdict_map(names::MAP_HOSTIP_GATED, &[addr, InetProto, InetService]).with_timeout(),
+        Set::verdict_map(names::MAP_GATED, &[InetProto, InetService]).with_timeout(),
+        Set::new(names::SET_HAIRPIN, &[addr, addr]).with_timeout(),
+        Set::new(names::SET_MASQ_ALL, &[addr]).with_timeout(),
+    ];
+    if family == IpFamily::V4 {
+        sets.push(Set::new(names::SET_LOCALHOST, &[addr]).with_timeout());
+    }
+    sets
+}
+
+/// The chains of the skeleton.
+fn skeleton_chains() -> Vec<Chain> {
+    vec![
+        Chain::regular(names::CHAIN_HOSTPORTS),
+        Chain::base(
+            names::CHAIN_PREROUTING,
+            ChainType::Nat,
+            ChainHook::Prerouting,
+            priority::DSTNAT,
+        ),
+        Chain::base(
+            names::CHAIN_OUTPUT,
+            ChainType::Nat,
+            ChainHook::Output,
+            priority::DSTNAT,
+        ),
+        Chain::base(
+            names::CHAIN_POSTROUTING,
+            ChainType::Nat,
+            ChainHook::Postrouting,
+            priority::SRCNAT,
+        ),
+    ]
 }
 
 /// The rules of the skeleton of `family`, chain by chain in order.
@@ -220,6 +215,12 @@ fn plans_of(record: &State) -> Result<Vec<(IpFamily, NftPlan)>, PortmapError> {
 /// (and the set has `flags timeout`: [`Batch::expire_elements`] deletes otherwise).
 fn batch(ops: &[NftOp]) -> Batch {
     let mut batch = Batch::new();
+    add_ops(&mut batch, ops);
+    batch
+}
+
+/// Adds `ops` to `batch` ([`batch`]).
+fn add_ops(batch: &mut Batch, ops: &[NftOp]) {
     for op in ops {
         match op {
             NftOp::DelElement {
@@ -261,7 +262,6 @@ fn batch(ops: &[NftOp]) -> Batch {
             }
         }
     }
-    batch
 }
 
 /// What nf_tables offers our map layout here.
