@@ -12,7 +12,7 @@
 #                            firewall's own and portmap's iptables layout (default 1000; 5000
 #                            adds over an hour); larger sizes have the other series only
 #   --only x,y               suites to run (tuning, bandwidth, sbr, firewall, nft,
-#                            iptables-native, portmap, memory, busy)
+#                            iptables-native, portmap, reconcile, memory, busy)
 #   --memory-sizes a,b       stdin sizes of the memory suite, KB or with M for MB (default
 #                            1M,4M,16M)
 #   --memory-shapes a,b      its stdin shapes: array, nesting, routes (default all)

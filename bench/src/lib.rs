@@ -50,6 +50,7 @@ pub mod iptables_native;
 pub mod memory;
 pub mod nft;
 pub mod portmap;
+pub mod reconcile;
 pub mod report;
 pub mod sbr;
 pub mod spawner;
@@ -190,6 +191,7 @@ pub const SUITES: &[Suite] = &[
     ("nft", nft::run),
     ("iptables-native", iptables_native::run),
     ("portmap", portmap::run),
+    (reconcile::SUITE, reconcile::run),
     ("memory", memory::run),
     (busy::SUITE, busy::run),
 ];

@@ -10,7 +10,7 @@
 //!   Go firewall's own, and portmap's iptables layout (default 1000; larger sizes get the
 //!   other series only, with a note). 5000 adds over an hour to the run.
 //! - `--only x,y`: the suites to run (tuning, bandwidth, sbr, firewall, nft, iptables-native,
-//!   portmap, memory, busy).
+//!   portmap, reconcile, memory, busy).
 //! - `--memory-sizes a,b`: the stdin sizes of the memory suite, in KB or with an `M` for MB
 //!   (default `1M,4M,16M`).
 //! - `--memory-shapes a,b`: its stdin shapes, of `array`, `nesting`, `routes` (default all).
@@ -50,7 +50,7 @@ release binaries beside it (scripts/bench.sh builds them).
   --sizes a,b,c           the scale series' sizes of other attachments (default 0,100,1000,5000)
   --reference-max-size N  largest size for the series that grow with N (default 1000)
   --only x,y              the suites to run: tuning, bandwidth, sbr, firewall, nft,
-                          iptables-native, portmap, memory, busy
+                          iptables-native, portmap, reconcile, memory, busy
   --memory-sizes a,b      the memory suite's stdin sizes, KB or with M for MB (default 1M,4M,16M)
   --memory-shapes a,b     its stdin shapes: array, nesting, routes (default all)
   --busy-conntrack a,b    the busy node's conntrack table sizes (default 20000,100000)

@@ -16,7 +16,8 @@ use anyhow::{Context as _, Result, ensure};
 use bench::report::{DATA_FILE, MARKDOWN_FILE, PLOT_DATA_FILE, PLOT_FILE};
 use bench::targets::{self, Measure};
 use bench::{
-    GO_IPTABLES, OURS_IPTABLES, OURS_NFTABLES, SUITES, busy, portmap, remove_namespaces_of,
+    GO_IPTABLES, OURS_IPTABLES, OURS_NFTABLES, SUITES, busy, portmap, reconcile,
+    remove_namespaces_of,
 };
 use harness::process;
 use serde_json::Value;
@@ -311,13 +312,38 @@ fn the_bench_runs_every_suite_and_writes_a_consistent_report() -> Result<()> {
         }
     }
 
-    // Targets: every one is listed; every ratio and time is measured (its row exists), and the
-    // growth, memory and busy targets, whose sizes this run leaves out, say so.
+    // Reconcile: both steps of every layout at 1 attachment, the only size this run reaches.
+    for layout in [
+        "portmap nftables",
+        "portmap iptables",
+        "firewall nftables",
+        "firewall iptables",
+    ] {
+        for step in [reconcile::AFTER_FLUSH, reconcile::NOTHING_MISSING] {
+            let case = format!("{layout}, 1 attachments");
+            assert!(
+                verbs
+                    .iter()
+                    .any(|r| r[0] == reconcile::SUITE && r[1] == case && r[2] == step),
+                "no reconcile {case} {step}:\n{md}"
+            );
+        }
+    }
+
+    // Targets: every one is listed; every ratio and time is measured (its row exists), but
+    // reconcile's at 1000 attachments; those and the growth, memory and busy targets, whose
+    // sizes this run leaves out, say so.
     let targets = table(&md, "## Targets")?;
     assert_eq!(targets.len(), targets::all().count(), "{md}");
     for (row, target) in targets.iter().zip(targets::all()) {
         assert_eq!(row[0], target.describe());
         match target.measure {
+            Measure::Time {
+                suite: reconcile::SUITE,
+                ..
+            } => {
+                assert!(row[3].starts_with("not measured"), "{row:?}");
+            }
             Measure::Ratio { .. } | Measure::Time { .. } => {
                 number(&row[1])?;
                 assert!(["met", "**missed**"].contains(&row[3].as_str()), "{row:?}");
