@@ -388,14 +388,18 @@ impl<'n> Writer<'n> {
             }
             let mut seen: HashSet<(&str, Vec<String>)> = HashSet::new();
             for (index, spec) in part.rules.iter().enumerate() {
+                let set = chains.get(&spec.chain);
+                // A layout that words its rules as `iptables-save` prints them is found as
+                // given; only a rule not found so is read back in the codec's words.
+                if set.is_some_and(|set| set.contains(&spec.args)) {
+                    continue;
+                }
                 let want = if native {
                     native::canonical(part.family, &spec.args).map_err(NativeError::from)?
                 } else {
                     spec.args.clone()
                 };
-                let present = chains
-                    .get(&spec.chain)
-                    .is_some_and(|set| set.contains(&want));
+                let present = set.is_some_and(|set| set.contains(&want));
                 if !present && seen.insert((&spec.chain, want)) {
                     missing.rules.push(index);
                 }

@@ -47,7 +47,23 @@ impl Iptables {
         }
         let all: Vec<Part> = parts.iter().map(|(_, p)| p.clone()).collect();
         let families: Vec<Family> = families_of(&all);
-        let mut writer = Writer::choose(&mut self.nft, NAT, &families, &all);
+        // Whether the rules are written natively depends on their form, not on their
+        // addresses and ports: the first part of each family and the parts of attachments with
+        // conditions or an external mark chain (a user's words) decide.
+        let mut deciding: Vec<Part> = Vec::new();
+        for (i, part) in &parts {
+            let unusual = records.get(*i).is_some_and(|r| {
+                r.iptables.as_ref().is_some_and(|m| {
+                    m.external_set_mark_chain.is_some()
+                        || !m.conditions_v4.is_empty()
+                        || !m.conditions_v6.is_empty()
+                })
+            });
+            if unusual || !deciding.iter().any(|p| p.family == part.family) {
+                deciding.push(part.clone());
+            }
+        }
+        let mut writer = Writer::choose(&mut self.nft, NAT, &families, &deciding);
         let found = writer.lacking(&all).map_err(write_error)?;
         let mut shared_seen: HashSet<(Family, String, Vec<String>)> = HashSet::new();
         for ((i, part), missing) in parts.into_iter().zip(found) {

@@ -40,9 +40,9 @@ pub type NftLacking = Lacking<Vec<SkeletonRepair>, Vec<NftOp>>;
 struct Read {
     /// The table exists.
     table: bool,
-    /// The elements of every map and set, by (set, key); elements expiring (a DEL's) are left
-    /// out.
-    elements: HashMap<(String, Vec<Value>), Element>,
+    /// The elements of every map and set, by set and key; elements expiring (a DEL's) are
+    /// left out.
+    elements: HashMap<String, HashMap<Vec<Value>, Element>>,
 }
 
 impl Nftables {
@@ -144,8 +144,9 @@ impl Nftables {
         for set in skeleton_sets(family) {
             match nft.elements(&t, &set.name) {
                 Ok(elements) => {
+                    let by_key = found.elements.entry(set.name.clone()).or_default();
                     for e in elements.into_iter().filter(|e| !e.is_expiring()) {
-                        found.elements.insert((set.name.clone(), e.key.clone()), e);
+                        by_key.insert(e.key.clone(), e);
                     }
                 }
                 Err(e) if e.is_not_found() => repair.sets.push(set.name),
@@ -189,7 +190,7 @@ impl Nftables {
             if seen.element(family, set, key).is_some() {
                 continue;
             }
-            if let Some(e) = found.elements.get(&(set.to_string(), key.to_vec())) {
+            if let Some(e) = found.elements.get(set).and_then(|by_key| by_key.get(key)) {
                 seen.elements.push((family, set, e.clone()));
             }
         }
