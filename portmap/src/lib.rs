@@ -5,7 +5,9 @@
 //! Verbs: ADD programs the mappings of `runtimeConfig.portMappings` for the container addresses
 //! of `prevResult`; CHECK verifies exactly them; DEL removes them (also without
 //! `runtimeConfig`/`prevResult`, and the Go plugin's rules of the attachment); GC removes those of
-//! attachments not in `cni.dev/valid-attachments`; STATUS probes the backend.
+//! attachments not in `cni.dev/valid-attachments`; STATUS probes the backend. Run by an
+//! operator as `portmap reconcile`, it puts back what something else removed of the live
+//! attachments' mappings, from their records ([`reconcile`]).
 //!
 //! Kernel objects:
 //! - nftables backend (default): tables `ip cni_portmap` / `ip6 cni_portmap` with maps
