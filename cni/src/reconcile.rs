@@ -59,6 +59,20 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The run as a watcher logs it: its summary, or the summary and the failures, one a line.
+    ///
+    /// # Errors
+    /// The summary and the failures, when something could not be restored or removed.
+    pub fn outcome(&self) -> Result<String, String> {
+        if self.failed.is_empty() {
+            Ok(self.summary())
+        } else {
+            Err(format!("{}:\n{}", self.summary(), self.failed.join("\n")))
+        }
+    }
+}
+
 /// `network/containerID/ifname`, as the lines name an attachment.
 #[must_use]
 pub fn who(owner: &Attachment) -> String {
@@ -142,5 +156,17 @@ mod tests {
             "reconcile: nothing missing; 0 attachment(s) in place\n"
         );
         assert_eq!(who(&Attachment::new("n", "c", "eth0")), "n/c/eth0");
+        assert_eq!(
+            report.outcome(),
+            Err(
+                "reconcile: 1 attachment(s) restored, 0 removed (namespace gone), 0 in place, \
+                 1 failed:\nn/c/eth0 (iptables): refused"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            Report::default().outcome(),
+            Ok("reconcile: nothing missing; 0 attachment(s) in place".to_owned())
+        );
     }
 }

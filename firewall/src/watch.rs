@@ -96,16 +96,9 @@ pub fn command() -> Result<(), OperatorError> {
             &stop,
             Some(&nudges),
             &mut |out| {
-                let report = crate::reconcile::reconcile(out).map_err(|e| e.to_string())?;
-                if report.failed.is_empty() {
-                    Ok(report.summary())
-                } else {
-                    Err(format!(
-                        "{}:\n{}",
-                        report.summary(),
-                        report.failed.join("\n")
-                    ))
-                }
+                crate::reconcile::reconcile(out)
+                    .map_err(|e| e.to_string())?
+                    .outcome()
             },
             &mut log,
         )

@@ -50,7 +50,7 @@ use crate::state::{self, State};
 /// The command, as `portmap --help` lists it.
 pub const COMMAND: OperatorCommand = OperatorCommand {
     name: "reconcile",
-    options: "",
+    options: "[--watch]",
     summary: "put back what is missing of every live attachment's port mappings",
     help: "Puts back what something else removed of the port mappings of the live \
 attachments of this network namespace (firewall-cmd --reload, a restart of nftables.service, \
@@ -69,8 +69,17 @@ were made, are left alone.
 Run it as root in the network namespace the plugin runs in (the host's). It prints one line \
 per attachment restored or removed, and a summary; with nothing missing it writes nothing.
 
-Exit status: 0 when everything missing was restored, 1 otherwise (the reason on stderr), 2 \
-for a wrong command line.",
+--watch  Keep running: reconcile at once, then again whenever another program deletes an \
+object of portmap's (nf_tables events: nft flush ruleset, a restart of nftables.service, \
+iptables-nft -t nat -F or -X, an iptables-restore, firewalld's iptables backend's reload), once \
+the burst has settled (100 ms without a new one, at most 500 ms after the first). It ignores \
+its own changes and the plugin's own ADD, DEL and GC, logs what it does on stderr, and stops on \
+SIGTERM or SIGINT with status 0. Changes made with the legacy iptables tools make no event. \
+Meant for a service (deploy/systemd/cni-reconcile-watch@.service), never started by the \
+plugin itself.
+
+Exit status: 0 when everything missing was restored (with --watch: when stopped by a signal), \
+1 otherwise (the reason on stderr), 2 for a wrong command line.",
 };
 
 /// Runs `portmap reconcile` with the arguments after the command.
@@ -79,8 +88,14 @@ for a wrong command line.",
 /// An option it does not take; a failure to read the records or the tables; attachments it
 /// could not restore.
 pub fn command(args: &[String], out: &mut dyn Write) -> Result<(), OperatorError> {
-    if let Some(arg) = args.first() {
-        return Err(OperatorError::usage(format!("unknown argument {arg:?}")));
+    match args {
+        [] => {}
+        [watch] if watch == "--watch" => {
+            return crate::watch::command(&mut |out| {
+                reconcile(out).map_err(|e| e.to_string())?.outcome()
+            });
+        }
+        [arg, ..] => return Err(OperatorError::usage(format!("unknown argument {arg:?}"))),
     }
     let report = reconcile(out).map_err(|e| OperatorError::failed(e.to_string()))?;
     cni::reconcile::finish(&report, out)

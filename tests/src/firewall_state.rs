@@ -3,9 +3,8 @@
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde_json::Value;
 
 use crate::TestNetns;
@@ -47,16 +46,5 @@ pub fn wait_destroyed(host: &TestNetns, record: &str) -> Result<()> {
     let nsid = serde_json::from_str::<Value>(&text)?["made"]["netns"]["nsid"]
         .as_i64()
         .with_context(|| format!("{} records no namespace id: {text}", path.display()))?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while host
-        .ip(&["netns", "list-id"])?
-        .lines()
-        .any(|l| l.split_whitespace().nth(1) == Some(&nsid.to_string()))
-    {
-        if Instant::now() > deadline {
-            bail!("namespace id {nsid} stays");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
+    crate::netns::wait_id_gone(host, nsid)
 }

@@ -43,6 +43,7 @@ pub mod iptables_layout;
 pub mod main_plugin;
 pub mod mounts;
 pub mod netns;
+pub mod portmap_state;
 pub mod process;
 pub mod result;
 pub mod runtime;

@@ -493,3 +493,23 @@ impl Topology {
         Ok(topo)
     }
 }
+
+/// Waits (up to 20 s) until `host` gives no namespace the id `nsid` any more: the kernel has
+/// destroyed the namespace that had it, and a plugin's reconcile proves it gone.
+///
+/// # Errors
+/// When the id stays, or `ip netns list-id` fails.
+pub fn wait_id_gone(host: &TestNetns, nsid: i64) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while host
+        .ip(&["netns", "list-id"])?
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(&nsid.to_string()))
+    {
+        if std::time::Instant::now() > deadline {
+            bail!("namespace id {nsid} stays");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}

@@ -574,58 +574,20 @@ mod e2e {
 
     // portmap reconcile.
 
-    /// The portmap records of `host` (their file names, the index entries aside).
     fn portmap_records(host: &TestNetns) -> Vec<String> {
-        list_dir(&portmap_dir(host), |n| !n.starts_with('.'))
+        tests::portmap_state::records(host).unwrap()
     }
 
-    /// The host-port index entries of `host`.
     fn portmap_index(host: &TestNetns) -> Vec<String> {
-        list_dir(&portmap_dir(host), |n| n.starts_with(".port-"))
+        tests::portmap_state::index(host).unwrap()
     }
 
     fn portmap_dir(host: &TestNetns) -> PathBuf {
-        use std::os::unix::fs::MetadataExt as _;
-        let ino = std::fs::metadata(host.path()).unwrap().ino();
-        PathBuf::from(format!("/run/cni/portmap/net-{ino}"))
+        tests::portmap_state::dir(host).unwrap()
     }
 
-    fn list_dir(dir: &std::path::Path, keep: impl Fn(&str) -> bool) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| keep(n))
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.sort();
-        names
-    }
-
-    /// Waits until `host` gives the namespace of portmap's attachment of container `id` no id
-    /// any more: the kernel has destroyed it.
     fn wait_portmap_destroyed(host: &TestNetns, id: &str) {
-        let dir = portmap_dir(host);
-        let record: Value = portmap_records(host)
-            .iter()
-            .map(|n| serde_json::from_str::<Value>(&std::fs::read_to_string(dir.join(n)).unwrap()))
-            .filter_map(Result::ok)
-            .find(|r| r["containerID"] == id)
-            .unwrap_or_else(|| panic!("no record of {id}"));
-        let nsid = record["netns"]["nsid"]
-            .as_i64()
-            .unwrap_or_else(|| panic!("the record of {id} has no namespace id: {record}"));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while host
-            .ip(&["netns", "list-id"])
-            .unwrap()
-            .lines()
-            .any(|l| l.split_whitespace().nth(1) == Some(&nsid.to_string()))
-        {
-            assert!(Instant::now() < deadline, "namespace id {nsid} stays");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        tests::portmap_state::wait_destroyed(host, id).unwrap();
     }
 
     /// What of portmap's `ns` shows: `nft list ruleset` and both families' `nat` tables as
@@ -832,6 +794,51 @@ mod e2e {
     #[test]
     fn portmap_nftables_comes_back_after_a_ruleset_flush() {
         portmap_comes_back("nftables", Tools::Nft, &[Disruption::FlushRuleset]);
+    }
+
+    /// `portmap reconcile --watch` started after the ADD brings the mapping back by itself
+    /// after `nft flush ruleset` (which takes the iptables-nft tables too), and CHECK passes.
+    fn portmap_watched(backend: &str) {
+        let topo = Topology::new(&format!("rw{}", &backend[..2])).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let rt = Runtime::new(&topo.host).unwrap();
+        let net = portmap_conflist(dir.path(), backend);
+        let attach = RuntimeConf::new("rw-a", topo.container.path(), "eth0")
+            .with_capability("portMappings", mapping(8080));
+        let result = rt.add(&net, &attach).unwrap();
+        let ctr = SocketAddr::new(container_v4(&result), 80);
+        let _server = TcpServer::banner(&topo.container, ctr, "hello").unwrap();
+        let host_port = SocketAddr::new(HOST_UPLINK_V4.parse().unwrap(), 8080);
+        assert!(can_connect(&topo.client, host_port, OPEN), "after ADD");
+        let mut watcher =
+            tests::watcher::Watcher::start(&rt, "portmap", &[], Duration::from_secs(10)).unwrap();
+        topo.host.exec_ok("nft", &["flush", "ruleset"]).unwrap();
+        let repair = watcher
+            .wait_for_reconcile(2, Duration::from_secs(10))
+            .unwrap();
+        assert!(
+            repair.contains(&format!("restored rpnet/rw-a/eth0 ({backend})")),
+            "{repair}"
+        );
+        assert!(
+            can_connect(&topo.client, host_port, OPEN),
+            "after the watcher"
+        );
+        rt.check(&net, &attach).unwrap();
+        let (status, log) = watcher.stop(Duration::from_secs(5)).unwrap();
+        assert!(status.success(), "{status}: {log}");
+        rt.del(&net, &attach).unwrap();
+        assert!(!portmap_dir(&topo.host).exists());
+    }
+
+    #[test]
+    fn portmap_s_watcher_brings_the_iptables_layout_back_after_a_ruleset_flush() {
+        portmap_watched("iptables");
+    }
+
+    #[test]
+    fn portmap_s_watcher_brings_the_nftables_layout_back_after_a_ruleset_flush() {
+        portmap_watched("nftables");
     }
 
     /// A hundred portmap attachments (synthetic prevResults, one live namespace), then
