@@ -19,6 +19,14 @@ pub fn address(result: &Value, v6: bool) -> Result<String> {
         .with_context(|| format!("no IPv{} address in {result}", if v6 { 6 } else { 4 }))
 }
 
+/// The first IPv4 address of `result`, parsed.
+///
+/// # Errors
+/// When the result lists no IPv4 address.
+pub fn ipv4(result: &Value) -> Result<std::net::IpAddr> {
+    Ok(address(result, false)?.parse()?)
+}
+
 /// The host-side veth a main plugin (`bridge`, `ptp`) reported: an interface without a
 /// sandbox whose name starts with `veth`.
 ///

@@ -232,6 +232,12 @@ pub fn tcp_connect(ns: &TestNetns, addr: SocketAddr, timeout: Duration) -> Resul
     Ok(stream)
 }
 
+/// Whether a TCP connection from `from` to `to` gets `banner` back within `wait`: the probe of
+/// the firewall tests, whose servers ([`TcpServer::banner`]) answer every connection with it.
+pub fn answers(from: &TestNetns, to: SocketAddr, banner: &[u8], wait: Duration) -> bool {
+    tcp_request(from, to, b"", wait).is_ok_and(|reply| reply == banner)
+}
+
 /// Connects from `ns` to `addr`, sends `payload`, closes its sending side and returns all the
 /// server sent until it closed (each step bounded by `timeout`).
 ///

@@ -10,13 +10,13 @@
 #[cfg(test)]
 mod e2e {
 
-    use std::net::{IpAddr, SocketAddr};
+    use std::net::SocketAddr;
     use std::time::Duration;
 
     use anyhow::{Context, Result, ensure};
     use serde_json::{Value, json};
     use tests::netns::CLIENT_V4;
-    use tests::traffic::{TcpServer, tcp_request};
+    use tests::traffic::{TcpServer, answers};
     use tests::{
         NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
         nft_has_element,
@@ -28,12 +28,12 @@ mod e2e {
     const BLOCKED: Duration = Duration::from_millis(700);
 
     fn can_connect(from: &TestNetns, to: SocketAddr) -> bool {
-        tcp_request(from, to, b"", BLOCKED).is_ok_and(|reply| reply == b"hello")
+        answers(from, to, b"hello", BLOCKED)
     }
 
     fn assert_open(from: &TestNetns, to: SocketAddr, why: &str) {
         assert!(
-            tcp_request(from, to, b"", OPEN).is_ok_and(|reply| reply == b"hello"),
+            answers(from, to, b"hello", OPEN),
             "{why}: {} → {to} should connect",
             from.name()
         );
@@ -45,18 +45,6 @@ mod e2e {
             "{why}: {} → {to} should be blocked",
             from.name()
         );
-    }
-
-    /// The container's first IPv4 address in a result.
-    fn container_v4(result: &Value) -> IpAddr {
-        result["ips"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|ip| ip["address"].as_str())
-            .map(|a| a.split('/').next().unwrap().parse::<IpAddr>().unwrap())
-            .find(IpAddr::is_ipv4)
-            .unwrap()
     }
 
     /// `iptables-save -t filter` of `ns` without comments and counters, one line per entry.
@@ -179,7 +167,7 @@ mod e2e {
         let cid = format!("fw-e2e-{backend}");
         let attach = RuntimeConf::new(&cid, topo.container.path(), "eth0");
         let result = rt.add(&list, &attach).unwrap();
-        let ctr = SocketAddr::new(container_v4(&result), 8080);
+        let ctr = SocketAddr::new(tests::result::ipv4(&result).unwrap(), 8080);
         let _server =
             TcpServer::banner(&topo.container, SocketAddr::new(ctr.ip(), 8080), "hello").unwrap();
         let client = SocketAddr::new(CLIENT_V4.parse().unwrap(), 8081);
@@ -328,7 +316,7 @@ mod e2e {
         for (i, (ctr, net)) in ctrs.iter().zip([&net_a, &net_a, &net_b]).enumerate() {
             let attach = RuntimeConf::new(&format!("fw-iso-{i}"), ctr.path(), "eth0");
             let result = rt.add(net, &attach).unwrap();
-            let addr = SocketAddr::new(container_v4(&result), 8080);
+            let addr = SocketAddr::new(tests::result::ipv4(&result).unwrap(), 8080);
             servers.push(TcpServer::banner(ctr, addr, "hello").unwrap());
             addrs.push(addr);
         }

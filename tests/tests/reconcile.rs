@@ -13,14 +13,14 @@
 // Helpers unwrap like tests do: the whole file is test code.
 #[cfg(test)]
 mod e2e {
-    use std::net::{IpAddr, SocketAddr};
+    use std::net::SocketAddr;
     use std::path::PathBuf;
     use std::process::Command;
     use std::time::Duration;
 
     use serde_json::{Value, json};
     use tests::netns::{CLIENT_V4, HOST_UPLINK_V4};
-    use tests::traffic::{TcpServer, tcp_request};
+    use tests::traffic::{TcpServer, answers};
     use tests::{
         NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
         nft_has_element,
@@ -30,10 +30,6 @@ mod e2e {
     const OPEN: Duration = Duration::from_secs(3);
     /// How long to wait before calling a flow blocked (dropped packets never answer).
     const BLOCKED: Duration = Duration::from_millis(700);
-
-    fn can_connect(from: &TestNetns, to: SocketAddr, wait: Duration) -> bool {
-        tcp_request(from, to, b"", wait).is_ok_and(|reply| reply == b"hello")
-    }
 
     /// The iptables tools a case uses, and where the plugin finds them.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,18 +87,6 @@ mod e2e {
                 json!({ "type": "firewall", "backend": backend, "ingressPolicy": "same-bridge" }),
             ],
         )
-    }
-
-    /// The container's IPv4 address in a result.
-    fn container_v4(result: &Value) -> IpAddr {
-        result["ips"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|ip| ip["address"].as_str())
-            .map(|a| a.split('/').next().unwrap().parse::<IpAddr>().unwrap())
-            .find(IpAddr::is_ipv4)
-            .unwrap()
     }
 
     /// `<tool>-save -t filter` of `ns` without comments and counters, sorted (the order of
@@ -257,18 +241,18 @@ mod e2e {
         let result_a = rt.add(&net_a, &attach_a).unwrap();
         let result_b = rt.add(&net_b, &attach_b).unwrap();
         let result_dead = rt.add(&net_a, &attach_dead).unwrap();
-        let dead_ip = container_v4(&result_dead);
-        let b = SocketAddr::new(container_v4(&result_b), 8080);
+        let dead_ip = tests::result::ipv4(&result_dead).unwrap();
+        let b = SocketAddr::new(tests::result::ipv4(&result_b).unwrap(), 8080);
         let _server_b = TcpServer::banner(&ctr_b, b, "hello").unwrap();
         let client = SocketAddr::new(CLIENT_V4.parse().unwrap(), 8081);
         let _server_client = TcpServer::banner(&topo.client, client, "hello").unwrap();
         let intact = |why: &str| {
             assert!(
-                can_connect(&topo.container, client, OPEN),
+                answers(&topo.container, client, b"hello", OPEN),
                 "{why}: the container's traffic out is not forwarded"
             );
             assert!(
-                !can_connect(&topo.container, b, BLOCKED),
+                !answers(&topo.container, b, b"hello", BLOCKED),
                 "{why}: the isolation of the bridges is gone"
             );
         };
@@ -288,8 +272,8 @@ mod e2e {
         let mut first = true;
         for what in disruptions {
             disrupt(&topo.host, tools, *what, &older);
-            let broken = !can_connect(&topo.container, client, BLOCKED)
-                || can_connect(&topo.container, b, OPEN);
+            let broken = !answers(&topo.container, client, b"hello", BLOCKED)
+                || answers(&topo.container, b, b"hello", OPEN);
             assert!(broken, "{what:?} changed nothing that traffic shows");
             if iptables && *what == Disruption::FlushRuleset {
                 // The node's own firewall comes back by its own means; ours by reconcile.
@@ -356,7 +340,12 @@ mod e2e {
             } else {
                 let set = ("inet", "cni_firewall", "containers4");
                 assert!(
-                    nft_has_element(&topo.host, set, &container_v4(&result_a).to_string()).unwrap()
+                    nft_has_element(
+                        &topo.host,
+                        set,
+                        &tests::result::ipv4(&result_a).unwrap().to_string()
+                    )
+                    .unwrap()
                 );
                 assert!(nft_has_element(&topo.host, set, &b.ip().to_string()).unwrap());
                 assert!(!nft_has_element(&topo.host, set, &dead_ip.to_string()).unwrap());
@@ -683,10 +672,10 @@ mod e2e {
             .with_capability("portMappings", mapping(8081));
         let result = rt.add(&net, &attach).unwrap();
         rt.add(&net, &attach_dead).unwrap();
-        let ctr = SocketAddr::new(container_v4(&result), 80);
+        let ctr = SocketAddr::new(tests::result::ipv4(&result).unwrap(), 80);
         let _server = TcpServer::banner(&topo.container, ctr, "hello").unwrap();
         let host_port: SocketAddr = SocketAddr::new(HOST_UPLINK_V4.parse().unwrap(), 8080);
-        let forwards = |wait| can_connect(&topo.client, host_port, wait);
+        let forwards = |wait| answers(&topo.client, host_port, b"hello", wait);
         assert!(forwards(OPEN), "no forwarding after ADD");
         let quiet = reconcile_of(&rt, "portmap");
         assert!(changes(&quiet).is_empty(), "{quiet}");
@@ -806,10 +795,13 @@ mod e2e {
         let attach = RuntimeConf::new("rw-a", topo.container.path(), "eth0")
             .with_capability("portMappings", mapping(8080));
         let result = rt.add(&net, &attach).unwrap();
-        let ctr = SocketAddr::new(container_v4(&result), 80);
+        let ctr = SocketAddr::new(tests::result::ipv4(&result).unwrap(), 80);
         let _server = TcpServer::banner(&topo.container, ctr, "hello").unwrap();
         let host_port = SocketAddr::new(HOST_UPLINK_V4.parse().unwrap(), 8080);
-        assert!(can_connect(&topo.client, host_port, OPEN), "after ADD");
+        assert!(
+            answers(&topo.client, host_port, b"hello", OPEN),
+            "after ADD"
+        );
         let mut watcher =
             tests::watcher::Watcher::start(&rt, "portmap", &[], Duration::from_secs(10)).unwrap();
         topo.host.exec_ok("nft", &["flush", "ruleset"]).unwrap();
@@ -821,7 +813,7 @@ mod e2e {
             "{repair}"
         );
         assert!(
-            can_connect(&topo.client, host_port, OPEN),
+            answers(&topo.client, host_port, b"hello", OPEN),
             "after the watcher"
         );
         rt.check(&net, &attach).unwrap();

@@ -15,13 +15,13 @@
 // Helpers unwrap like tests do: the whole file is test code.
 #[cfg(test)]
 mod e2e {
-    use std::net::{IpAddr, SocketAddr};
+    use std::net::SocketAddr;
     use std::time::{Duration, Instant};
 
-    use serde_json::{Value, json};
+    use serde_json::json;
     use tests::firewall_state::{records, wait_destroyed};
     use tests::netns::CLIENT_V4;
-    use tests::traffic::{TcpServer, tcp_request};
+    use tests::traffic::{TcpServer, answers};
     use tests::watcher::{DONE, RECONCILING, Watcher};
     use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, Topology, main_plugin};
 
@@ -34,10 +34,6 @@ mod e2e {
     const REPAIRED: Duration = Duration::from_secs(10);
     /// How long the watcher may take to start (its first reconcile) and to stop.
     const START: Duration = Duration::from_secs(20);
-
-    fn can_connect(from: &TestNetns, to: SocketAddr, wait: Duration) -> bool {
-        tcp_request(from, to, b"", wait).is_ok_and(|reply| reply == b"hello")
-    }
 
     fn conflist(
         network: &str,
@@ -54,18 +50,6 @@ mod e2e {
                 json!({ "type": "firewall", "backend": backend, "ingressPolicy": "same-bridge" }),
             ],
         )
-    }
-
-    /// The container's IPv4 address in a result.
-    fn container_v4(result: &Value) -> IpAddr {
-        result["ips"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|ip| ip["address"].as_str())
-            .map(|a| a.split('/').next().unwrap().parse::<IpAddr>().unwrap())
-            .find(IpAddr::is_ipv4)
-            .unwrap()
     }
 
     /// What another program does to the host's firewall.
@@ -153,12 +137,13 @@ mod e2e {
         rt.add(&net_a, &attach_a).unwrap();
         let result_b = rt.add(&net_b, &attach_b).unwrap();
         rt.add(&net_a, &attach_dead).unwrap();
-        let b = SocketAddr::new(container_v4(&result_b), 8080);
+        let b = SocketAddr::new(tests::result::ipv4(&result_b).unwrap(), 8080);
         let _server_b = TcpServer::banner(&ctr_b, b, "hello").unwrap();
         let client = SocketAddr::new(CLIENT_V4.parse().unwrap(), 8081);
         let _server_client = TcpServer::banner(&topo.client, client, "hello").unwrap();
         let intact = || {
-            can_connect(&topo.container, client, OPEN) && !can_connect(&topo.container, b, BLOCKED)
+            answers(&topo.container, client, b"hello", OPEN)
+                && !answers(&topo.container, b, b"hello", BLOCKED)
         };
         assert!(intact(), "after ADD: no forwarding out, or no isolation");
         ctr_dead.delete().unwrap();
