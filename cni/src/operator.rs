@@ -16,8 +16,6 @@ use std::ffi::{CStr, OsString, c_char, c_int};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt as _;
 
-use crate::skel::Plugin;
-
 /// Exit status of a command that failed.
 pub const FAILED: u8 = 1;
 
@@ -123,8 +121,29 @@ impl Args {
     }
 }
 
+/// What the command line needs of a plugin: the skel gives it for every
+/// [`crate::skel::Plugin`], so that this module knows nothing of the skel.
+pub trait Operated {
+    /// The plugin's type name.
+    fn name(&self) -> &'static str;
+    /// The CNI versions it speaks, for its `--help`.
+    fn supported_versions(&self) -> &'static [&'static str];
+    /// Its commands.
+    fn operator_commands(&self) -> &'static [OperatorCommand];
+    /// Runs one of its commands.
+    ///
+    /// # Errors
+    /// What the command reports.
+    fn operate(
+        &self,
+        command: &str,
+        args: &[String],
+        out: &mut dyn Write,
+    ) -> Result<(), OperatorError>;
+}
+
 /// The plugin's `--help`: how a runtime runs it, and its commands.
-fn usage(plugin: &dyn Plugin) -> String {
+fn usage<P: Operated + ?Sized>(plugin: &P) -> String {
     let name = plugin.name();
     let mut text = format!(
         "CNI {name} plugin {}\nCNI protocol versions supported: {}\n\n\
@@ -168,7 +187,7 @@ fn command_line(command: &OperatorCommand) -> String {
 }
 
 /// A command's `--help`.
-fn command_usage(plugin: &dyn Plugin, command: &OperatorCommand) -> String {
+fn command_usage<P: Operated + ?Sized>(plugin: &P, command: &OperatorCommand) -> String {
     format!(
         "Usage: {} {}\n\n{}\n",
         plugin.name(),
@@ -184,8 +203,8 @@ fn is_help(arg: &str) -> bool {
 /// Runs the command line `args` (the arguments after the program's name; at least one) and
 /// returns the exit status: the usage on `--help` (0), the command's outcome (0, or its status
 /// with its message on `stderr`), or [`USAGE`] for anything the plugin does not take.
-pub fn run(
-    plugin: &dyn Plugin,
+pub fn run<P: Operated + ?Sized>(
+    plugin: &P,
     args: &[OsString],
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
@@ -252,7 +271,7 @@ fn print(stdout: &mut dyn Write, stderr: &mut dyn Write, name: &str, text: &str)
 mod tests {
     use super::*;
     use crate::error::CniError;
-    use crate::skel::Call;
+    use crate::skel::{Call, Plugin};
     use crate::types::CniResult;
     use std::cell::RefCell;
 

@@ -397,6 +397,28 @@ macro_rules! plugin_main {
     };
 }
 
+// Every plugin answers its command line through the operator module, which sees it only as
+// this.
+impl<T: Plugin + ?Sized> crate::operator::Operated for T {
+    fn name(&self) -> &'static str {
+        Plugin::name(self)
+    }
+    fn supported_versions(&self) -> &'static [&'static str] {
+        Plugin::supported_versions(self)
+    }
+    fn operator_commands(&self) -> &'static [OperatorCommand] {
+        Plugin::operator_commands(self)
+    }
+    fn operate(
+        &self,
+        command: &str,
+        args: &[String],
+        out: &mut dyn Write,
+    ) -> Result<(), OperatorError> {
+        Plugin::operate(self, command, args, out)
+    }
+}
+
 /// The body of a plugin's `main` ([`plugin_main!`]): what Rust's start-up would have done
 /// that matters here (SIGPIPE ignored, so a write to a closed pipe is an error, not death),
 /// logging, then [`run`] when there are no `args` (a runtime's call) or the operator's command

@@ -78,7 +78,11 @@ Exit status: 0 when everything missing was restored (with --watch: when stopped 
 pub fn command(args: &[String], out: &mut dyn Write) -> Result<(), OperatorError> {
     match args {
         [] => {}
-        [watch] if watch == "--watch" => return crate::watch::command(),
+        [watch] if watch == "--watch" => {
+            return crate::watch::command(&mut |out| {
+                reconcile(out).map_err(|e| e.to_string())?.outcome()
+            });
+        }
         [arg, ..] => return Err(OperatorError::usage(format!("unknown argument {arg:?}"))),
     }
     let report = reconcile(out).map_err(|e| OperatorError::failed(e.to_string()))?;

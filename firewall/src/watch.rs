@@ -22,7 +22,7 @@ use std::time::Duration;
 use cni::operator::OperatorError;
 use netfilter::nft::Family;
 use netfilter::nft::monitor::{Event, Monitor, ObjectKind};
-use netfilter::watch::{self, Nudge, Nudger, Stop, Watch};
+use netfilter::watch::{self, Nudge, Nudger, Outcome, Stop, Watch};
 
 use crate::backend::firewalld_signal::{FirewalldEvent, FirewalldSignals};
 use crate::names;
@@ -55,11 +55,12 @@ pub fn is_ours(event: &Event) -> bool {
     }
 }
 
-/// Runs `firewall reconcile --watch` until SIGTERM or SIGINT; what it does goes to stderr.
+/// Runs `firewall reconcile --watch` until SIGTERM or SIGINT, with `reconcile` as the repair;
+/// what it does goes to stderr.
 ///
 /// # Errors
 /// A source cannot be opened or read (the nf_tables socket, the bus once connected).
-pub fn command() -> Result<(), OperatorError> {
+pub fn command(reconcile: &mut dyn FnMut(&mut dyn Write) -> Outcome) -> Result<(), OperatorError> {
     let failed = |e: watch::WatchError| OperatorError::failed(e.to_string());
     let mut log = std::io::stderr();
     // Before any thread: the bus connection's threads must inherit the blocked signals.
@@ -91,17 +92,7 @@ pub fn command() -> Result<(), OperatorError> {
     }
     let ours = is_ours;
     Watch::new(&ours)
-        .run(
-            monitor,
-            &stop,
-            Some(&nudges),
-            &mut |out| {
-                crate::reconcile::reconcile(out)
-                    .map_err(|e| e.to_string())?
-                    .outcome()
-            },
-            &mut log,
-        )
+        .run(monitor, &stop, Some(&nudges), reconcile, &mut log)
         .map_err(failed)
 }
 
