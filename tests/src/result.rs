@@ -27,6 +27,16 @@ pub fn ipv4(result: &Value) -> Result<std::net::IpAddr> {
     Ok(address(result, false)?.parse()?)
 }
 
+/// The prevResult (CNI 1.0.0) of an attachment made without a main plugin: a bridge `br0`,
+/// the container's interface `ifname` in the namespace at `netns`, and `address` (CIDR) on it.
+pub fn synthetic_prev(netns: &str, ifname: &str, address: &str) -> Value {
+    serde_json::json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{ "name": "br0" }, { "name": ifname, "sandbox": netns }],
+        "ips": [{ "address": address, "interface": 1 }],
+    })
+}
+
 /// The host-side veth a main plugin (`bridge`, `ptp`) reported: an interface without a
 /// sandbox whose name starts with `veth`.
 ///

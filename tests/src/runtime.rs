@@ -783,6 +783,33 @@ impl Runtime {
         self.exec_with_args(plugin, &[], command, env, stdin)
     }
 
+    /// Runs `command` of `plugin` for the attachment (`id`, `eth0`) whose namespace is at
+    /// `netns`, with `conf` on stdin: the direct exec of the scale fixtures, which make their
+    /// attachments from synthetic prevResults ([`crate::result::synthetic_prev`]).
+    ///
+    /// # Errors
+    /// As [`Runtime::exec_plugin`].
+    pub fn exec_attachment(
+        &self,
+        plugin: &str,
+        command: &str,
+        id: &str,
+        netns: &str,
+        conf: &serde_json::Value,
+    ) -> anyhow::Result<PluginOutput> {
+        self.exec_plugin(
+            plugin,
+            Some(command),
+            &[
+                ("CNI_CONTAINERID", id),
+                ("CNI_NETNS", netns),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", "/usr/lib/cni"),
+            ],
+            conf.to_string().as_bytes(),
+        )
+    }
+
     /// Runs one plugin as an operator would (`firewall reconcile`): with `args` on its
     /// command line, no `CNI_*` variable but those of `env`, and nothing on stdin, inside the
     /// host namespace (with the list calls' extra environment, [`Runtime::with_env`]).

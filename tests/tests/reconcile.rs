@@ -20,6 +20,7 @@ mod e2e {
 
     use serde_json::{Value, json};
     use tests::netns::{CLIENT_V4, HOST_UPLINK_V4};
+    use tests::result::synthetic_prev;
     use tests::traffic::{TcpServer, answers};
     use tests::{
         NetworkConfigList, PluginOutput, Runtime, RuntimeConf, TestNetns, Topology, main_plugin,
@@ -456,27 +457,13 @@ mod e2e {
         let conf = |i: usize| {
             json!({
                 "cniVersion": "1.0.0", "name": "rc100", "type": "firewall", "backend": backend,
-                "prevResult": {
-                    "cniVersion": "1.0.0",
-                    "interfaces": [{ "name": "br0" }, { "name": "veth1", "sandbox": netns }],
-                    "ips": [{ "address": format!("10.74.{}.{}/16", i / 200, i % 200 + 2), "interface": 1 }],
-                },
+                "prevResult": synthetic_prev(&netns, "veth1", &format!("10.74.{}.{}/16", i / 200, i % 200 + 2)),
             })
         };
         let call = |command: &str, i: usize| {
             let id = format!("rc100-{i}");
-            rt.exec_plugin(
-                "firewall",
-                Some(command),
-                &[
-                    ("CNI_CONTAINERID", &id),
-                    ("CNI_NETNS", &netns),
-                    ("CNI_IFNAME", "eth0"),
-                    ("CNI_PATH", "/usr/lib/cni"),
-                ],
-                conf(i).to_string().as_bytes(),
-            )
-            .unwrap()
+            rt.exec_attachment("firewall", command, &id, &netns, &conf(i))
+                .unwrap()
         };
         for i in 0..100 {
             ok(&call("ADD", i), "ADD");
@@ -845,27 +832,13 @@ mod e2e {
             json!({
                 "cniVersion": "1.0.0", "name": "rp100", "type": "portmap", "backend": backend,
                 "runtimeConfig": { "portMappings": mapping(20_000 + u16::try_from(i).unwrap()) },
-                "prevResult": {
-                    "cniVersion": "1.0.0",
-                    "interfaces": [{ "name": "br0" }, { "name": "eth0", "sandbox": netns }],
-                    "ips": [{ "address": format!("10.77.{}.{}/16", i / 200, i % 200 + 2), "interface": 1 }],
-                },
+                "prevResult": synthetic_prev(&netns, "eth0", &format!("10.77.{}.{}/16", i / 200, i % 200 + 2)),
             })
         };
         let call = |command: &str, i: usize| {
             let id = format!("rp100-{i}");
-            rt.exec_plugin(
-                "portmap",
-                Some(command),
-                &[
-                    ("CNI_CONTAINERID", &id),
-                    ("CNI_NETNS", &netns),
-                    ("CNI_IFNAME", "eth0"),
-                    ("CNI_PATH", "/usr/lib/cni"),
-                ],
-                conf(i).to_string().as_bytes(),
-            )
-            .unwrap()
+            rt.exec_attachment("portmap", command, &id, &netns, &conf(i))
+                .unwrap()
         };
         for i in 0..100 {
             ok(&call("ADD", i), "ADD");

@@ -21,6 +21,7 @@ mod e2e {
     use serde_json::json;
     use tests::firewall_state::{records, wait_destroyed};
     use tests::netns::CLIENT_V4;
+    use tests::result::synthetic_prev;
     use tests::traffic::{TcpServer, answers};
     use tests::watcher::{DONE, RECONCILING, Watcher};
     use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, Topology, main_plugin};
@@ -282,27 +283,13 @@ mod e2e {
         let conf = |i: usize| {
             json!({
                 "cniVersion": "1.0.0", "name": "wt100", "type": "firewall", "backend": backend,
-                "prevResult": {
-                    "cniVersion": "1.0.0",
-                    "interfaces": [{ "name": "br0" }, { "name": "veth1", "sandbox": netns }],
-                    "ips": [{ "address": format!("10.78.{}.{}/16", i / 200, i % 200 + 2), "interface": 1 }],
-                },
+                "prevResult": synthetic_prev(&netns, "veth1", &format!("10.78.{}.{}/16", i / 200, i % 200 + 2)),
             })
         };
         let call = |command: &str, i: usize| {
             let id = format!("wt100-{i}");
             let out = rt
-                .exec_plugin(
-                    "firewall",
-                    Some(command),
-                    &[
-                        ("CNI_CONTAINERID", &id),
-                        ("CNI_NETNS", &netns),
-                        ("CNI_IFNAME", "eth0"),
-                        ("CNI_PATH", "/usr/lib/cni"),
-                    ],
-                    conf(i).to_string().as_bytes(),
-                )
+                .exec_attachment("firewall", command, &id, &netns, &conf(i))
                 .unwrap();
             assert!(
                 out.status.success(),
