@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use crate::TestNetns;
+use crate::{NetworkConfigList, TestNetns, main_plugin};
 
 /// The directory of `host`'s records.
 fn dir(host: &TestNetns) -> Result<PathBuf> {
@@ -47,4 +47,24 @@ pub fn wait_destroyed(host: &TestNetns, record: &str) -> Result<()> {
         .as_i64()
         .with_context(|| format!("{} records no namespace id: {text}", path.display()))?;
     crate::netns::wait_id_gone(host, nsid)
+}
+
+/// The conflist of the reconcile and watcher tests: Debian's Go `bridge` on `bridge` with
+/// `host-local` over `subnets` (leases in `dir`), then our `firewall` with `backend` and
+/// `ingressPolicy: same-bridge`.
+pub fn same_bridge_conflist(
+    network: &str,
+    bridge: &str,
+    subnets: &[&str],
+    dir: &std::path::Path,
+    backend: &str,
+) -> NetworkConfigList {
+    NetworkConfigList::new(
+        network,
+        "1.0.0",
+        vec![
+            main_plugin::bridge(bridge, subnets, dir),
+            serde_json::json!({ "type": "firewall", "backend": backend, "ingressPolicy": "same-bridge" }),
+        ],
+    )
 }

@@ -73,23 +73,6 @@ mod e2e {
         conf
     }
 
-    fn conflist(
-        network: &str,
-        bridge: &str,
-        subnets: &[&str],
-        dir: &std::path::Path,
-        backend: &str,
-    ) -> NetworkConfigList {
-        NetworkConfigList::new(
-            network,
-            "1.0.0",
-            vec![
-                main_plugin::bridge(bridge, subnets, dir),
-                json!({ "type": "firewall", "backend": backend, "ingressPolicy": "same-bridge" }),
-            ],
-        )
-    }
-
     /// `<tool>-save -t filter` of `ns` without comments and counters, sorted (the order of
     /// rules a reconcile appends may differ from the ADDs'; their number may not).
     fn filter_table(ns: &TestNetns, tools: Tools) -> Vec<String> {
@@ -226,14 +209,20 @@ mod e2e {
                 (family.to_owned(), save)
             })
             .collect();
-        let net_a = conflist(
+        let net_a = tests::firewall_state::same_bridge_conflist(
             "rcneta",
             "rcbra",
             &["10.72.0.0/24", "fd72::/64"],
             dir.path(),
             backend,
         );
-        let net_b = conflist("rcnetb", "rcbrb", &["10.73.0.0/24"], dir.path(), backend);
+        let net_b = tests::firewall_state::same_bridge_conflist(
+            "rcnetb",
+            "rcbrb",
+            &["10.73.0.0/24"],
+            dir.path(),
+            backend,
+        );
         let ctr_b = TestNetns::new("rcctrb").unwrap();
         let mut ctr_dead = TestNetns::new("rcdead").unwrap();
         let attach_a = RuntimeConf::new("rc-a", topo.container.path(), "eth0");
@@ -447,39 +436,42 @@ mod e2e {
         comes_back("nftables", Tools::Nft, &[Disruption::FlushRuleset]);
     }
 
-    /// A hundred attachments (synthetic prevResults, one live namespace), then `disruption`:
-    /// one reconcile restores them all, and CHECK passes for each.
-    fn a_hundred(backend: &str, disruption: Disruption) {
-        let host = TestNetns::new(&format!("rc100{}", &backend[..2])).unwrap();
-        let ctr = TestNetns::new("rc100c").unwrap();
+    /// A hundred attachments of `plugin` named `<prefix>-<i>` in network `prefix` (`conf`
+    /// gives attachment i's config for the container namespace's path), then `disruption`:
+    /// one reconcile restores them all, CHECK passes for each, a second reconcile changes
+    /// nothing, DEL leaves no record.
+    fn a_hundred(
+        plugin: &str,
+        prefix: &str,
+        backend: &str,
+        disruption: Disruption,
+        conf: &dyn Fn(&str, usize) -> Value,
+        records: fn(&TestNetns) -> Vec<String>,
+    ) {
+        let host = TestNetns::new(&format!("{prefix}{}", &backend[..2])).unwrap();
+        let ctr = TestNetns::new(&format!("{prefix}c")).unwrap();
         let rt = Runtime::new(&host).unwrap();
         let netns = ctr.path().to_string_lossy().into_owned();
-        let conf = |i: usize| {
-            json!({
-                "cniVersion": "1.0.0", "name": "rc100", "type": "firewall", "backend": backend,
-                "prevResult": synthetic_prev(&netns, "veth1", &format!("10.74.{}.{}/16", i / 200, i % 200 + 2)),
-            })
-        };
         let call = |command: &str, i: usize| {
-            let id = format!("rc100-{i}");
-            rt.exec_attachment("firewall", command, &id, &netns, &conf(i))
+            let id = format!("{prefix}-{i}");
+            rt.exec_attachment(plugin, command, &id, &netns, &conf(&netns, i))
                 .unwrap()
         };
         for i in 0..100 {
             ok(&call("ADD", i), "ADD");
         }
         disrupt(&host, Tools::Nft, disruption, &[]);
-        let stdout = reconcile(&rt);
+        let stdout = reconcile_of(&rt, plugin);
         let restored = changes(&stdout)
             .iter()
-            .filter(|l| l.starts_with("restored rc100/"))
+            .filter(|l| l.starts_with(&format!("restored {prefix}/")))
             .count();
         assert_eq!(restored, 100, "{stdout}");
         assert!(stdout.contains("100 attachment(s) restored"), "{stdout}");
         for i in 0..100 {
             ok(&call("CHECK", i), &format!("CHECK {i}"));
         }
-        let again = reconcile(&rt);
+        let again = reconcile_of(&rt, plugin);
         assert!(changes(&again).is_empty(), "{again}");
         for i in 0..100 {
             ok(&call("DEL", i), "DEL");
@@ -487,14 +479,25 @@ mod e2e {
         assert!(records(&host).is_empty());
     }
 
+    /// The firewall's hundred, each with one address of 10.74.0.0/16.
+    fn firewall_a_hundred(backend: &str, disruption: Disruption) {
+        let conf = |netns: &str, i: usize| {
+            json!({
+                "cniVersion": "1.0.0", "name": "rc100", "type": "firewall", "backend": backend,
+                "prevResult": synthetic_prev(netns, "veth1", &format!("10.74.{}.{}/16", i / 200, i % 200 + 2)),
+            })
+        };
+        a_hundred("firewall", "rc100", backend, disruption, &conf, records);
+    }
+
     #[test]
     fn a_hundred_iptables_attachments_come_back_in_one_reconcile() {
-        a_hundred("iptables", Disruption::FlushFilter);
+        firewall_a_hundred("iptables", Disruption::FlushFilter);
     }
 
     #[test]
     fn a_hundred_nftables_attachments_come_back_in_one_reconcile() {
-        a_hundred("nftables", Disruption::FlushRuleset);
+        firewall_a_hundred("nftables", Disruption::FlushRuleset);
     }
 
     /// The command line: `--help` lists the command, a wrong one is a usage error (2), and
@@ -820,46 +823,23 @@ mod e2e {
         portmap_watched("nftables");
     }
 
-    /// A hundred portmap attachments (synthetic prevResults, one live namespace), then
-    /// `disruption`: one reconcile restores them all, CHECK passes for each, a second
-    /// reconcile changes nothing, DEL leaves no record.
+    /// portmap's hundred, attachment i mapping host port 20000 + i.
     fn portmap_a_hundred(backend: &str, disruption: Disruption) {
-        let host = TestNetns::new(&format!("rp100{}", &backend[..2])).unwrap();
-        let ctr = TestNetns::new("rp100c").unwrap();
-        let rt = Runtime::new(&host).unwrap();
-        let netns = ctr.path().to_string_lossy().into_owned();
-        let conf = |i: usize| {
+        let conf = |netns: &str, i: usize| {
             json!({
                 "cniVersion": "1.0.0", "name": "rp100", "type": "portmap", "backend": backend,
                 "runtimeConfig": { "portMappings": mapping(20_000 + u16::try_from(i).unwrap()) },
-                "prevResult": synthetic_prev(&netns, "eth0", &format!("10.77.{}.{}/16", i / 200, i % 200 + 2)),
+                "prevResult": synthetic_prev(netns, "eth0", &format!("10.77.{}.{}/16", i / 200, i % 200 + 2)),
             })
         };
-        let call = |command: &str, i: usize| {
-            let id = format!("rp100-{i}");
-            rt.exec_attachment("portmap", command, &id, &netns, &conf(i))
-                .unwrap()
-        };
-        for i in 0..100 {
-            ok(&call("ADD", i), "ADD");
-        }
-        disrupt(&host, Tools::Nft, disruption, &[]);
-        let stdout = reconcile_of(&rt, "portmap");
-        let restored = changes(&stdout)
-            .iter()
-            .filter(|l| l.starts_with("restored rp100/"))
-            .count();
-        assert_eq!(restored, 100, "{stdout}");
-        assert!(stdout.contains("100 attachment(s) restored"), "{stdout}");
-        for i in 0..100 {
-            ok(&call("CHECK", i), &format!("CHECK {i}"));
-        }
-        let again = reconcile_of(&rt, "portmap");
-        assert!(changes(&again).is_empty(), "{again}");
-        for i in 0..100 {
-            ok(&call("DEL", i), "DEL");
-        }
-        assert!(portmap_records(&host).is_empty());
+        a_hundred(
+            "portmap",
+            "rp100",
+            backend,
+            disruption,
+            &conf,
+            portmap_records,
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ mod e2e {
     use tests::result::synthetic_prev;
     use tests::traffic::{TcpServer, answers};
     use tests::watcher::{DONE, RECONCILING, Watcher};
-    use tests::{NetworkConfigList, Runtime, RuntimeConf, TestNetns, Topology, main_plugin};
+    use tests::{Runtime, RuntimeConf, TestNetns, Topology};
 
     /// How long a connection that must succeed may take.
     const OPEN: Duration = Duration::from_secs(3);
@@ -35,23 +35,6 @@ mod e2e {
     const REPAIRED: Duration = Duration::from_secs(10);
     /// How long the watcher may take to start (its first reconcile) and to stop.
     const START: Duration = Duration::from_secs(20);
-
-    fn conflist(
-        network: &str,
-        bridge: &str,
-        subnets: &[&str],
-        dir: &std::path::Path,
-        backend: &str,
-    ) -> NetworkConfigList {
-        NetworkConfigList::new(
-            network,
-            "1.0.0",
-            vec![
-                main_plugin::bridge(bridge, subnets, dir),
-                json!({ "type": "firewall", "backend": backend, "ingressPolicy": "same-bridge" }),
-            ],
-        )
-    }
 
     /// What another program does to the host's firewall.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,14 +103,20 @@ mod e2e {
             }
         };
         drop_forward();
-        let net_a = conflist(
+        let net_a = tests::firewall_state::same_bridge_conflist(
             "wtneta",
             "wtbra",
             &["10.76.0.0/24", "fd76::/64"],
             dir.path(),
             backend,
         );
-        let net_b = conflist("wtnetb", "wtbrb", &["10.77.0.0/24"], dir.path(), backend);
+        let net_b = tests::firewall_state::same_bridge_conflist(
+            "wtnetb",
+            "wtbrb",
+            &["10.77.0.0/24"],
+            dir.path(),
+            backend,
+        );
         let ctr_b = TestNetns::new("wtctrb").unwrap();
         let ctr_c = TestNetns::new("wtctrc").unwrap();
         let mut ctr_dead = TestNetns::new("wtdead").unwrap();
